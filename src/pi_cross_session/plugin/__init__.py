@@ -1,0 +1,1 @@
+"""The host extension: the session runtime, tools, commands and host adapters."""

@@ -1,0 +1,1 @@
+"""Adapters that connect the session runtime to a concrete agent host."""

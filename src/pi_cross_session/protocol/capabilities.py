@@ -1,0 +1,36 @@
+"""Capability names and negotiation.
+
+A capability is a string both sides list (the sender in its hello, the receiver in every response).
+A feature that changes what crosses the wire is used only when the other side listed it; a missing
+capability never leads to a silent fallback with weaker guarantees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+#: The receiver queues only for senders that understand ``queued`` (a v1 base feature).
+CANCEL_SAFE_QUEUE: Final = "cancel-safe-queue-v1"
+#: Goal-scoped peer grants (``goalId`` on message frames).
+GOAL_SCOPED_PEER: Final = "goal-scoped-peer-v1"
+
+#: What this implementation advertises, in the order it is written on the wire. Goal scope joins
+#: this list only when the receiver enforces goal grants: advertising a capability we do not honour
+#: would invite scoped traffic that we would then treat as unscoped.
+ADVERTISED: Final[tuple[str, ...]] = (CANCEL_SAFE_QUEUE,)
+
+
+def supports(capabilities: Iterable[str] | None, name: str) -> bool:
+    """True when ``name`` is in a peer's advertised ``capabilities`` (absent means none)."""
+    return capabilities is not None and name in capabilities
+
+
+def can_queue(capabilities: Iterable[str] | None) -> bool:
+    """A sender that lacks the safe-queue capability must never be told ``queued``."""
+    return supports(capabilities, CANCEL_SAFE_QUEUE)
+
+
+def can_scope_to_goal(capabilities: Iterable[str] | None) -> bool:
+    """A goal-scoped message may only be written to a receiver that advertised goal scope."""
+    return supports(capabilities, GOAL_SCOPED_PEER)

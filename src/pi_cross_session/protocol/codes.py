@@ -1,0 +1,198 @@
+"""The whole status vocabulary: what a receiver answers, what a message row can be, what a sender says.
+
+Four kinds of word share one namespace, because on the wire ``status``, ``code`` and ``state`` are the
+same string:
+
+* :class:`Code` — every status or code either side can produce (receiver ``ok`` statuses, receiver
+  refusals, message row states, and codes a sender produces locally);
+* :class:`SenderState` — the sender's own verdict on an exchange (spec §4.3);
+* the sets :data:`RETRYABLE`, :data:`RECEIPT_UNKNOWN`, :data:`OK_RECEIPTS`, :data:`ROW_STATES`;
+* :func:`classify` — the sender-side classification of any ending.
+
+Errno names (``ENOENT`` …) are codes too, produced when vetting an endpoint; they are plain strings,
+so every function here accepts ``str``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+
+class Code(StrEnum):
+    """Every status word of the contract, plus the local codes of a sender."""
+
+    # receiver, ok:true
+    READY = "ready"
+    SUBMITTED = "submitted"
+    QUEUED = "queued"
+    ACCEPTED = "accepted"
+    UNKNOWN = "unknown"
+    # message row states (status-query answers) that are not also ok statuses above
+    EXPIRED = "expired"
+    DROPPED = "dropped"
+    DROPPED_CANCELLED = "dropped_cancelled"
+    DROPPED_SHUTDOWN = "dropped_shutdown"
+    DROPPED_USER_RESET = "dropped_user_reset"
+    DROPPED_GOAL_REVOKED = "dropped_goal_revoked"
+    INJECTION_FAILED = "injection_failed"
+    # receiver, ok:false (in the order a message frame is checked)
+    INVALID_FRAME = "invalid_frame"
+    MESSAGE_TOO_LARGE = "message_too_large"
+    AUTHENTICATION_FAILED = "authentication_failed"
+    INVALID_MESSAGE = "invalid_message"
+    REFUSED = "refused"
+    STOPPED = "stopped"
+    INVALID_BRIDGE = "invalid_bridge"
+    INVALID_GOAL = "invalid_goal"
+    UNSUPPORTED = "unsupported"
+    BUSY = "busy"
+    QUEUE_FULL = "queue_full"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    DUPLICATE = "duplicate"
+    RATE_LIMITED = "rate_limited"
+    GOAL_NOT_AUTHORIZED = "goal_not_authorized"
+    NO_HANDLER = "no_handler"
+    # sender, local
+    INVALID_TARGET = "invalid_target"
+    NOT_READY = "not_ready"
+    NOT_FOUND = "not_found"
+    AMBIGUOUS = "ambiguous"
+    UNSAFE_ENDPOINT = "unsafe_endpoint"
+    MISSING_ENDPOINT = "missing_endpoint"
+    WRONG_ENDPOINT = "wrong_endpoint"
+    SEND_FAILED = "send_failed"
+    TRANSPORT_ERROR = "transport_error"
+    TIMEOUT = "timeout"
+    CONNECTION_CLOSED = "connection_closed"
+    CANCELLED = "cancelled"
+    INVALID_RESPONSE = "invalid_response"
+    INVALID_RECEIPT = "invalid_receipt"
+    GOAL_REVOKED = "goal_revoked"
+
+
+class SenderState(StrEnum):
+    """How a sender files an exchange that did not end in a good receipt."""
+
+    REFUSED = "refused"
+    RECEIPT_UNKNOWN = "receipt_unknown"
+
+
+#: Receipts a sender accepts as "the receiver took the message" (spec §3.7 step 4).
+OK_RECEIPTS: Final = frozenset({Code.SUBMITTED, Code.QUEUED, Code.ACCEPTED})
+
+#: Refusals worth an explicit, later retry: they describe the receiver's load, not the message.
+RETRYABLE: Final = frozenset({Code.BUSY, Code.QUEUE_FULL, Code.RATE_LIMITED})
+
+#: Endings after which nobody knows whether the receiver admitted the message.
+RECEIPT_UNKNOWN: Final = frozenset(
+    {
+        Code.TIMEOUT,
+        Code.CONNECTION_CLOSED,
+        Code.CANCELLED,
+        Code.TRANSPORT_ERROR,
+        Code.INVALID_RESPONSE,
+        Code.INVALID_RECEIPT,
+    }
+)
+
+#: Every state a receiver's message row can hold (answers to a status query, besides ``unknown``).
+ROW_STATES: Final = frozenset(
+    {
+        Code.ACCEPTED,
+        Code.QUEUED,
+        Code.SUBMITTED,
+        Code.EXPIRED,
+        Code.DROPPED,
+        Code.DROPPED_CANCELLED,
+        Code.DROPPED_SHUTDOWN,
+        Code.DROPPED_USER_RESET,
+        Code.DROPPED_GOAL_REVOKED,
+        Code.INJECTION_FAILED,
+    }
+)
+
+#: Row states from which a message can still move (everything else is final).
+PENDING_ROW_STATES: Final = frozenset({Code.ACCEPTED, Code.QUEUED})
+
+#: Refusals a receiver may put on the wire in reply to a message or status frame.
+RECEIVER_REFUSALS: Final = frozenset(
+    {
+        Code.INVALID_FRAME,
+        Code.MESSAGE_TOO_LARGE,
+        Code.AUTHENTICATION_FAILED,
+        Code.INVALID_MESSAGE,
+        Code.REFUSED,
+        Code.STOPPED,
+        Code.EXPIRED,
+        Code.INVALID_BRIDGE,
+        Code.INVALID_GOAL,
+        Code.UNSUPPORTED,
+        Code.BUSY,
+        Code.QUEUE_FULL,
+        Code.BUDGET_EXHAUSTED,
+        Code.DUPLICATE,
+        Code.RATE_LIMITED,
+        Code.GOAL_NOT_AUTHORIZED,
+        Code.NO_HANDLER,
+        Code.INJECTION_FAILED,
+    }
+)
+
+# -- guidance: short texts for the ``next`` field, ours ----------------------------------------------
+
+#: On the wire with ``ok:true``: what a receipt does and does not promise.
+NEXT_AFTER_OK: Final = (
+    "Admission is not reading or completion; ask this same incarnation for the message status later"
+)
+#: On the wire and locally, for a retryable refusal.
+NEXT_RETRY_LATER: Final = (
+    "The receiver is occupied; wait until it is idle, then retry explicitly if still needed"
+)
+#: On the wire and locally, for a final refusal.
+NEXT_INSPECT: Final = (
+    "Not retryable as is; check the target, its inbound policy and status, or upgrade an old peer"
+)
+#: Locally, when the outcome of an exchange is not known.
+NEXT_RECEIPT_UNKNOWN: Final = "Outcome unknown; query the message status on the same receiver incarnation and never resend blindly"
+
+
+def is_retryable(code: str) -> bool:
+    """True only for the load refusals a caller may retry later, by an explicit decision."""
+    return code in RETRYABLE
+
+
+def is_receipt_unknown(code: str) -> bool:
+    """True when the code means "we cannot know whether the receiver admitted the message"."""
+    return code in RECEIPT_UNKNOWN
+
+
+def wire_next(*, ok: bool, status: str) -> str:
+    """The ``next`` guidance a receiver puts in a response with this ``ok`` and ``status``."""
+    if ok:
+        return NEXT_AFTER_OK
+    return NEXT_RETRY_LATER if is_retryable(status) else NEXT_INSPECT
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    """A sender's verdict on an ending: the code, its state, whether to retry, and what to do next."""
+
+    code: str
+    state: SenderState
+    retryable: bool
+    next: str
+
+
+def classify(code: str) -> Classification:
+    """Classify any non-success ending of an exchange (spec §4.3).
+
+    The code is the receiver's ``status`` for a refusal, or a local code. A receiver's own
+    ``code``/``state``/``retryable``/``next`` fields are diagnostics and are never consulted.
+    """
+    if is_receipt_unknown(code):
+        return Classification(code, SenderState.RECEIPT_UNKNOWN, False, NEXT_RECEIPT_UNKNOWN)
+    if is_retryable(code):
+        return Classification(code, SenderState.REFUSED, True, NEXT_RETRY_LATER)
+    return Classification(code, SenderState.REFUSED, False, NEXT_INSPECT)

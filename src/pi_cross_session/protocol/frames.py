@@ -1,0 +1,437 @@
+"""The four frames of wire v1 as frozen pydantic models, validated exactly as the contract says.
+
+* :class:`Hello` — the client's first frame: whom it wants (``target``), optionally who it is
+  (``from``, which makes the connection authenticated), and what it understands (``capabilities``).
+* :class:`Message` — one plain-text message (second frame).
+* :class:`StatusQuery` — "what became of my message ``messageId``?" (second frame, instead).
+* :class:`Response` — every reply of a receiver, ``ready`` included.
+
+Validation follows the JavaScript reference's rules, which are stricter than Python's defaults in
+ways that matter for interoperability and security:
+
+* lengths are counted in the contract's units (UTF-16 code units, code points, see
+  :mod:`~pi_cross_session.protocol.text`);
+* a number is exactly an integer where one is required: ``true`` is not ``1`` and ``1.0`` is
+  refused, even though Python's ``Literal[1]`` would take both;
+* an optional field may be absent but never ``null`` (``from: null`` is not "no sender");
+* texts must be well-formed Unicode, so a ``\\ud800`` escape that :mod:`json` turns into a lone
+  surrogate is refused here;
+* unknown extra fields are ignored, which is how newer peers add fields without breaking older ones.
+
+Serialisation writes keys in the order the reference emits them and compact JSON (see
+:mod:`~pi_cross_session.protocol.jsonwire`), so our frames are byte-identical to the reference's for
+the same content. The ``to_wire()`` dicts are the single source of that order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from pi_cross_session.protocol import jsonwire
+from pi_cross_session.protocol.capabilities import ADVERTISED
+from pi_cross_session.protocol.codes import Code, is_retryable, wire_next
+from pi_cross_session.protocol.errors import FrameValidationError
+from pi_cross_session.protocol.limits import (
+    MAX_CAPABILITIES,
+    MAX_CAPABILITY_UNITS,
+    MAX_ERROR_UNITS,
+    MAX_ID_CHARS,
+    MAX_NEXT_UNITS,
+    MAX_SAFE_INTEGER,
+    MAX_SESSION_ID_UNITS,
+    MAX_STATUS_UNITS,
+    MAX_SUMMARY_CODE_POINTS,
+    MAX_TEXT_UNITS,
+)
+from pi_cross_session.protocol.text import is_blank, is_well_formed, utf16_length
+
+#: The wire version every frame carries in ``v``.
+WIRE_VERSION: Final = 1
+#: The ``requestId`` a receiver uses when it cannot trust the frame it is answering.
+UNKNOWN_REQUEST_ID: Final = "unknown"
+
+ID_RE: Final = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_ID_CHARS}}}")
+INSTANCE_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
+TOKEN_RE: Final = re.compile(r"[0-9a-f]{64}")
+
+
+# -- field validators ------------------------------------------------------------------------------
+
+
+def _exact_int(expected: int) -> Callable[[object], int]:
+    def check(value: object) -> int:
+        if type(value) is not int or value != expected:
+            raise ValueError(f"must be the integer {expected}")
+        return value
+
+    return check
+
+
+def _safe_integer(value: object) -> int:
+    # JS Number.isSafeInteger: an integer, no bool, within +-(2**53 - 1). Floats are refused even
+    # with a zero fraction: we promise to send integers, and we expect the same of peers.
+    if type(value) is not int or not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        raise ValueError("must be a safe integer (an integer no larger than 2**53 - 1)")
+    return value
+
+
+def _matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if pattern.fullmatch(value) is None:
+            raise ValueError(f"must be {what}")
+        return value
+
+    return check
+
+
+def _units_between(low: int, high: int) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if not low <= utf16_length(value) <= high:
+            raise ValueError(f"must be {low} to {high} UTF-16 code units long")
+        return value
+
+    return check
+
+
+def _well_formed(value: str) -> str:
+    if not is_well_formed(value):
+        raise ValueError("must be well-formed Unicode (no lone surrogates)")
+    return value
+
+
+def _summary(value: str) -> str:
+    if is_blank(value):
+        raise ValueError("must not be blank")
+    if len(value) > MAX_SUMMARY_CODE_POINTS:
+        raise ValueError(f"must be at most {MAX_SUMMARY_CODE_POINTS} code points")
+    return value
+
+
+def _capability_list(value: list[str]) -> tuple[str, ...]:
+    if len(value) > MAX_CAPABILITIES:
+        raise ValueError(f"must list at most {MAX_CAPABILITIES} capabilities")
+    for item in value:
+        if utf16_length(item) > MAX_CAPABILITY_UNITS:
+            raise ValueError(f"each capability must be at most {MAX_CAPABILITY_UNITS} units")
+    return tuple(value)
+
+
+WireId: TypeAlias = Annotated[str, AfterValidator(_matching(ID_RE, "1-128 of [A-Za-z0-9_-]"))]
+InstanceId: TypeAlias = Annotated[
+    str, AfterValidator(_matching(INSTANCE_ID_RE, "32 lowercase hex"))
+]
+SessionId: TypeAlias = Annotated[str, AfterValidator(_units_between(1, MAX_SESSION_ID_UNITS))]
+SafeInt: TypeAlias = Annotated[int, BeforeValidator(_safe_integer)]
+V1: TypeAlias = Annotated[int, BeforeValidator(_exact_int(WIRE_VERSION))]
+Capabilities: TypeAlias = Annotated[list[str], AfterValidator(_capability_list)]
+MessageText: TypeAlias = Annotated[
+    str, AfterValidator(_well_formed), AfterValidator(_units_between(0, MAX_TEXT_UNITS))
+]
+Summary: TypeAlias = Annotated[str, AfterValidator(_well_formed), AfterValidator(_summary)]
+
+
+StatusWord: TypeAlias = Annotated[
+    str, AfterValidator(_well_formed), AfterValidator(_units_between(0, MAX_STATUS_UNITS))
+]
+NextText: TypeAlias = Annotated[
+    str, AfterValidator(_well_formed), AfterValidator(_units_between(0, MAX_NEXT_UNITS))
+]
+ErrorText: TypeAlias = Annotated[
+    str, AfterValidator(_well_formed), AfterValidator(_units_between(0, MAX_ERROR_UNITS))
+]
+
+
+class _Frame(BaseModel):
+    """Shared configuration: immutable, strict types, extra fields ignored, aliases on the wire."""
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="ignore", populate_by_name=True)
+
+    #: Wire names of optional fields that may be absent but never ``null``.
+    NO_NULL: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_null_optionals(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for key in cls.NO_NULL:
+                if key in data and data[key] is None:
+                    raise ValueError(f"{key} must be absent or a value, never null")
+        return data
+
+
+# -- client frames ---------------------------------------------------------------------------------
+
+
+class Target(_Frame):
+    """Whom a hello is for: the receiver's session id and its current incarnation."""
+
+    id: SessionId
+    instance_id: InstanceId = Field(alias="instanceId")
+
+    def to_wire(self) -> dict[str, Any]:
+        """Keys in the reference's order."""
+        return {"id": self.id, "instanceId": self.instance_id}
+
+
+class Sender(_Frame):
+    """Who a hello claims to be; the receiver checks it against the sender's registration."""
+
+    id: SessionId
+    instance_id: InstanceId = Field(alias="instanceId")
+    token: str
+
+    def to_wire(self) -> dict[str, Any]:
+        """Keys in the reference's order."""
+        return {"id": self.id, "instanceId": self.instance_id, "token": self.token}
+
+
+class Hello(_Frame):
+    """First frame of every connection. Without ``from`` the connection can only probe."""
+
+    NO_NULL = ("from", "capabilities")
+
+    v: V1
+    type: Literal["hello"]
+    request_id: WireId = Field(alias="requestId")
+    # Any string: a malformed token is an authentication failure, decided against the
+    # registration, not a malformed frame (the reply then echoes this hello's requestId).
+    token: str
+    target: Target
+    sender: Sender | None = Field(default=None, alias="from")
+    capabilities: Capabilities | None = None
+
+    @property
+    def authenticated_claim(self) -> bool:
+        """True when the hello names a sender (the receiver still has to verify it)."""
+        return self.sender is not None
+
+    def to_wire(self) -> dict[str, Any]:
+        """Keys in the reference's order; absent optionals are omitted."""
+        body: dict[str, Any] = {"v": WIRE_VERSION, "type": "hello"}
+        if self.capabilities is not None:
+            body["capabilities"] = list(self.capabilities)
+        body["requestId"] = self.request_id
+        body["token"] = self.token
+        body["target"] = self.target.to_wire()
+        if self.sender is not None:
+            body["from"] = self.sender.to_wire()
+        return body
+
+
+class Message(_Frame):
+    """One plain-text message.
+
+    A blank ``text`` parses here: the receiver refuses it later with its own code.
+    """
+
+    NO_NULL = ("goalId",)
+
+    v: V1
+    type: Literal["message"]
+    request_id: WireId = Field(alias="requestId")
+    message_id: WireId = Field(alias="messageId")
+    text: MessageText
+    summary: Summary
+    sent_at: SafeInt = Field(alias="sentAt")
+    goal_id: WireId | None = Field(default=None, alias="goalId")
+
+    @property
+    def text_is_blank(self) -> bool:
+        """Blank after a JS trim; the receiver answers ``invalid_message`` for it."""
+        return is_blank(self.text)
+
+    def to_wire(self) -> dict[str, Any]:
+        """Keys in the reference's order; ``goalId`` last and only when set."""
+        body: dict[str, Any] = {
+            "v": WIRE_VERSION,
+            "type": "message",
+            "requestId": self.request_id,
+            "messageId": self.message_id,
+            "text": self.text,
+            "summary": self.summary,
+            "sentAt": self.sent_at,
+        }
+        if self.goal_id is not None:
+            body["goalId"] = self.goal_id
+        return body
+
+
+class StatusQuery(_Frame):
+    """Asks for the state of one message previously sent by the same authenticated sender."""
+
+    v: V1
+    type: Literal["status"]
+    request_id: WireId = Field(alias="requestId")
+    message_id: WireId = Field(alias="messageId")
+
+    def to_wire(self) -> dict[str, Any]:
+        """Keys in the reference's order."""
+        return {
+            "v": WIRE_VERSION,
+            "type": "status",
+            "requestId": self.request_id,
+            "messageId": self.message_id,
+        }
+
+
+# -- receiver frames -------------------------------------------------------------------------------
+
+
+class PeerIdentity(_Frame):
+    """The receiver's identity as stated in a response: session id, incarnation, process id."""
+
+    id: str
+    instance_id: str = Field(alias="instanceId")
+    pid: int
+
+    def to_wire(self) -> dict[str, Any]:
+        """Keys in the reference's order."""
+        return {"id": self.id, "instanceId": self.instance_id, "pid": self.pid}
+
+
+class Response(_Frame):
+    """Every reply of a receiver.
+
+    ``peer`` is kept as the raw JSON value: the contract does not make its shape part of "a valid
+    response", so a sender judges it separately (a bad ``peer`` is a wrong endpoint or an invalid
+    receipt, not an invalid response). Use :meth:`peer_identity` to read it.
+    """
+
+    NO_NULL = ("capabilities", "code", "state", "retryable", "next", "error")
+
+    v: V1
+    type: Literal["response"]
+    request_id: WireId = Field(alias="requestId")
+    ok: bool
+    status: StatusWord
+    capabilities: Capabilities | None = None
+    code: StatusWord | None = None
+    state: StatusWord | None = None
+    retryable: bool | None = None
+    next: NextText | None = None
+    error: ErrorText | None = None
+    peer: Any = None
+
+    def peer_identity(self) -> PeerIdentity | None:
+        """The ``peer`` field when it is a well-formed identity, else ``None``."""
+        if self.peer is None:
+            return None
+        try:
+            return PeerIdentity.model_validate(self.peer)
+        except ValidationError:
+            return None
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        request_id: str,
+        ok: bool,
+        status: str,
+        error: str | None = None,
+        peer: PeerIdentity | None = None,
+        capabilities: Iterable[str] = ADVERTISED,
+    ) -> Response:
+        """A reply as a receiver writes it: ``code`` and ``state`` equal ``status``, ``retryable``
+        only for load refusals, ``next`` from our guidance texts, ``peer`` only with ``ok``."""
+        status = str(status)
+        fields: dict[str, Any] = {
+            "v": WIRE_VERSION,
+            "type": "response",
+            "request_id": request_id,
+            "ok": ok,
+            "status": status,
+            "capabilities": list(capabilities),
+            "code": status,
+            "state": status,
+            "retryable": (not ok) and is_retryable(status),
+            "next": wire_next(ok=ok, status=status),
+        }
+        if error is not None:
+            fields["error"] = error
+        if ok and peer is not None:
+            fields["peer"] = peer.to_wire()
+        return cls(**fields)
+
+    def to_wire(self) -> dict[str, Any]:
+        """Keys in the reference's order; absent optionals are omitted."""
+        body: dict[str, Any] = {
+            "v": WIRE_VERSION,
+            "type": "response",
+            "requestId": self.request_id,
+            "ok": self.ok,
+            "status": self.status,
+        }
+        optional = (
+            ("capabilities", None if self.capabilities is None else list(self.capabilities)),
+            ("code", self.code),
+            ("state", self.state),
+            ("retryable", self.retryable),
+            ("next", self.next),
+            ("error", self.error),
+            ("peer", self.peer),
+        )
+        for key, value in optional:
+            if value is not None:
+                body[key] = value
+        return body
+
+
+_FrameT = TypeVar("_FrameT", bound=_Frame)
+
+ClientFrame: TypeAlias = Hello | Message | StatusQuery
+AnyFrame: TypeAlias = Hello | Message | StatusQuery | Response
+
+
+# -- parsing and encoding --------------------------------------------------------------------------
+
+
+def _validate(model: type[_FrameT], data: object, *, code: str) -> _FrameT:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "frame"
+        raise FrameValidationError(f"{where}: {first['msg']}", code=code) from exc
+
+
+def parse_hello(data: object) -> Hello:
+    """Validate a first frame; anything that is not a hello fails as ``authentication_failed``."""
+    return _validate(Hello, data, code=Code.AUTHENTICATION_FAILED)
+
+
+def parse_request(data: object) -> Message | StatusQuery:
+    """Validate a second frame: a message or a status query, else ``invalid_frame``."""
+    kind = data.get("type") if isinstance(data, Mapping) else None
+    if kind == "message":
+        return _validate(Message, data, code=Code.INVALID_FRAME)
+    if kind == "status":
+        return _validate(StatusQuery, data, code=Code.INVALID_FRAME)
+    raise FrameValidationError("expected a message or a status frame", code=Code.INVALID_FRAME)
+
+
+def parse_response(data: object) -> Response:
+    """Validate a receiver's reply; anything else is ``invalid_response`` to the sender."""
+    return _validate(Response, data, code=Code.INVALID_RESPONSE)
+
+
+def loads_frame(text: str) -> Any:
+    """Parse a frame's text as JSON (see :mod:`~pi_cross_session.protocol.jsonwire`)."""
+    return jsonwire.loads(text)
+
+
+def dumps_frame(frame: AnyFrame) -> str:
+    """Serialise a frame to its compact JSON text, without the LF (the codec adds it)."""
+    return jsonwire.dumps(frame.to_wire())

@@ -1,0 +1,91 @@
+"""Every numeric bound of the system, in one place, with the reason beside it.
+
+Wire bounds are fixed by the interoperability contract (``spec/protocol-v1.md``); changing one of them
+breaks compatibility with the reference peer. Policy bounds live here too, so that a reader can see
+everything the receiver is willing to spend at a glance; the classes that enforce them take each bound
+as a keyword-only override so tests can use small values.
+"""
+
+from typing import Final
+
+# -- framing -------------------------------------------------------------------------------------
+#: Raw bytes one frame may occupy, counting its LF, a first-frame BOM and incomplete UTF-8 tails.
+MAX_FRAME_BYTES: Final = 1_048_576
+
+# -- identifiers and field lengths (units noted: utf16 = UTF-16 code units, cp = code points) ----
+#: requestId / messageId / goalId: ``[A-Za-z0-9_-]{1,128}``.
+MAX_ID_CHARS: Final = 128
+#: Session ids, utf16.
+MAX_SESSION_ID_UNITS: Final = 512
+#: Message text, utf16; the reference's JS string length.
+MAX_TEXT_UNITS: Final = 1_000_000
+#: Wire summary and session names, cp.
+MAX_SUMMARY_CODE_POINTS: Final = 200
+MAX_NAME_CODE_POINTS: Final = 200
+#: Summary a tool caller may pass before normalisation, utf16.
+MAX_TOOL_SUMMARY_UNITS: Final = 400
+#: Tool ``target`` parameter, utf16.
+MAX_TARGET_UNITS: Final = 512
+#: Registration ``cwd``, utf16.
+MAX_CWD_UNITS: Final = 32_768
+#: Capability list: items and units per item.
+MAX_CAPABILITIES: Final = 8
+MAX_CAPABILITY_UNITS: Final = 64
+#: Response fields, utf16.
+MAX_STATUS_UNITS: Final = 64
+MAX_NEXT_UNITS: Final = 2048
+MAX_ERROR_UNITS: Final = 4096
+#: Largest integer a JS number holds exactly (``Number.MAX_SAFE_INTEGER``).
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+#: Registration pid bounds (a positive signed 32-bit value).
+MAX_PID: Final = 2_147_483_647
+
+# -- display truncation (cp) -----------------------------------------------------------------------
+DISPLAY_CWD_CODE_POINTS: Final = 500
+DISPLAY_SESSION_ID_CODE_POINTS: Final = 200
+DISPLAY_DIAGNOSTIC_CODE_POINTS: Final = 400
+#: Characters of the instance id shown as its short ``ref``.
+REF_CHARS: Final = 8
+#: A hex prefix shorter than this is too likely to match several peers to be an address.
+MIN_HEX_PREFIX_CHARS: Final = 6
+
+# -- discovery -------------------------------------------------------------------------------------
+#: Registrations a listing considers; more are ignored so a junk-filled dir cannot stall a listing.
+MAX_LISTED_REGISTRATIONS: Final = 512
+#: Largest registration file read; a real one is under 1 KiB.
+MAX_REGISTRATION_BYTES: Final = 65_536
+HEARTBEAT_INTERVAL_S: Final = 30.0
+#: Git metadata per cwd: wall time and output size.
+GIT_TIMEOUT_S: Final = 1.5
+GIT_OUTPUT_CAP_BYTES: Final = 131_072
+
+# -- connections and deadlines ---------------------------------------------------------------------
+MAX_CONNECTIONS: Final = 64
+#: Absolute life of one inbound connection, from accept.
+CONNECTION_DEADLINE_S: Final = 30.0
+#: Inactivity allowed after a successful hello.
+IDLE_AFTER_HELLO_S: Final = 5.0
+#: One monotonic deadline covering vetting, connect, hello and receipt.
+SEND_DEADLINE_S: Final = 5.0
+PROBE_DEADLINE_S: Final = 0.35
+
+# -- admission -------------------------------------------------------------------------------------
+#: A message older than this (by its sentAt) is refused as expired.
+MESSAGE_MAX_AGE_S: Final = 30.0
+#: Clock skew tolerated for a sentAt in the future.
+MESSAGE_MAX_FUTURE_SKEW_S: Final = 5.0
+#: Same text from the same sender is a duplicate within this window.
+TEXT_DEDUP_WINDOW_S: Final = 30.0
+#: Per-sender token bucket.
+RATE_CAPACITY: Final = 30
+RATE_REFILL_PER_S: Final = 0.5
+MAX_RATE_SENDERS: Final = 256
+#: Pending queue and the life of one entry.
+MAX_QUEUED: Final = 50
+QUEUE_TTL_S: Final = 30.0
+#: Lifetime units per incarnation, shared by inbound commits and outbound attempts.
+LIFETIME_BUDGET: Final = 256
+#: Bounded caches (message ids, status rows, text digests).
+MAX_CACHE_ENTRIES: Final = 512
+#: A peer submission must start a turn within this time, or the inbox latches.
+TURN_START_GRACE_S: Final = 5.0

@@ -1,0 +1,1 @@
+"""Policy: tokens, file judgement, limits, admission, goals and the tool-call gate."""
