@@ -1,0 +1,558 @@
+"""The one place that judges files, modes, owners and symlinks (spec §1.2, §1.4, §1.5, §2).
+
+Every function here is synchronous and does blocking system calls; async callers run them in a
+worker thread. Nothing else in the package calls ``lstat``, ``chmod`` or ``kill`` for a decision.
+
+Threat model
+------------
+* **Another uid on the machine** may create, in ``/tmp``, the runtime dir we are about to use (or a
+  symlink named like it), may leave files readable or writable by everyone, and may point a symlink
+  at a file of ours. Trust therefore rests on three facts checked with ``lstat`` (never ``stat``):
+  the thing is of the expected type and not a symlink, it is owned by our uid, and no group/other
+  mode bit is set. A dir failing the owner check is refused; a dir of ours that is merely too open
+  is repaired to 0700 (spec §1.2), because nobody but us could have made it so. A registration that
+  is too open is *ignored*, never repaired: a reader must not change another session's file.
+* **Symlink swaps and TOCTOU.** Between a check and a use, the path may be replaced. Reads
+  therefore open with ``O_NOFOLLOW|O_NONBLOCK``, re-check the open descriptor with ``fstat`` and
+  require the same ``(st_dev, st_ino)`` as the ``lstat``: what is read is what was judged. A FIFO
+  slipped in cannot block the reader (``O_NONBLOCK``, then refused as not a regular file). Writes go
+  to a fresh ``O_EXCL|O_NOFOLLOW`` temp file, get their mode through the descriptor and are renamed
+  into place, so readers see either the old file or the whole new one, always at 0600.
+* **Same-uid processes are not an adversary** here (spec: same-uid isolation is not a goal): a mode
+  repair of our own dir or socket goes through a path the other uids cannot reach.
+
+Exceptions
+----------
+::
+
+    CrossSessionError               (protocol.errors)
+    └── FileSystemError             something at ``path`` cannot be used
+        ├── UnsafePathError         we refuse to trust it (code ``unsafe_endpoint``; ``reason``)
+        └── FileOperationError      the OS refused an operation (code = errno name; ``operation``)
+
+An :class:`OSError` from a system call is translated here, at this boundary, with the original kept
+as ``__cause__``; no function below raises a raw ``OSError``. Exceptions raised by a caller's own
+callback (the write fence) pass through unchanged. :func:`vet_socket` and :func:`pid_is_dead`
+never raise: they answer with a code or a boolean.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import uuid
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Final
+
+from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.errors import CrossSessionError
+from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGISTRATION_BYTES
+from pi_cross_session.protocol.paths import (
+    instance_id_from_filename,
+    is_instance_id,
+    resolve_uid,
+)
+
+__all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "FileOperationError",
+    "FileSystemError",
+    "Reason",
+    "UnsafePathError",
+    "ensure_private_dir",
+    "list_registration_names",
+    "make_socket_private",
+    "pid_is_dead",
+    "read_registration_bytes",
+    "remove_file",
+    "vet_socket",
+    "write_registration",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Mode of the peers dir and the runtime dir.
+DIR_MODE: Final = 0o700
+#: Mode of a registration file and of a listening socket.
+FILE_MODE: Final = 0o600
+#: Any of these bits makes a file readable, writable or searchable by someone else.
+_FOREIGN_BITS: Final = 0o077
+#: Bytes asked of the OS per read call; a registration is normally well under one chunk.
+_READ_CHUNK: Final = 65_536
+
+# Test seams: tests replace these to inject failures or swap a file between two steps. Production
+# code never reassigns them.
+_open: Callable[[str, int, int], int] = os.open
+_write: Callable[[int, memoryview], int] = os.write
+
+# ``O_NOFOLLOW`` reports a symlink as ELOOP on Linux and macOS, EMLINK on FreeBSD.
+_SYMLINK_ERRNOS: Final = frozenset({errno.ELOOP, errno.EMLINK})
+
+
+class Reason(StrEnum):
+    """Why a path was refused; carried by :class:`UnsafePathError` for diagnostics and tests."""
+
+    SYMLINK = "symlink"
+    NOT_DIRECTORY = "not_directory"
+    NOT_REGULAR = "not_regular_file"
+    NOT_SOCKET = "not_socket"
+    FOREIGN_OWNER = "foreign_owner"
+    LOOSE_MODE = "group_or_other_access"
+    TOO_LARGE = "too_large"
+    REPLACED = "replaced_during_check"
+
+
+class FileSystemError(CrossSessionError):
+    """Something at :attr:`path` cannot be used; see the two subclasses."""
+
+    code = Code.TRANSPORT_ERROR
+
+    def __init__(self, message: str, *, path: str, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.path = path
+
+
+class UnsafePathError(FileSystemError):
+    """A file, dir or socket exists but fails a trust check; :attr:`reason` says which.
+
+    Not retryable as such: something (or someone) has to change the file first.
+    """
+
+    code = Code.UNSAFE_ENDPOINT
+
+    def __init__(self, path: str, reason: Reason, detail: str) -> None:
+        super().__init__(f"refusing {path!r}: {detail}", path=path)
+        self.reason = reason
+
+
+class FileOperationError(FileSystemError):
+    """The OS refused an operation (missing path, permission denied, disk full …).
+
+    :attr:`code` is the errno name (``ENOENT``, ``EACCES``, ``ENOSPC`` …), the same kind of code
+    sender vetting produces (spec §2); :attr:`operation` names the step that failed.
+    """
+
+    code = Code.TRANSPORT_ERROR
+
+    def __init__(self, path: str, operation: str, exc: OSError) -> None:
+        reason = exc.strerror or str(exc)
+        super().__init__(
+            f"could not {operation} {path!r}: {reason}",
+            path=path,
+            code=_errno_name(exc, Code.TRANSPORT_ERROR),
+        )
+        self.operation = operation
+
+
+def _errno_name(exc: OSError, default: str) -> str:
+    if exc.errno is None:
+        return default
+    return errno.errorcode.get(exc.errno, default)
+
+
+def _failed(path: str, operation: str, exc: OSError) -> FileSystemError:
+    """Translate an OSError; a symlink met by ``O_NOFOLLOW`` or ``O_DIRECTORY`` is a refusal."""
+    if exc.errno in _SYMLINK_ERRNOS:
+        return UnsafePathError(path, Reason.SYMLINK, "it is a symbolic link")
+    return FileOperationError(path, operation, exc)
+
+
+def _check_owner_and_type(
+    path: str,
+    st: os.stat_result,
+    uid: int,
+    *,
+    is_type: Callable[[int], bool],
+    wrong_type: Reason,
+    wrong_type_detail: str,
+) -> None:
+    """Refuse a symlink, the wrong file type, or an owner other than ``uid``."""
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(path, Reason.SYMLINK, "it is a symbolic link")
+    if not is_type(st.st_mode):
+        raise UnsafePathError(path, wrong_type, wrong_type_detail)
+    if st.st_uid != uid:
+        raise UnsafePathError(path, Reason.FOREIGN_OWNER, f"owned by uid {st.st_uid}, not {uid}")
+
+
+# -- private dirs ----------------------------------------------------------------------------------
+
+
+def _mkdir_private(path: str) -> None:
+    """``mkdir -p`` where every dir we create (leaf and missing parents) gets mode 0700.
+
+    :func:`os.makedirs` would create the parents with the default mode, and it raises when a
+    dangling symlink sits at the leaf; here that case falls through to the ``lstat`` judgement.
+    """
+    missing: list[str] = []
+    current = path
+    while True:
+        try:
+            os.mkdir(current, DIR_MODE)
+        except FileExistsError:
+            break
+        except FileNotFoundError:
+            parent = os.path.dirname(current)
+            if not parent or parent == current:
+                raise
+            missing.append(current)
+            current = parent
+            continue
+        break
+    for pending in reversed(missing):
+        try:
+            os.mkdir(pending, DIR_MODE)
+        except FileExistsError:
+            # Another process won the race for this level; the final lstat judges the leaf.
+            continue
+
+
+def ensure_private_dir(path: str, *, uid: int | None = None) -> None:
+    """Create ``path`` if needed and make sure it is a private dir of ours (spec §1.2).
+
+    Missing dirs are created with mode 0700. The leaf must then be a real directory (a symlink is
+    refused, even to a good dir) owned by ``uid`` (default: ours). A dir of ours whose mode is not
+    0700 is repaired to 0700 through a descriptor opened without following links, so a swap after
+    the check cannot redirect the ``chmod``. Used for the peers dir and the runtime dir, at start-up
+    and before every listing.
+
+    Raises :class:`UnsafePathError` or :class:`FileOperationError`.
+    """
+    owner = resolve_uid(uid)
+    try:
+        _mkdir_private(path)
+    except OSError as exc:
+        raise _failed(path, "create the directory", exc) from exc
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise _failed(path, "inspect the directory", exc) from exc
+    _check_owner_and_type(
+        path,
+        st,
+        owner,
+        is_type=stat.S_ISDIR,
+        wrong_type=Reason.NOT_DIRECTORY,
+        wrong_type_detail="it is not a directory",
+    )
+    # Spec §1.2 repairs group/other bits; we also restore missing owner bits, which a strange
+    # umask can strip and without which the dir is useless to us. Special bits are left alone.
+    if stat.S_IMODE(st.st_mode) & 0o777 != DIR_MODE:
+        _repair_dir_mode(path, st)
+
+
+def _repair_dir_mode(path: str, judged: os.stat_result) -> None:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = _open(path, flags, 0)
+    except OSError as exc:
+        # The lstat saw a real dir; with O_NOFOLLOW|O_DIRECTORY, a symlink swapped in since then
+        # shows as ENOTDIR on Linux and ELOOP elsewhere.
+        if exc.errno == errno.ENOTDIR or exc.errno in _SYMLINK_ERRNOS:
+            detail = "it was replaced by a symlink or a non-directory while checking it"
+            raise UnsafePathError(path, Reason.REPLACED, detail) from exc
+        raise _failed(path, "open the directory to repair its mode", exc) from exc
+    try:
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (judged.st_dev, judged.st_ino):
+                detail = "the directory was replaced while checking it"
+                raise UnsafePathError(path, Reason.REPLACED, detail)
+            os.fchmod(fd, DIR_MODE)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _failed(path, "repair the mode of", exc) from exc
+
+
+# -- registrations ---------------------------------------------------------------------------------
+
+
+def list_registration_names(peers_dir: str, *, limit: int = MAX_LISTED_REGISTRATIONS) -> list[str]:
+    """File names in ``peers_dir`` that a listing reads, at most ``limit``, in directory order.
+
+    Kept: entries that are regular files by their directory-entry type (a symlink is not followed
+    and not kept) named ``<32 lowercase hex>.json``. Reading stops as soon as ``limit`` names are
+    found, so a dir stuffed with junk costs one pass at most and a dir stuffed with valid-looking
+    names costs no more than ``limit`` of them (spec §1.5). A missing dir gives ``[]``.
+
+    The caller runs :func:`ensure_private_dir` first. Raises :class:`FileOperationError` if the
+    dir cannot be read (for instance, it is a file).
+    """
+    if limit < 0:
+        raise ValueError("limit must not be negative")
+    names: list[str] = []
+    if limit == 0:
+        return names
+    try:
+        with os.scandir(peers_dir) as entries:
+            for entry in entries:
+                if instance_id_from_filename(entry.name) is None:
+                    continue
+                # ``follow_symlinks=False`` uses the dirent type (lstat only if the FS has none).
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                names.append(entry.name)
+                if len(names) >= limit:
+                    break
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise _failed(peers_dir, "list", exc) from exc
+    return names
+
+
+def _check_registration(path: str, st: os.stat_result, uid: int, max_bytes: int) -> None:
+    _check_owner_and_type(
+        path,
+        st,
+        uid,
+        is_type=stat.S_ISREG,
+        wrong_type=Reason.NOT_REGULAR,
+        wrong_type_detail="it is not a regular file",
+    )
+    if st.st_mode & _FOREIGN_BITS:
+        mode = stat.S_IMODE(st.st_mode)
+        raise UnsafePathError(path, Reason.LOOSE_MODE, f"mode {mode:04o} gives others access")
+    if st.st_size > max_bytes:
+        raise UnsafePathError(
+            path, Reason.TOO_LARGE, f"{st.st_size} bytes is over the {max_bytes}-byte limit"
+        )
+
+
+def read_registration_bytes(
+    path: str, *, uid: int | None = None, max_bytes: int = MAX_REGISTRATION_BYTES
+) -> bytes:
+    """The bytes of a registration file, after every check of spec §1.5.
+
+    Refused (:class:`UnsafePathError`): a symlink, anything but a regular file, a size over
+    ``max_bytes``, an owner other than ``uid`` (default: ours), any group/other mode bit. Such a
+    file is ignored, never repaired. The checks run on ``lstat``, then again on the open
+    descriptor, which must be the very file that was checked; a file that grows past ``max_bytes``
+    while being read is refused too.
+
+    Raises :class:`FileOperationError` when the OS refuses (the file vanished: ``ENOENT``).
+    """
+    if max_bytes < 0:
+        raise ValueError("max_bytes must not be negative")
+    owner = resolve_uid(uid)
+    try:
+        before = os.lstat(path)
+    except OSError as exc:
+        raise _failed(path, "inspect", exc) from exc
+    _check_registration(path, before, owner, max_bytes)
+
+    # NONBLOCK: a FIFO swapped in after the lstat must not hang the reader; it is refused below.
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = _open(path, flags, 0)
+    except OSError as exc:
+        raise _failed(path, "open", exc) from exc
+    try:
+        try:
+            opened = os.fstat(fd)
+            _check_registration(path, opened, owner, max_bytes)
+            if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
+                detail = "the file was replaced while opening it"
+                raise UnsafePathError(path, Reason.REPLACED, detail)
+            return _read_at_most(fd, path, max_bytes)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _failed(path, "read", exc) from exc
+
+
+def _read_at_most(fd: int, path: str, max_bytes: int) -> bytes:
+    """Read to EOF, but never more than ``max_bytes + 1`` bytes (one more proves "too large")."""
+    chunks: list[bytes] = []
+    remaining = max_bytes + 1
+    while remaining > 0:
+        chunk = os.read(fd, min(remaining, _READ_CHUNK))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise UnsafePathError(path, Reason.TOO_LARGE, f"it grew past the {max_bytes}-byte limit")
+    return data
+
+
+def write_registration(
+    peers_dir: str,
+    instance_id: str,
+    data: bytes,
+    *,
+    still_current: Callable[[], bool],
+) -> bool:
+    """Publish ``data`` as ``<peers_dir>/<instance_id>.json``, atomically and fenced (spec §1.4).
+
+    Steps: ``still_current()`` → exclusive-create ``.<instance_id>.<uuid4>.tmp`` at 0600 without
+    following links → write everything → set mode 0600 on the descriptor → ``still_current()``
+    again → rename onto the final name. The temp file is removed in every outcome.
+
+    Returns ``False``, leaving the final file untouched, when either fence check says no. Raises
+    :class:`FileOperationError` on an I/O failure; an exception from ``still_current`` propagates
+    unchanged (the temp file is still removed).
+
+    Decisions:
+
+    * **No fsync.** A registration only means something while its writer runs; it is rewritten
+      every 30 s, and after a crash of the machine the pid, socket and runtime dir are gone anyway.
+      A lost or torn file after power loss is skipped by readers' validation. An fsync per write
+      (every heartbeat and every busy/idle change) would hold a worker thread on slow disks for
+      nothing. The reference does not sync either.
+    * **Mode set before the rename** (``fchmod`` on the temp), not by a ``chmod`` of the final path
+      after it as in the reference: the file on disk ends identical (0600 whatever the umask or the
+      mode of a stale file it replaces), the final name never shows another mode, even briefly, and
+      nothing follows a path that could have been swapped.
+    """
+    if not is_instance_id(instance_id):
+        raise ValueError("an instance id is 32 lowercase hex characters")
+    if not still_current():
+        return False
+    temp = os.path.join(peers_dir, f".{instance_id}.{uuid.uuid4()}.tmp")
+    final = os.path.join(peers_dir, f"{instance_id}.json")
+    created = False
+    try:
+        flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = _open(temp, flags, FILE_MODE)
+        except OSError as exc:
+            raise _failed(temp, "create", exc) from exc
+        created = True
+        try:
+            try:
+                _write_all(fd, data)
+                # The creation mode was filtered by the umask; this makes it exactly 0600.
+                os.fchmod(fd, FILE_MODE)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise _failed(temp, "write", exc) from exc
+        if not still_current():
+            return False
+        try:
+            os.rename(temp, final)
+        except OSError as exc:
+            raise _failed(final, "rename the new registration onto", exc) from exc
+        created = False
+        return True
+    finally:
+        if created:
+            _discard_temp(temp)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    # ``write`` may take less than it is given (a signal, a full pipe); loop until all is out.
+    view = memoryview(data)
+    while view:
+        written = _write(fd, view)
+        if written <= 0:
+            raise OSError(errno.EIO, "the write made no progress")
+        view = view[written:]
+
+
+def _discard_temp(temp: str) -> None:
+    # Never mask the error that brought us here; a left-over dot-file is never listed.
+    try:
+        os.unlink(temp)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        logger.warning("could not remove the temporary registration %r: %s", temp, exc)
+
+
+def remove_file(path: str) -> None:
+    """``rm -f``: remove the file, symlink or socket at ``path``; a missing one is fine.
+
+    Used for a registration and a socket at shutdown, for a reaped peer, and before binding a
+    socket (spec §2). A symlink is removed itself, never its target. Raises
+    :class:`FileOperationError` for anything else (a directory, permission denied …).
+    """
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise FileOperationError(path, "remove", exc) from exc
+
+
+# -- endpoint ------------------------------------------------------------------------------------
+
+
+def vet_socket(path: str, *, uid: int | None = None) -> str | None:
+    """Sender-side vetting of a peer's socket before connecting (spec §2); never raises.
+
+    ``None`` means "safe to connect": ``lstat`` shows a real socket (not a symlink), owned by
+    ``uid`` (default: ours), with no group/other bits. Otherwise a code: the errno name of a failed
+    ``lstat`` (``ENOENT`` …) or ``missing_endpoint`` when there is none, and ``unsafe_endpoint``
+    for the wrong type, mode or owner.
+
+    The path equality check (registered vs recomputed) is the caller's, and comes first.
+    """
+    try:
+        owner = resolve_uid(uid)
+        st = os.lstat(path)
+    except OSError as exc:
+        return _errno_name(exc, Code.MISSING_ENDPOINT)
+    except (ValueError, TypeError):
+        # An embedded NUL or a non-path: nothing we could ever connect to safely.
+        return Code.UNSAFE_ENDPOINT
+    if not stat.S_ISSOCK(st.st_mode) or st.st_mode & _FOREIGN_BITS or st.st_uid != owner:
+        return Code.UNSAFE_ENDPOINT
+    return None
+
+
+def make_socket_private(path: str, *, uid: int | None = None) -> None:
+    """After ``bind``/``listen``: set our socket to 0600 and confirm it passes :func:`vet_socket`.
+
+    The runtime dir is already 0700 (:func:`ensure_private_dir`), so no other uid could reach the
+    socket while it had the umask's mode, nor swap it. A symlink, a non-socket or a foreign owner at
+    the path is refused before the ``chmod``. Raises :class:`UnsafePathError` or
+    :class:`FileOperationError`.
+    """
+    owner = resolve_uid(uid)
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise _failed(path, "inspect the socket", exc) from exc
+    _check_owner_and_type(
+        path,
+        st,
+        owner,
+        is_type=stat.S_ISSOCK,
+        wrong_type=Reason.NOT_SOCKET,
+        wrong_type_detail="it is not a socket",
+    )
+    try:
+        os.chmod(path, FILE_MODE)
+    except OSError as exc:
+        raise _failed(path, "set the mode of the socket", exc) from exc
+    verdict = vet_socket(path, uid=owner)
+    if verdict is not None:
+        detail = f"the socket still fails vetting ({verdict})"
+        raise UnsafePathError(path, Reason.LOOSE_MODE, detail)
+
+
+def pid_is_dead(pid: int) -> bool:
+    """True only when the process is proven gone: ``kill(pid, 0)`` fails with ``ESRCH``.
+
+    Success, ``EPERM`` (alive, another user's) and any other outcome are "not proven dead", and a
+    registration is reaped only on proof (spec §1.5). ``pid <= 0`` is refused (``False``) without
+    a system call, since those values address process groups; so is a bool or a value the OS cannot
+    represent. Never raises. Not reuse-proof, as the contract says.
+    """
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError):
+        return False
+    return False
