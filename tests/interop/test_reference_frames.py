@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.protocol import frames as F
+from pi_cross_session.protocol import frames as wire
 from pi_cross_session.protocol.errors import FrameError
 from tests.shared_paths import REFERENCE
 
@@ -14,13 +14,13 @@ TRANSCRIPTS = sorted(REFERENCE.glob("*.wire.jsonl"))
 NOT_JSON = {"09-invalid-json.wire.jsonl": 0}  # scenario 09 sends a non-JSON line on purpose
 
 
-def parse(obj: object) -> F.AnyFrame:
+def parse(obj: object) -> wire.AnyFrame:
     kind = obj.get("type") if isinstance(obj, dict) else None
     if kind == "hello":
-        return F.parse_hello(obj)
+        return wire.parse_hello(obj)
     if kind == "response":
-        return F.parse_response(obj)
-    return F.parse_request(obj)
+        return wire.parse_response(obj)
+    return wire.parse_request(obj)
 
 
 def test_the_transcripts_are_there() -> None:
@@ -35,20 +35,20 @@ def test_reference_frames_parse_and_reencode_identically(path: Path) -> None:
         text = raw.decode("utf-8")
         if NOT_JSON.get(path.name) == index:
             with pytest.raises(FrameError):
-                F.loads_frame(text)
+                wire.loads_frame(text)
             continue
-        frame = parse(F.loads_frame(text))
+        frame = parse(wire.loads_frame(text))
         # The reference's encoding is canonical (JSON.stringify), so ours must equal it exactly.
-        assert F.dumps_frame(frame) == text
+        assert wire.dumps_frame(frame) == text
 
 
 def test_reference_responses_say_what_a_sender_needs() -> None:
     for path in TRANSCRIPTS:
         for raw in path.read_bytes().split(b"\n")[:-1]:
             try:
-                frame = parse(F.loads_frame(raw.decode()))
+                frame = parse(wire.loads_frame(raw.decode()))
             except FrameError:
                 continue
-            if isinstance(frame, F.Response) and frame.ok:
+            if isinstance(frame, wire.Response) and frame.ok:
                 assert frame.peer_identity() is not None
                 assert frame.code == frame.state == frame.status

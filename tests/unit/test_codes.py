@@ -60,7 +60,7 @@ def test_everything_else_is_a_final_refusal(code: str) -> None:
 
 
 def test_sets_are_consistent() -> None:
-    assert OK_RECEIPTS == {Code.SUBMITTED, Code.QUEUED, Code.ACCEPTED}
+    assert {Code.SUBMITTED, Code.QUEUED, Code.ACCEPTED} == OK_RECEIPTS
     assert not RETRYABLE & RECEIPT_UNKNOWN
     assert RETRYABLE <= RECEIVER_REFUSALS
     assert Code.UNKNOWN not in ROW_STATES  # "unknown" means "no row", never a row's state

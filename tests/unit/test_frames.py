@@ -1,4 +1,4 @@
-"""Frame models: every field rule of spec §3.3–§3.6, at and around each bound, in the right units."""
+"""Frame models: every field rule of spec §3.3–§3.6, at and around each bound, in its unit."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.protocol import frames as F
+from pi_cross_session.protocol import frames as wire
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import FrameError, FrameValidationError
 from pi_cross_session.protocol.limits import (
@@ -74,19 +74,19 @@ def without(body: dict[str, Any], key: str) -> dict[str, Any]:
 
 def refuses_hello(body: object) -> None:
     with pytest.raises(FrameValidationError) as caught:
-        F.parse_hello(body)
+        wire.parse_hello(body)
     assert caught.value.code == Code.AUTHENTICATION_FAILED
 
 
 def refuses_request(body: object) -> None:
     with pytest.raises(FrameValidationError) as caught:
-        F.parse_request(body)
+        wire.parse_request(body)
     assert caught.value.code == Code.INVALID_FRAME
 
 
 def refuses_response(body: object) -> None:
     with pytest.raises(FrameValidationError) as caught:
-        F.parse_response(body)
+        wire.parse_response(body)
     assert caught.value.code == Code.INVALID_RESPONSE
 
 
@@ -94,7 +94,7 @@ def refuses_response(body: object) -> None:
 
 
 def test_a_full_hello_parses_with_python_names() -> None:
-    parsed = F.parse_hello(hello())
+    parsed = wire.parse_hello(hello())
     assert parsed.request_id == "req-1"
     assert parsed.target.instance_id == INSTANCE
     assert parsed.sender is not None
@@ -104,7 +104,7 @@ def test_a_full_hello_parses_with_python_names() -> None:
 
 
 def test_a_probe_hello_has_no_sender_and_may_omit_capabilities() -> None:
-    parsed = F.parse_hello(without(without(hello(), "from"), "capabilities"))
+    parsed = wire.parse_hello(without(without(hello(), "from"), "capabilities"))
     assert parsed.sender is None
     assert parsed.capabilities is None
     assert not parsed.authenticated_claim
@@ -150,23 +150,23 @@ def test_hello_shape_faults_are_authentication_failures(body: object) -> None:
 
 def test_hello_bounds_in_utf16_units() -> None:
     longest = "😀" * (MAX_SESSION_ID_UNITS // 2)  # 512 units in 256 code points
-    assert F.parse_hello(hello(target={"id": longest, "instanceId": INSTANCE}))
+    assert wire.parse_hello(hello(target={"id": longest, "instanceId": INSTANCE}))
     refuses_hello(hello(target={"id": longest + "a", "instanceId": INSTANCE}))
-    assert F.parse_hello(hello(requestId="a" * 128))
-    assert F.parse_hello(hello(capabilities=["c"] * 8))
-    assert F.parse_hello(hello(capabilities=["x" * 64]))
-    assert F.parse_hello(hello(capabilities=[]))
+    assert wire.parse_hello(hello(requestId="a" * 128))
+    assert wire.parse_hello(hello(capabilities=["c"] * 8))
+    assert wire.parse_hello(hello(capabilities=["x" * 64]))
+    assert wire.parse_hello(hello(capabilities=[]))
 
 
 def test_a_malformed_token_is_left_to_authentication() -> None:
     # An uppercase or short token is a bad credential, not a bad frame: the reply must echo the
     # hello's requestId, which only happens if the frame parses.
-    assert F.parse_hello(hello(token="AB" * 32)).token == "AB" * 32
-    assert F.parse_hello(hello(token="")).token == ""
+    assert wire.parse_hello(hello(token="AB" * 32)).token == "AB" * 32
+    assert wire.parse_hello(hello(token="")).token == ""
 
 
 def test_unknown_fields_are_ignored() -> None:
-    parsed = F.parse_hello(hello(extra={"nested": [1, 2]}, goalId="g"))
+    parsed = wire.parse_hello(hello(extra={"nested": [1, 2]}, goalId="g"))
     assert "extra" not in parsed.to_wire()
 
 
@@ -174,16 +174,16 @@ def test_unknown_fields_are_ignored() -> None:
 
 
 def test_a_message_parses() -> None:
-    parsed = F.parse_request(message())
-    assert isinstance(parsed, F.Message)
+    parsed = wire.parse_request(message())
+    assert isinstance(parsed, wire.Message)
     assert parsed.message_id == "msg-1"
     assert parsed.sent_at == 1_795_941_860_117
     assert parsed.goal_id is None
 
 
 def test_a_goal_id_is_kept() -> None:
-    parsed = F.parse_request(message(goalId="3f1c2a9e-0000-4000-8000-000000000000"))
-    assert isinstance(parsed, F.Message)
+    parsed = wire.parse_request(message(goalId="3f1c2a9e-0000-4000-8000-000000000000"))
+    assert isinstance(parsed, wire.Message)
     assert parsed.goal_id == "3f1c2a9e-0000-4000-8000-000000000000"
 
 
@@ -224,37 +224,37 @@ def test_message_shape_faults_are_invalid_frames(body: object) -> None:
 
 def test_text_limit_is_in_utf16_units() -> None:
     astral = "😀" * (MAX_TEXT_UNITS // 2)  # exactly 1,000,000 units in 500,000 code points
-    assert F.parse_request(message(text=astral))
+    assert wire.parse_request(message(text=astral))
     refuses_request(message(text=astral + "a"))
-    assert F.parse_request(message(text="a" * MAX_TEXT_UNITS))
+    assert wire.parse_request(message(text="a" * MAX_TEXT_UNITS))
     refuses_request(message(text="a" * (MAX_TEXT_UNITS + 1)))
 
 
 def test_summary_limit_is_in_code_points() -> None:
-    assert F.parse_request(message(summary="😀" * 200))
+    assert wire.parse_request(message(summary="😀" * 200))
     refuses_request(message(summary="😀" * 201))
 
 
 def test_blank_text_parses_so_that_admission_can_answer_invalid_message() -> None:
-    parsed = F.parse_request(message(text=" \t\u3000\ufeff\n"))
-    assert isinstance(parsed, F.Message)
+    parsed = wire.parse_request(message(text=" \t\u3000\ufeff\n"))
+    assert isinstance(parsed, wire.Message)
     assert parsed.text_is_blank
-    assert not F.Message.model_validate(message(text="\u0085")).text_is_blank  # not JS space
+    assert not wire.Message.model_validate(message(text="\u0085")).text_is_blank  # not JS space
 
 
 def test_safe_integer_bounds() -> None:
-    assert F.parse_request(message(sentAt=MAX_SAFE_INTEGER))
-    assert F.parse_request(message(sentAt=-MAX_SAFE_INTEGER))
-    assert F.parse_request(message(sentAt=0))
+    assert wire.parse_request(message(sentAt=MAX_SAFE_INTEGER))
+    assert wire.parse_request(message(sentAt=-MAX_SAFE_INTEGER))
+    assert wire.parse_request(message(sentAt=0))
     refuses_request(message(sentAt=-MAX_SAFE_INTEGER - 1))
 
 
 def test_a_lone_surrogate_escape_in_json_is_refused() -> None:
     text = json.dumps(message(), ensure_ascii=False).replace("hello there", "bad \\ud800 escape")
-    refuses_request(F.loads_frame(text))
+    refuses_request(wire.loads_frame(text))
     paired = text.replace("\\ud800", "\\ud83d\\ude00")
-    parsed = F.parse_request(F.loads_frame(paired))
-    assert isinstance(parsed, F.Message)
+    parsed = wire.parse_request(wire.loads_frame(paired))
+    assert isinstance(parsed, wire.Message)
     assert parsed.text == "bad 😀 escape"
 
 
@@ -262,8 +262,8 @@ def test_a_lone_surrogate_escape_in_json_is_refused() -> None:
 
 
 def test_a_status_query_parses() -> None:
-    parsed = F.parse_request({"v": 1, "type": "status", "requestId": "r", "messageId": "m"})
-    assert isinstance(parsed, F.StatusQuery)
+    parsed = wire.parse_request({"v": 1, "type": "status", "requestId": "r", "messageId": "m"})
+    assert isinstance(parsed, wire.StatusQuery)
     assert parsed.message_id == "m"
 
 
@@ -284,7 +284,7 @@ def test_status_query_shape_faults(body: object) -> None:
 
 
 def test_a_ready_response_parses_and_exposes_the_peer() -> None:
-    parsed = F.parse_response(response())
+    parsed = wire.parse_response(response())
     identity = parsed.peer_identity()
     assert identity is not None
     assert (identity.id, identity.instance_id, identity.pid) == (SESSION, INSTANCE, 42)
@@ -292,8 +292,8 @@ def test_a_ready_response_parses_and_exposes_the_peer() -> None:
 
 def test_a_malformed_peer_is_not_a_schema_fault() -> None:
     for peer in ("someone", {"id": SESSION}, {"id": 1, "instanceId": INSTANCE, "pid": 1}, []):
-        assert F.parse_response(response(peer=peer)).peer_identity() is None
-    assert F.parse_response(without(response(), "peer")).peer_identity() is None
+        assert wire.parse_response(response(peer=peer)).peer_identity() is None
+    assert wire.parse_response(without(response(), "peer")).peer_identity() is None
 
 
 @pytest.mark.parametrize(
@@ -321,17 +321,19 @@ def test_response_shape_faults_are_invalid_responses(body: object) -> None:
 
 
 def test_response_bounds() -> None:
-    assert F.parse_response(response(next="n" * 2048, error="e" * 4096, status="s" * 64))
-    assert F.parse_response(response(requestId="unknown"))
+    assert wire.parse_response(response(next="n" * 2048, error="e" * 4096, status="s" * 64))
+    assert wire.parse_response(response(requestId="unknown"))
     minimal = {"v": 1, "type": "response", "requestId": "r", "ok": False, "status": "busy"}
-    assert F.parse_response(minimal).capabilities is None
+    assert wire.parse_response(minimal).capabilities is None
 
 
 def test_built_responses_follow_the_wire_rules() -> None:
-    peer = F.PeerIdentity(id=SESSION, instance_id=INSTANCE, pid=7)
-    busy = F.Response.build(request_id="r1", ok=False, status=Code.BUSY, error="later", peer=peer)
-    wire = busy.to_wire()
-    assert list(wire) == [
+    peer = wire.PeerIdentity(id=SESSION, instance_id=INSTANCE, pid=7)
+    busy = wire.Response.build(
+        request_id="r1", ok=False, status=Code.BUSY, error="later", peer=peer
+    )
+    body = busy.to_wire()
+    assert list(body) == [
         "v",
         "type",
         "requestId",
@@ -344,17 +346,17 @@ def test_built_responses_follow_the_wire_rules() -> None:
         "next",
         "error",
     ]
-    assert wire["code"] == wire["state"] == wire["status"] == "busy"
-    assert wire["retryable"] is True
-    assert "peer" not in wire  # a refusal never states the receiver's identity
+    assert body["code"] == body["state"] == body["status"] == "busy"
+    assert body["retryable"] is True
+    assert "peer" not in body  # a refusal never states the receiver's identity
 
-    ready = F.Response.build(request_id="r2", ok=True, status=Code.READY, peer=peer).to_wire()
+    ready = wire.Response.build(request_id="r2", ok=True, status=Code.READY, peer=peer).to_wire()
     assert ready["retryable"] is False
     assert "error" not in ready
     assert ready["peer"] == {"id": SESSION, "instanceId": INSTANCE, "pid": 7}
     assert ready["capabilities"] == ["cancel-safe-queue-v1"]
 
-    refused = F.Response.build(request_id="r3", ok=False, status=Code.DUPLICATE).to_wire()
+    refused = wire.Response.build(request_id="r3", ok=False, status=Code.DUPLICATE).to_wire()
     assert refused["retryable"] is False
     assert refused["next"] != ready["next"] != busy.to_wire()["next"]
 
@@ -363,8 +365,8 @@ def test_built_responses_follow_the_wire_rules() -> None:
 
 
 def test_encoding_is_compact_utf8_with_reference_key_order() -> None:
-    parsed = F.parse_request(message(text="中文 😀 \u2028 \x01 \"q\" \\", summary="é"))
-    text = F.dumps_frame(parsed)
+    parsed = wire.parse_request(message(text='中文 😀 \u2028 \x01 "q" \\', summary="é"))
+    text = wire.dumps_frame(parsed)
     assert text == (
         '{"v":1,"type":"message","requestId":"req-2","messageId":"msg-1",'
         '"text":"中文 😀 \u2028 \\u0001 \\"q\\" \\\\","summary":"é","sentAt":1795941860117}'
@@ -372,24 +374,30 @@ def test_encoding_is_compact_utf8_with_reference_key_order() -> None:
 
 
 def test_hello_encoding_order_with_and_without_optionals() -> None:
-    full = json.loads(F.dumps_frame(F.parse_hello(hello())))
+    full = json.loads(wire.dumps_frame(wire.parse_hello(hello())))
     assert list(full) == ["v", "type", "capabilities", "requestId", "token", "target", "from"]
-    probe = F.parse_hello(without(without(hello(), "from"), "capabilities"))
-    assert list(json.loads(F.dumps_frame(probe))) == ["v", "type", "requestId", "token", "target"]
+    probe = wire.parse_hello(without(without(hello(), "from"), "capabilities"))
+    assert list(json.loads(wire.dumps_frame(probe))) == [
+        "v",
+        "type",
+        "requestId",
+        "token",
+        "target",
+    ]
 
 
 def test_goal_id_is_written_last_and_only_when_set() -> None:
-    scoped = json.loads(F.dumps_frame(F.Message.model_validate(message(goalId="g-1"))))
+    scoped = json.loads(wire.dumps_frame(wire.Message.model_validate(message(goalId="g-1"))))
     assert list(scoped)[-1] == "goalId"
-    plain = json.loads(F.dumps_frame(F.Message.model_validate(message())))
+    plain = json.loads(wire.dumps_frame(wire.Message.model_validate(message())))
     assert "goalId" not in plain
 
 
 def test_non_json_and_non_standard_json_fail_as_frame_errors() -> None:
     for text in ("", "this is not json", "NaN", "[Infinity]", '{"a":-Infinity}', "[" * 50_000):
         with pytest.raises(FrameError) as caught:
-            F.loads_frame(text)
+            wire.loads_frame(text)
         assert caught.value.code == Code.INVALID_FRAME
-    assert F.loads_frame(' {"a":1}\r') == {"a": 1}  # JSON whitespace, CRLF framing
+    assert wire.loads_frame(' {"a":1}\r') == {"a": 1}  # JSON whitespace, CRLF framing
     with pytest.raises(FrameError):
-        F.loads_frame('\ufeff{"a":1}')  # a BOM inside a later frame is not whitespace
+        wire.loads_frame('\ufeff{"a":1}')  # a BOM inside a later frame is not whitespace

@@ -1,7 +1,7 @@
-"""The whole status vocabulary: what a receiver answers, what a message row can be, what a sender says.
+"""The whole status vocabulary: receiver answers, message row states, and a sender's own codes.
 
-Four kinds of word share one namespace, because on the wire ``status``, ``code`` and ``state`` are the
-same string:
+Four kinds of word share one namespace, because on the wire ``status``, ``code`` and ``state`` are
+the same string:
 
 * :class:`Code` — every status or code either side can produce (receiver ``ok`` statuses, receiver
   refusals, message row states, and codes a sender produces locally);
@@ -140,7 +140,7 @@ RECEIVER_REFUSALS: Final = frozenset(
     }
 )
 
-# -- guidance: short texts for the ``next`` field, ours ----------------------------------------------
+# -- guidance: short texts for the ``next`` field, ours ---------------------------------------
 
 #: On the wire with ``ok:true``: what a receipt does and does not promise.
 NEXT_AFTER_OK: Final = (
@@ -155,7 +155,9 @@ NEXT_INSPECT: Final = (
     "Not retryable as is; check the target, its inbound policy and status, or upgrade an old peer"
 )
 #: Locally, when the outcome of an exchange is not known.
-NEXT_RECEIPT_UNKNOWN: Final = "Outcome unknown; query the message status on the same receiver incarnation and never resend blindly"
+NEXT_RECEIPT_UNKNOWN: Final = (
+    "Outcome unknown; ask this receiver incarnation for the message status, never resend blindly"
+)
 
 
 def is_retryable(code: str) -> bool:
@@ -177,7 +179,7 @@ def wire_next(*, ok: bool, status: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Classification:
-    """A sender's verdict on an ending: the code, its state, whether to retry, and what to do next."""
+    """A sender's verdict on an ending: code, state, whether to retry, and what to do next."""
 
     code: str
     state: SenderState

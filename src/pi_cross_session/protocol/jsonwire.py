@@ -6,8 +6,8 @@ Python's :mod:`json` is close to ECMAScript's ``JSON`` but not equal. The differ
 * Python raises :class:`RecursionError` on very deep nesting; that is a bad frame, not a crash.
 * Python keeps integers exact at any size; JS rounds past 2**53. Rules that need a JS-safe integer
   check for it explicitly (see :mod:`pi_cross_session.protocol.frames`).
-* Both keep the last of duplicate keys, both accept only `` \\t\\n\\r`` around values, both fail on a
-  leading U+FEFF inside the text.
+* Both keep the last of duplicate keys, both accept only `` \\t\\n\\r`` around values, both
+  fail on a leading U+FEFF inside the text.
 
 Output is what ``JSON.stringify`` produces for our values: no spaces, non-ASCII as UTF-8 rather than
 ``\\u`` escapes, control characters escaped the same way, integers as integers.

@@ -1,9 +1,9 @@
 """Every numeric bound of the system, in one place, with the reason beside it.
 
-Wire bounds are fixed by the interoperability contract (``spec/protocol-v1.md``); changing one of them
-breaks compatibility with the reference peer. Policy bounds live here too, so that a reader can see
-everything the receiver is willing to spend at a glance; the classes that enforce them take each bound
-as a keyword-only override so tests can use small values.
+Wire bounds are fixed by the interoperability contract (``spec/protocol-v1.md``); changing one of
+them breaks compatibility with the reference peer. Policy bounds live here too, so that a reader can
+see everything the receiver is willing to spend at a glance; the classes that enforce them take each
+bound as a keyword-only override so tests can use small values.
 """
 
 from typing import Final

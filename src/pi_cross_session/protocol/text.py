@@ -1,4 +1,4 @@
-"""Text rules shared by every part of the wire: lengths in the contract's units, JS whitespace, names.
+"""Text rules shared by the whole wire: lengths in the contract's units, JS whitespace, names.
 
 The reference peer is written in JavaScript, so several rules are phrased in JS terms:
 
