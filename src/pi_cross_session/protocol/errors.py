@@ -4,7 +4,7 @@
 
     CrossSessionError             every error this package raises on purpose; carries a code
     ├── FrameError                 bytes that are not a frame (framing, UTF-8, JSON)
-    │   └── FrameTooLarge          a frame over the byte cap (code ``message_too_large``)
+    │   └── FrameTooLargeError          a frame over the byte cap (code ``message_too_large``)
     ├── FrameValidationError       JSON that is not the frame the contract expects
     └── LocalProtocolError         we were about to break the contract ourselves
 
@@ -35,7 +35,7 @@ class FrameError(CrossSessionError):
     code = Code.INVALID_FRAME
 
 
-class FrameTooLarge(FrameError):
+class FrameTooLargeError(FrameError):
     """One frame passed the raw byte cap before its LF arrived (or would, when encoding)."""
 
     code = Code.MESSAGE_TOO_LARGE
