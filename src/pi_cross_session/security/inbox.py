@@ -1,0 +1,120 @@
+"""A first receiver: authenticated messages kept in memory, in order, with their states.
+
+This is the handler the endpoint calls when no agent host is attached (tests, the command-line
+inbox). It answers probes, refuses messages on probe-only connections, refuses blank texts and
+repeated message ids, and keeps every admitted message with a state a status query can read.
+It is bounded by the lifetime budget: after ``LIFETIME_BUDGET`` admissions it refuses with
+``budget_exhausted`` rather than grow.
+
+The full admission pipeline (rate, dedup window, queue, abort latch) replaces this for sessions
+attached to a host; the endpoint does not change, because both implement the same two calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.frames import (
+    UNKNOWN_REQUEST_ID,
+    Hello,
+    Message,
+    Response,
+    StatusQuery,
+)
+from pi_cross_session.protocol.limits import LIFETIME_BUDGET
+from pi_cross_session.security.auth import Authenticator, Caller
+
+TEXTS = {
+    Code.AUTHENTICATION_FAILED: "Messages need an authenticated sender (a hello with 'from')",
+    Code.INVALID_FRAME: "A status query needs an authenticated sender (a hello with 'from')",
+    Code.INVALID_MESSAGE: "The message text is blank",
+    Code.DUPLICATE: "This message id was already admitted from this sender incarnation",
+    Code.BUDGET_EXHAUSTED: "This receiver incarnation has admitted all the messages it will",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEntry:
+    """One admitted message, as the receiver keeps it."""
+
+    sender_instance_id: str
+    sender_session_id: str
+    sender_name: str
+    message_id: str
+    text: str
+    summary: str
+    sent_at: int
+    goal_id: str | None
+
+
+class MemoryInbox:
+    """An :class:`~pi_cross_session.protocol.endpoint.InboundHandler` keeping messages in memory."""
+
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        *,
+        budget: int = LIFETIME_BUDGET,
+        on_message: Callable[[InboxEntry], None] | None = None,
+    ) -> None:
+        self._auth = authenticator
+        self._budget = budget
+        self._on_message = on_message
+        self.entries: list[InboxEntry] = []
+        self._states: dict[tuple[str, str], str] = {}
+
+    @property
+    def remaining_budget(self) -> int:
+        """Admissions left before every message is refused."""
+        return self._budget - len(self.entries)
+
+    async def on_hello(self, hello: Hello) -> tuple[Response, Caller | None]:
+        """Delegate to the authenticator."""
+        return await self._auth.on_hello(hello)
+
+    def on_request(self, session: Caller, request: Message | StatusQuery) -> Response:
+        """Admit a message or answer a status query; never awaits, so it is atomic."""
+        sender = session.sender
+        if isinstance(request, StatusQuery):
+            if sender is None:
+                return self._refuse(UNKNOWN_REQUEST_ID, Code.INVALID_FRAME)
+            state = self._states.get((sender.instance_id, request.message_id), Code.UNKNOWN)
+            return self._ok(request.request_id, state)
+        if sender is None:
+            return self._refuse(request.request_id, Code.AUTHENTICATION_FAILED)
+        if request.text_is_blank:
+            return self._refuse(request.request_id, Code.INVALID_MESSAGE)
+        key = (sender.instance_id, request.message_id)
+        if key in self._states:
+            return self._refuse(request.request_id, Code.DUPLICATE)
+        if self.remaining_budget <= 0:
+            return self._refuse(request.request_id, Code.BUDGET_EXHAUSTED)
+        entry = InboxEntry(
+            sender_instance_id=sender.instance_id,
+            sender_session_id=sender.id,
+            sender_name=sender.name,
+            message_id=request.message_id,
+            text=request.text,
+            summary=request.summary,
+            sent_at=request.sent_at,
+            goal_id=request.goal_id,
+        )
+        self.entries.append(entry)
+        self._states[key] = Code.SUBMITTED
+        if self._on_message is not None:
+            self._on_message(entry)
+        return self._ok(request.request_id, Code.SUBMITTED)
+
+    def _ok(self, request_id: str, status: str) -> Response:
+        return Response.build(
+            request_id=request_id,
+            ok=True,
+            status=status,
+            peer=self._auth.identity.peer_identity(),
+        )
+
+    @staticmethod
+    def _refuse(request_id: str, code: Code) -> Response:
+        return Response.build(request_id=request_id, ok=False, status=code, error=TEXTS[code])

@@ -1,0 +1,136 @@
+"""Real peers for socket tests: a registration file, a listening endpoint and an inbox."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+
+from pi_cross_session.protocol.endpoint import Endpoint, EndpointConfig
+from pi_cross_session.protocol.exchange import Exchanger
+from pi_cross_session.protocol.frames import Message, Sender
+from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.protocol.registration import (
+    Registration,
+    build_registration,
+    serialize,
+)
+from pi_cross_session.security import fs
+from pi_cross_session.security.auth import Authenticator, LocalIdentity
+from pi_cross_session.security.inbox import MemoryInbox
+from pi_cross_session.security.tokens import new_instance_id, new_token
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def make_registration(
+    locations: Locations,
+    name: str,
+    *,
+    instance_id: str | None = None,
+    session_id: str | None = None,
+    pid: int | None = None,
+    token: str | None = None,
+) -> Registration:
+    """A registration as a live session of this agent dir would publish it."""
+    instance_id = instance_id or new_instance_id()
+    stamp = now_ms()
+    return build_registration(
+        session_id=session_id or str(uuid.uuid4()),
+        session_name=name,
+        instance_id=instance_id,
+        cwd=os.getcwd(),
+        pid=pid or os.getpid(),
+        started_at=stamp,
+        updated_at=stamp,
+        status="idle",
+        inbound="accept",
+        socket_path=locations.socket_path(instance_id),
+        token=token or new_token(),
+    )
+
+
+def publish(locations: Locations, registration: Registration) -> None:
+    """Write a registration file the way a session does (0600 in a 0700 dir)."""
+    fs.ensure_private_dir(locations.peers_dir)
+    fs.write_registration(
+        locations.peers_dir,
+        registration.instance_id,
+        serialize(registration),
+        still_current=lambda: True,
+    )
+
+
+@dataclass
+class PeerHandle:
+    """A running test peer."""
+
+    locations: Locations
+    registration: Registration
+    inbox: MemoryInbox
+    endpoint: Endpoint[object]
+
+    @property
+    def sender(self) -> Sender:
+        """How this peer names itself in an authenticated hello."""
+        reg = self.registration
+        return Sender(id=reg.id, instance_id=reg.instance_id, token=reg.token)
+
+    def exchanger(self) -> Exchanger:
+        return Exchanger(self.locations, fs)
+
+    async def send(self, to: PeerHandle | Registration, text: str, **fields: object) -> object:
+        target = to.registration if isinstance(to, PeerHandle) else to
+        message = make_message(text, **fields)
+        return await self.exchanger().send(target, sender=self.sender, message=message)
+
+
+def make_message(text: str, **fields: object) -> Message:
+    body: dict[str, object] = {
+        "v": 1,
+        "type": "message",
+        "requestId": str(uuid.uuid4()),
+        "messageId": str(uuid.uuid4()),
+        "text": text,
+        "summary": (text.strip().splitlines() or ["message"])[0][:200] or "message",
+        "sentAt": now_ms(),
+    }
+    body.update(fields)
+    return Message.model_validate(body)
+
+
+@asynccontextmanager
+async def running_peer(
+    locations: Locations, name: str, *, config: EndpointConfig | None = None
+) -> AsyncIterator[PeerHandle]:
+    """Publish a registration and serve an inbox until the block ends, then clean up."""
+    registration = make_registration(locations, name)
+    identity = LocalIdentity(
+        session_id=registration.id,
+        instance_id=registration.instance_id,
+        token=registration.token,
+        pid=registration.pid,
+    )
+    inbox = MemoryInbox(Authenticator(identity, locations))
+    endpoint: Endpoint[object] = Endpoint(
+        registration.socket_path,
+        inbox,  # type: ignore[arg-type]
+        files=fs,
+        config=config,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(endpoint.serve)
+        publish(locations, registration)
+        try:
+            yield PeerHandle(locations, registration, inbox, endpoint)
+        finally:
+            tg.cancel_scope.cancel()
+            fs.remove_file(locations.registration_path(registration.instance_id))
+            fs.remove_file(registration.socket_path)
