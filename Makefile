@@ -32,6 +32,7 @@ pytest: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/codec.py
+	$(BIN)/python bench/listing.py
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,4 +1,4 @@
-"""Suite-wide guards: each test gets its own agent dir, never ``~/.pi``, and leaves no runtime dir."""
+"""Suite-wide guards: a private agent dir per test (never ~/.pi), and no runtime dir left."""
 
 from __future__ import annotations
 
