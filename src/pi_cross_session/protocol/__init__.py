@@ -6,6 +6,7 @@ every rule of the contract can be tested by feeding values in and looking at wha
 
 SANS_IO_MODULES = (
     "addressing",
+    "bridge",
     "capabilities",
     "codec",
     "codes",

@@ -198,3 +198,34 @@ def classify(code: str) -> Classification:
     if is_retryable(code):
         return Classification(code, SenderState.REFUSED, True, NEXT_RETRY_LATER)
     return Classification(code, SenderState.REFUSED, False, NEXT_INSPECT)
+
+
+# -- refusal texts: the ``error`` of a receiver's refusal, ours -------------------------------
+
+#: One short explanation per refusal a receiver writes. A reply is built from its code alone, never
+#: from the input that caused it, so nothing a peer sent is ever echoed back.
+REFUSAL_TEXTS: Final[dict[str, str]] = {
+    Code.INVALID_FRAME: "The frame is not valid UTF-8 JSON of the expected kind",
+    Code.MESSAGE_TOO_LARGE: "The frame exceeds 1,048,576 bytes",
+    Code.AUTHENTICATION_FAILED: "Authentication failed, or the frame needs an authenticated sender",
+    Code.INVALID_MESSAGE: "The message text is blank",
+    Code.REFUSED: "This session does not accept messages from other sessions",
+    Code.STOPPED: "This session's inbox is closed until its user resumes it",
+    Code.EXPIRED: "The message is older than 30 s or dated more than 5 s ahead",
+    Code.INVALID_BRIDGE: "The bridge envelope is malformed or expired",
+    Code.INVALID_GOAL: "The goal id cannot be used with this message",
+    Code.UNSUPPORTED: "This receiver does not handle bridge envelopes",
+    Code.BUSY: "The session is busy and cannot safely queue this message; retry once it is idle",
+    Code.QUEUE_FULL: "The queue of this session is full; retry once it is idle",
+    Code.BUDGET_EXHAUSTED: "This session incarnation has used its whole message budget",
+    Code.DUPLICATE: "Already admitted: same message id, or same text within 30 s",
+    Code.RATE_LIMITED: "Too many messages from this sender; wait before sending again",
+    Code.GOAL_NOT_AUTHORIZED: "This sender is not a member of that goal",
+    Code.NO_HANDLER: "No handler claimed this bridge envelope",
+    Code.INJECTION_FAILED: "The session could not take the message into its conversation",
+}
+
+
+def refusal_text(code: str) -> str:
+    """The ``error`` text for a refusal ``code`` (a generic one for codes we never write)."""
+    return REFUSAL_TEXTS.get(code, "The receiver refused the frame")

@@ -31,7 +31,7 @@ import anyio.abc
 
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codec import NEED_DATA, Fault, Frame, FrameDecoder, encode_frame
-from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.codes import Code, refusal_text
 from pi_cross_session.protocol.errors import FrameError, FrameValidationError
 from pi_cross_session.protocol.frames import (
     UNKNOWN_REQUEST_ID,
@@ -59,13 +59,6 @@ SessionT = TypeVar("SessionT")
 READ_CHUNK_BYTES: Final = 65_536
 #: Pause after a failed ``accept`` (e.g. out of file descriptors) so the loop cannot spin.
 ACCEPT_BACKOFF_S: Final = 0.05
-
-#: Texts of the fault replies the endpoint itself writes.
-FAULT_TEXTS: Final = {
-    Code.INVALID_FRAME: "The frame is not valid UTF-8 JSON of the expected kind",
-    Code.MESSAGE_TOO_LARGE: "The frame exceeds 1,048,576 bytes",
-    Code.AUTHENTICATION_FAILED: "The first frame must be a valid hello",
-}
 
 
 class SocketFiles(Protocol):
@@ -302,7 +295,7 @@ class Endpoint(Generic[SessionT]):
             request_id=UNKNOWN_REQUEST_ID,
             ok=False,
             status=code,
-            error=FAULT_TEXTS[code],
+            error=refusal_text(code),
             capabilities=self._config.capabilities,
         )
         await self._send(stream, reply)

@@ -70,6 +70,7 @@ __all__ = [
     "read_registration_bytes",
     "remove_file",
     "vet_socket",
+    "write_private_file",
     "write_registration",
 ]
 
@@ -413,10 +414,32 @@ def write_registration(
     """
     if not is_instance_id(instance_id):
         raise ValueError("an instance id is 32 lowercase hex characters")
+    return _write_atomically(peers_dir, f"{instance_id}.json", instance_id, data, still_current)
+
+
+def write_private_file(directory: str, name: str, data: bytes) -> None:
+    """Write ``data`` as ``<directory>/<name>``, atomically, at mode 0600.
+
+    The same sequence as :func:`write_registration` (exclusive 0600 temp file, rename), for the
+    other small private files we keep, such as the command line's sender identity. ``directory``
+    must already be private (see :func:`ensure_private_dir`).
+    """
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError("a private file name is one plain path component")
+    _write_atomically(directory, name, name, data, lambda: True)
+
+
+def _write_atomically(
+    directory: str,
+    final_name: str,
+    temp_stem: str,
+    data: bytes,
+    still_current: Callable[[], bool],
+) -> bool:
     if not still_current():
         return False
-    temp = os.path.join(peers_dir, f".{instance_id}.{uuid.uuid4()}.tmp")
-    final = os.path.join(peers_dir, f"{instance_id}.json")
+    temp = os.path.join(directory, f".{temp_stem}.{uuid.uuid4()}.tmp")
+    final = os.path.join(directory, final_name)
     created = False
     try:
         flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -439,7 +462,7 @@ def write_registration(
         try:
             os.rename(temp, final)
         except OSError as exc:
-            raise _failed(final, "rename the new registration onto", exc) from exc
+            raise _failed(final, "rename the new file onto", exc) from exc
         created = False
         return True
     finally:

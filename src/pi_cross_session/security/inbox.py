@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.codes import Code, refusal_text
 from pi_cross_session.protocol.frames import (
     UNKNOWN_REQUEST_ID,
     Hello,
@@ -25,14 +25,6 @@ from pi_cross_session.protocol.frames import (
 )
 from pi_cross_session.protocol.limits import LIFETIME_BUDGET
 from pi_cross_session.security.auth import Authenticator, Caller
-
-TEXTS = {
-    Code.AUTHENTICATION_FAILED: "Messages need an authenticated sender (a hello with 'from')",
-    Code.INVALID_FRAME: "A status query needs an authenticated sender (a hello with 'from')",
-    Code.INVALID_MESSAGE: "The message text is blank",
-    Code.DUPLICATE: "This message id was already admitted from this sender incarnation",
-    Code.BUDGET_EXHAUSTED: "This receiver incarnation has admitted all the messages it will",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,4 +109,6 @@ class MemoryInbox:
 
     @staticmethod
     def _refuse(request_id: str, code: Code) -> Response:
-        return Response.build(request_id=request_id, ok=False, status=code, error=TEXTS[code])
+        return Response.build(
+            request_id=request_id, ok=False, status=code, error=refusal_text(code)
+        )

@@ -1,0 +1,668 @@
+"""One object per host session that owns every part of cross-session messaging.
+
+:class:`SessionRuntime` ties the planes together for one host session:
+
+* an **incarnation** — a fresh instance id and token, a registration, an endpoint, an admission
+  state machine and a lifetime budget — lives from :meth:`SessionRuntime.run` until
+  :meth:`~SessionRuntime.stop` or :meth:`~SessionRuntime.reload` (which starts a new incarnation
+  with fresh state: nothing carries over, not the budget, not the message states);
+* the host reports its turns through the ``on_*`` methods (see :mod:`.host`);
+* the model's tools call :meth:`~SessionRuntime.list_peers` and :meth:`~SessionRuntime.send`.
+
+Structured concurrency: everything an incarnation runs (endpoint, heartbeat, maintenance) lives in
+one task group inside :meth:`run`; stopping cancels that group, fences the registrar, marks pending
+messages ``dropped_shutdown`` and removes the registration, then the socket. Sends in flight when an
+incarnation stops end as ``cancelled`` (receipt unknown). Nothing is fire-and-forget.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Final
+
+import anyio
+import anyio.abc
+
+from pi_cross_session.plugin import render
+from pi_cross_session.plugin.host import HostPort
+from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.addressing import AddressError, resolve_target
+from pi_cross_session.protocol.capabilities import ADVERTISED
+from pi_cross_session.protocol.codec import encode_frame
+from pi_cross_session.protocol.codes import Code, classify
+from pi_cross_session.protocol.discovery import Listing, Registrar, list_peers
+from pi_cross_session.protocol.endpoint import Endpoint, EndpointConfig
+from pi_cross_session.protocol.errors import CrossSessionError, FrameTooLargeError
+from pi_cross_session.protocol.exchange import ExchangeConfig, ExchangeError, Exchanger, Receipt
+from pi_cross_session.protocol.frames import WIRE_VERSION, Message, Sender, dumps_frame
+from pi_cross_session.protocol.gitinfo import resolve_git_info
+from pi_cross_session.protocol.limits import (
+    HEARTBEAT_INTERVAL_S,
+    LIFETIME_BUDGET,
+    MAX_FRAME_BYTES,
+    MAX_SUMMARY_CODE_POINTS,
+    MAX_TARGET_UNITS,
+    MAX_TEXT_UNITS,
+    MAX_TOOL_SUMMARY_UNITS,
+)
+from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.protocol.registration import (
+    PublicPeer,
+    Registration,
+    build_registration,
+    default_name,
+    inbound_from_flag,
+)
+from pi_cross_session.protocol.text import clean_line, is_blank, is_well_formed, utf16_length
+from pi_cross_session.security import fs
+from pi_cross_session.security.admission import (
+    Admission,
+    Clock,
+    Delivery,
+    Phase,
+    ResumeOutcome,
+    Snapshot,
+    TurnEnding,
+    TurnSource,
+)
+from pi_cross_session.security.auth import Authenticator, LocalIdentity
+from pi_cross_session.security.limits import LifetimeBudget
+from pi_cross_session.security.receiver import SessionReceiver
+from pi_cross_session.security.tokens import new_instance_id, new_token
+
+logger = logging.getLogger(__name__)
+
+#: Longest the maintenance loop sleeps when nothing is due (a safety net, not a schedule).
+MAINTENANCE_MAX_SLEEP_S: Final = 1.0
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+SYSTEM_CLOCK: Final = Clock(wall_ms=_wall_ms, monotonic=time.monotonic)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeOptions:
+    """Settings of a runtime; every bound defaults to the contract's value."""
+
+    inbound: str = "accept"
+    budget: int = LIFETIME_BUDGET
+    heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    clock: Clock = SYSTEM_CLOCK
+    #: Extra keyword arguments for :class:`Admission` (tests use small queues and windows).
+    admission: dict[str, float | int] = field(default_factory=dict)
+    #: Resolve git metadata in listings.
+    with_git: bool = True
+
+
+class NotReadyError(CrossSessionError):
+    """The runtime has no running incarnation (not started yet, or stopped)."""
+
+    code = Code.NOT_READY
+
+
+@dataclass(slots=True)
+class _Incarnation:
+    identity: LocalIdentity
+    started_at: int
+    budget: LifetimeBudget
+    admission: Admission
+    endpoint: Endpoint[object]
+    registrar: Registrar
+    exchanger: Exchanger
+    wake: anyio.Event = field(default_factory=anyio.Event)
+    flush_due: bool = False
+    refresh_due: bool = False
+    outbound: set[anyio.CancelScope] = field(default_factory=set)
+    failure: BaseException | None = None
+
+
+class SessionRuntime:
+    """Cross-session messaging for one host session."""
+
+    def __init__(
+        self,
+        host: HostPort,
+        *,
+        locations: Locations | None = None,
+        options: RuntimeOptions | None = None,
+    ) -> None:
+        self.host = host
+        self.locations = locations or paths.resolve()
+        self.options = options or RuntimeOptions()
+        self._inbound = inbound_from_flag(self.options.inbound)
+        self._current: _Incarnation | None = None
+        self._stop_requested = False
+        self._reload_requested = False
+        self._control = anyio.Event()
+        self._ready = anyio.Event()
+        self._finished = anyio.Event()
+        self._running = False
+        self.last_error: BaseException | None = None
+        self.incarnations = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run incarnations until :meth:`stop`. Reports ready once the first one is registered.
+
+        A reload ends the current incarnation and starts a new one inside this call.
+        """
+        if self._running:
+            raise RuntimeError("this runtime is already running")
+        self._running = True
+        reported = False
+        try:
+            while not self._stop_requested:
+                self._reload_requested = False
+                incarnation = self._new_incarnation()
+                self._current = incarnation
+                try:
+                    async with anyio.create_task_group() as group:
+                        await group.start(incarnation.endpoint.serve)
+                        await incarnation.registrar.register()
+                        await group.start(incarnation.registrar.run_heartbeat)
+                        group.start_soon(self._maintain, incarnation)
+                        self.incarnations += 1
+                        self._ready.set()
+                        if not reported:
+                            task_status.started()
+                            reported = True
+                        await self._wait_for_control()
+                        group.cancel_scope.cancel()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._close(incarnation)
+                if incarnation.failure is not None and not self._reload_requested:
+                    break
+        finally:
+            self._current = None
+            self._running = False
+            self._finished.set()
+            if not reported:
+                task_status.started()
+
+    async def _wait_for_control(self) -> None:
+        while not (self._stop_requested or self._reload_requested):
+            current = self._current
+            if current is not None and current.failure is not None:
+                return
+            await self._control.wait()
+            self._control = anyio.Event()
+
+    def _signal(self) -> None:
+        self._control.set()
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to end (usable from synchronous callbacks)."""
+        self._stop_requested = True
+        self._cancel_outbound()
+        self._signal()
+
+    async def stop(self) -> None:
+        """End the running incarnation and :meth:`run`; idempotent."""
+        self.request_stop()
+        if self._running:
+            await self._finished.wait()
+
+    async def wait_finished(self) -> None:
+        """Return once :meth:`run` has ended (for whatever reason)."""
+        await self._finished.wait()
+
+    async def reload(self) -> None:
+        """Replace the incarnation with a new one (new instance id, token, fresh state)."""
+        if not self._running or self._stop_requested:
+            raise NotReadyError("the runtime is not running")
+        self._ready = anyio.Event()
+        self._reload_requested = True
+        self._cancel_outbound()
+        self._signal()
+        await self._ready.wait()
+
+    def emergency_cleanup(self) -> None:
+        """Remove this incarnation's files without the event loop (process exit fallback)."""
+        current = self._current
+        if current is None:
+            return
+        current.admission.shutdown()
+        for path in (
+            self.locations.registration_path(current.identity.instance_id),
+            self.locations.socket_path(current.identity.instance_id),
+        ):
+            try:
+                fs.remove_file(path)
+            except CrossSessionError as exc:
+                logger.warning("cleanup could not remove %s: %s", path, exc)
+
+    def _cancel_outbound(self) -> None:
+        current = self._current
+        if current is not None:
+            for scope in list(current.outbound):
+                scope.cancel()
+
+    def _new_incarnation(self) -> _Incarnation:
+        instance_id = new_instance_id()
+        identity = LocalIdentity(
+            session_id=self.host.session_id,
+            instance_id=instance_id,
+            token=new_token(),
+            pid=os.getpid(),
+        )
+        clock = self.options.clock
+        budget = LifetimeBudget(units=self.options.budget)
+        holder: list[_Incarnation] = []
+
+        def on_latch(reason: str) -> None:
+            self._notify(
+                f"Cross-session inbox closed: {reason}. Run /cross-session-resume to reopen."
+            )
+            if holder:
+                self._wake(holder[0], refresh=True)
+
+        admission = Admission(
+            identity,
+            clock=clock,
+            submit=self._submit_to_host,
+            budget=budget,
+            inbound=lambda: self._inbound,
+            host_idle=self.host.is_idle,
+            on_latch=on_latch,
+            **self.options.admission,  # type: ignore[arg-type]
+        )
+        receiver = SessionReceiver(
+            Authenticator(identity, self.locations, capabilities=ADVERTISED), admission
+        )
+        endpoint: Endpoint[object] = Endpoint(
+            self.locations.socket_path(instance_id),
+            receiver,  # type: ignore[arg-type]
+            files=fs,
+            config=self.options.endpoint,
+        )
+        started_at = clock.wall_ms()
+
+        def snapshot() -> Registration:
+            return self._registration(identity, started_at, admission)
+
+        def on_failure(exc: BaseException) -> None:
+            self.last_error = exc
+            self._notify(f"Cross-session inbox stopped: its registration could not be kept ({exc})")
+            if holder:
+                holder[0].failure = exc
+            self._signal()
+
+        registrar = Registrar(
+            self.locations,
+            fs,
+            snapshot,
+            heartbeat_interval_s=self.options.heartbeat_interval_s,
+            on_failure=on_failure,
+            clock=clock.wall_ms,
+        )
+        exchanger = Exchanger(self.locations, fs, config=self.options.exchange)
+        incarnation = _Incarnation(
+            identity=identity,
+            started_at=started_at,
+            budget=budget,
+            admission=admission,
+            endpoint=endpoint,
+            registrar=registrar,
+            exchanger=exchanger,
+        )
+        holder.append(incarnation)
+        return incarnation
+
+    def _registration(
+        self, identity: LocalIdentity, started_at: int, admission: Admission
+    ) -> Registration:
+        return build_registration(
+            session_id=identity.session_id,
+            session_name=default_name(identity.session_id, self.host.session_name),
+            instance_id=identity.instance_id,
+            cwd=self.host.cwd,
+            pid=identity.pid,
+            started_at=started_at,
+            updated_at=self.options.clock.wall_ms(),
+            status="idle" if admission.phase is Phase.IDLE else "busy",
+            inbound=self._inbound,
+            socket_path=self.locations.socket_path(identity.instance_id),
+            token=identity.token,
+        )
+
+    async def _close(self, incarnation: _Incarnation) -> None:
+        """Cleanup in the contract's order: fence, drop pending, registration, socket."""
+        for scope in list(incarnation.outbound):
+            scope.cancel()
+        incarnation.admission.shutdown()
+        await incarnation.registrar.unregister()
+        try:
+            await anyio.to_thread.run_sync(
+                fs.remove_file, self.locations.socket_path(incarnation.identity.instance_id)
+            )
+        except CrossSessionError as exc:
+            logger.warning("could not remove our socket: %s", exc)
+
+    async def _maintain(self, incarnation: _Incarnation) -> None:
+        """Expire, flush and refresh when due; sleeps until the next deadline or a wake-up."""
+        admission = incarnation.admission
+        clock = self.options.clock
+        while True:
+            deadline = admission.next_deadline()
+            delay = MAINTENANCE_MAX_SLEEP_S
+            if deadline is not None:
+                delay = min(delay, max(0.0, deadline - clock.monotonic()))
+            with anyio.move_on_after(delay):
+                await incarnation.wake.wait()
+            incarnation.wake = anyio.Event()
+            before = admission.phase
+            admission.tick()
+            if incarnation.flush_due:
+                incarnation.flush_due = False
+                admission.flush_one()
+            if incarnation.refresh_due or admission.phase is not before:
+                incarnation.refresh_due = False
+                try:
+                    await incarnation.registrar.refresh()
+                except CrossSessionError as exc:
+                    logger.warning("registration refresh failed: %s", exc)
+
+    def _wake(
+        self, incarnation: _Incarnation, *, flush: bool = False, refresh: bool = False
+    ) -> None:
+        incarnation.flush_due = incarnation.flush_due or flush
+        incarnation.refresh_due = incarnation.refresh_due or refresh
+        incarnation.wake.set()
+
+    def _submit_to_host(self, delivery: Delivery) -> None:
+        self.host.submit(delivery, render.peer_message(delivery))
+
+    def _notify(self, text: str) -> None:
+        try:
+            self.host.notify(text)
+        except Exception:  # a notification must never break what triggered it
+            logger.exception("host notification failed")
+
+    # -- host events -----------------------------------------------------------------------------
+
+    def on_turn_preparing(self) -> None:
+        """A turn is about to start."""
+        if (inc := self._current) is not None:
+            inc.admission.turn_preparing()
+            self._wake(inc, refresh=True)
+
+    def on_turn_started(self, source: TurnSource) -> None:
+        """A turn started; ``source`` is who started it, if the host knows."""
+        if (inc := self._current) is not None:
+            inc.admission.turn_started(source)
+            self._wake(inc, refresh=True)
+
+    def on_message_started(self, message_id: str, sender_instance_id: str) -> None:
+        """A message we submitted entered the conversation."""
+        if (inc := self._current) is not None:
+            inc.admission.message_started(message_id, sender_instance_id)
+
+    def on_turn_aborted(self) -> None:
+        """The running turn was aborted."""
+        if (inc := self._current) is not None:
+            inc.admission.turn_aborted()
+            self._wake(inc, refresh=True)
+
+    def on_turn_ended(self, ending: TurnEnding) -> None:
+        """A turn ended; a safe end lets one queued message through, on the next loop pass."""
+        if (inc := self._current) is not None:
+            flush = inc.admission.turn_ended(ending)
+            self._wake(inc, flush=flush, refresh=True)
+
+    def on_session_info_changed(self) -> None:
+        """Name or cwd changed: republish."""
+        if (inc := self._current) is not None:
+            self._wake(inc, refresh=True)
+
+    # -- local user ------------------------------------------------------------------------------
+
+    @property
+    def inbound(self) -> str:
+        """The effective inbound policy: ``accept`` or ``refuse``."""
+        return self._inbound
+
+    def set_inbound(self, value: str) -> str:
+        """Change the inbound policy (anything but ``accept`` means ``refuse``); republishes."""
+        self._inbound = inbound_from_flag(value)
+        if (inc := self._current) is not None:
+            self._wake(inc, refresh=True)
+        return self._inbound
+
+    def resume(self) -> ResumeOutcome:
+        """``/cross-session-resume``."""
+        inc = self._current
+        if inc is None:
+            return ResumeOutcome(False, 0, "the inbox is not running")
+        outcome = inc.admission.resume()
+        self._wake(inc, refresh=True)
+        return outcome
+
+    def snapshot(self) -> Snapshot | None:
+        """The receiver's state, for ``/cross-session-status``; ``None`` when not running."""
+        inc = self._current
+        return None if inc is None else inc.admission.snapshot()
+
+    @property
+    def identity(self) -> LocalIdentity | None:
+        """The running incarnation's identity."""
+        inc = self._current
+        return None if inc is None else inc.identity
+
+    def remaining_budget(self) -> int | None:
+        """Units left in the running incarnation's lifetime budget."""
+        inc = self._current
+        return None if inc is None else inc.budget.remaining
+
+    def registration(self) -> Registration | None:
+        """Our registration as it would be written now."""
+        inc = self._current
+        if inc is None:
+            return None
+        return self._registration(inc.identity, inc.started_at, inc.admission)
+
+    # -- model tools -----------------------------------------------------------------------------
+
+    async def me(self) -> PublicPeer | None:
+        """Our own public view, with git metadata."""
+        registration = self.registration()
+        if registration is None:
+            return None
+        git = None
+        if self.options.with_git:
+            git = (await resolve_git_info([registration.cwd])).get(registration.cwd)
+        return PublicPeer.from_registration(registration, git=git)
+
+    async def list_peers(self) -> Listing:
+        """The other live sessions of this agent dir, newest first."""
+        inc = self._current
+        exchanger = inc.exchanger if inc is not None else Exchanger(self.locations, fs)
+        return await list_peers(
+            self.locations,
+            fs,
+            exchanger.is_live,
+            self_instance_id=None if inc is None else inc.identity.instance_id,
+            with_git=self.options.with_git,
+        )
+
+    async def send(
+        self, target: str, text: str, *, summary: str | None = None
+    ) -> render.SendReport:
+        """Send one message and report exactly what is known about its fate."""
+        problem = _check_send_input(target, text, summary)
+        if problem is not None:
+            return _local_failure(problem[0], problem[1])
+        inc = self._current
+        if inc is None or self._stop_requested:
+            return _local_failure(Code.NOT_READY, "the cross-session inbox is not running")
+        listing = await self.list_peers()
+        registration = self.registration()
+        own = [PublicPeer.from_registration(registration)] if registration is not None else []
+        try:
+            peer = resolve_target(
+                target, [*listing.peers, *own], self_instance_id=inc.identity.instance_id
+            )
+        except AddressError as exc:
+            return _local_failure(exc.code, str(exc))
+        peer_registration = listing.registrations[peer.instance_id]
+        message = Message(
+            v=WIRE_VERSION,
+            type="message",
+            request_id=str(uuid.uuid4()),
+            message_id=str(uuid.uuid4()),
+            text=text,
+            summary=_summary(summary, text),
+            sent_at=self.options.clock.wall_ms(),
+        )
+        try:
+            encode_frame(dumps_frame(message), max_frame_bytes=MAX_FRAME_BYTES)
+        except FrameTooLargeError as exc:
+            # Checked before spending: an oversized message never costs budget.
+            return _local_failure(Code.MESSAGE_TOO_LARGE, str(exc), target=peer)
+        if not inc.budget.can_spend():
+            return _local_failure(
+                Code.BUDGET_EXHAUSTED,
+                "this session incarnation has used its whole message budget",
+                target=peer,
+            )
+        inc.budget.spend()
+        sender = Sender(
+            id=inc.identity.session_id,
+            instance_id=inc.identity.instance_id,
+            token=inc.identity.token,
+        )
+        scope = anyio.CancelScope()
+        inc.outbound.add(scope)
+        receipt: Receipt | None = None
+        try:
+            with scope:
+                receipt = await inc.exchanger.send(
+                    peer_registration, sender=sender, message=message
+                )
+        except ExchangeError as exc:
+            return _exchange_failure(exc, message.message_id, peer)
+        finally:
+            inc.outbound.discard(scope)
+        if receipt is None:
+            verdict = classify(Code.CANCELLED)
+            return render.SendReport(
+                ok=False,
+                status=Code.CANCELLED,
+                message_id=message.message_id,
+                target=peer,
+                state=verdict.state,
+                retryable=False,
+                next=verdict.next,
+                detail="the session stopped while the message was in flight",
+                message_written=True,
+            )
+        return render.SendReport(
+            ok=True, status=receipt.status, message_id=message.message_id, target=peer
+        )
+
+    async def query_status(self, target: str, message_id: str) -> render.SendReport:
+        """Ask a peer what became of a message this incarnation sent it."""
+        inc = self._current
+        if inc is None:
+            return _local_failure(Code.NOT_READY, "the cross-session inbox is not running")
+        listing = await self.list_peers()
+        try:
+            peer = resolve_target(target, listing.peers, self_instance_id=inc.identity.instance_id)
+        except AddressError as exc:
+            return _local_failure(exc.code, str(exc))
+        sender = Sender(
+            id=inc.identity.session_id,
+            instance_id=inc.identity.instance_id,
+            token=inc.identity.token,
+        )
+        try:
+            receipt = await inc.exchanger.query_status(
+                listing.registrations[peer.instance_id], sender=sender, message_id=message_id
+            )
+        except ExchangeError as exc:
+            return _exchange_failure(exc, message_id, peer)
+        reply = receipt.reply
+        return render.SendReport(
+            ok=True,
+            status=receipt.status,
+            message_id=message_id,
+            target=peer,
+            detail=None if reply is None else reply.error,
+        )
+
+
+def _summary(summary: str | None, text: str) -> str:
+    if summary is not None and not is_blank(summary):
+        source = summary
+    else:
+        source = next((line for line in text.splitlines() if not is_blank(line)), "")
+    return clean_line(source, MAX_SUMMARY_CODE_POINTS) or "message"
+
+
+def _check_send_input(target: str, text: str, summary: str | None) -> tuple[str, str] | None:
+    if not is_well_formed(target) or is_blank(target) or utf16_length(target) > MAX_TARGET_UNITS:
+        return (Code.INVALID_TARGET, f"the target must be 1 to {MAX_TARGET_UNITS} characters")
+    if not is_well_formed(text):
+        return (Code.INVALID_MESSAGE, "the message is not well-formed Unicode")
+    if is_blank(text):
+        return (Code.INVALID_MESSAGE, "the message is blank")
+    if utf16_length(text) > MAX_TEXT_UNITS:
+        return (Code.INVALID_MESSAGE, f"the message exceeds {MAX_TEXT_UNITS:,} characters")
+    if summary is not None and (
+        not is_well_formed(summary)
+        or is_blank(summary)
+        or utf16_length(summary) > MAX_TOOL_SUMMARY_UNITS
+    ):
+        return (
+            Code.INVALID_MESSAGE,
+            f"the summary must be 1 to {MAX_TOOL_SUMMARY_UNITS} characters",
+        )
+    return None
+
+
+def _local_failure(
+    code: str, detail: str, *, target: PublicPeer | None = None
+) -> render.SendReport:
+    verdict = classify(code)
+    return render.SendReport(
+        ok=False,
+        status=code,
+        message_id=None,
+        target=target,
+        state=verdict.state,
+        retryable=verdict.retryable,
+        next=verdict.next,
+        detail=detail,
+        message_written=False,
+    )
+
+
+def _exchange_failure(exc: ExchangeError, message_id: str, peer: PublicPeer) -> render.SendReport:
+    verdict = exc.verdict
+    detail = exc.detail if exc.remote_error is None else f"{exc.detail}: {exc.remote_error}"
+    return render.SendReport(
+        ok=False,
+        status=exc.code,
+        message_id=message_id,
+        target=peer,
+        state=verdict.state,
+        retryable=verdict.retryable,
+        next=verdict.next,
+        detail=detail,
+        message_written=exc.message_written,
+    )
+
+
+__all__ = ["SYSTEM_CLOCK", "NotReadyError", "RuntimeOptions", "SessionRuntime"]

@@ -1,0 +1,592 @@
+"""The receiver's decisions: what enters a session, in what order it is checked, where it ends.
+
+:class:`Admission` is a pure state machine (no sockets, no tasks, no sleeping): the endpoint calls
+:meth:`Admission.admit` and :meth:`Admission.status` for wire frames, the host adapter reports turns
+(:meth:`turn_preparing`, :meth:`turn_started`, :meth:`message_started`, :meth:`turn_aborted`,
+:meth:`turn_ended`), the runtime calls :meth:`flush_one` after a safe settle and :meth:`tick` when
+:meth:`next_deadline` comes, and the local user calls :meth:`resume`. Time comes from an injected
+:class:`Clock`, so every rule is testable without waiting.
+
+A message frame is checked in the contract's order (spec §5), and the first failing check answers:
+
+====  ============================================  =========================
+step  check                                         refusal
+====  ============================================  =========================
+1     frame shape (done by the endpoint)            ``invalid_frame``
+2     the hello named an authenticated sender       ``authentication_failed``
+3     text not blank                                ``invalid_message``
+4     inbound policy is ``accept``                  ``refused``
+5     the abort latch is open                       ``stopped``
+6     ``sentAt`` within 30 s back, 5 s ahead        ``expired``
+7     not a bridge envelope                         ``invalid_bridge`` / ``unsupported``
+8     submittable now, or queueable for this sender ``busy``
+9     fewer than 50 queued                          ``queue_full``
+10    lifetime budget left                          ``budget_exhausted``
+11    new message id, new text, a rate token        ``duplicate`` / ``rate_limited``
+====  ============================================  =========================
+
+Then the admission is **committed** (id and text remembered, one token and one budget unit spent,
+a row ``accepted`` created) before anything else can happen, and resolved: submitted into the host
+when safely idle, queued when busy with a known turn. From that point every message ends in exactly
+one final state (see :data:`FINAL_STATES`), which :meth:`snapshot` shows. Nothing is ever refunded.
+
+**Safely idle** means: no turn, no submission of ours still waiting to start, and the host agrees it
+is idle. **Queueable** means: a turn is running, it was not cancelled, we know who started it, and
+the sender understands ``queued``. Everything else is ``busy``: we never guess.
+
+**The abort latch.** An abort, an aborted or otherwise unsafe end of a turn, a failed submission, or
+a submission that does not start a turn within 5 s closes the inbox: every queued message ends as
+``dropped_cancelled`` and new ones are refused ``stopped`` until the local user resumes. Resuming
+drops what is left (``dropped_user_reset``), never replays, and does not refill the budget.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Final
+
+from pi_cross_session.protocol.bridge import BridgeKind, classify_bridge
+from pi_cross_session.protocol.codes import PENDING_ROW_STATES, Code, refusal_text
+from pi_cross_session.protocol.frames import Message, Response, StatusQuery
+from pi_cross_session.protocol.limits import (
+    MAX_CACHE_ENTRIES,
+    MAX_QUEUED,
+    MESSAGE_MAX_AGE_S,
+    MESSAGE_MAX_FUTURE_SKEW_S,
+    QUEUE_TTL_S,
+    TURN_START_GRACE_S,
+)
+from pi_cross_session.protocol.registration import Registration
+from pi_cross_session.security.auth import Caller, LocalIdentity
+from pi_cross_session.security.limits import (
+    LifetimeBudget,
+    MessageIdLedger,
+    RateLimiter,
+    TextDedup,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Row states a message can end in; a row never leaves one of these.
+FINAL_STATES: Final = frozenset(
+    {
+        Code.SUBMITTED,
+        Code.EXPIRED,
+        Code.DROPPED,
+        Code.DROPPED_CANCELLED,
+        Code.DROPPED_SHUTDOWN,
+        Code.DROPPED_USER_RESET,
+        Code.DROPPED_GOAL_REVOKED,
+        Code.INJECTION_FAILED,
+    }
+)
+
+
+class Phase(StrEnum):
+    """Where the host session is in its turn cycle, as far as we can tell."""
+
+    IDLE = "idle"
+    PREFLIGHT = "preflight"
+    BUSY = "busy"
+
+
+class TurnSource(StrEnum):
+    """Who started the running turn. Only a known source makes a turn queueable."""
+
+    USER = "user"
+    PEER = "peer"
+    UNKNOWN = "unknown"
+
+
+class TurnEnding(StrEnum):
+    """How a turn ended, from the host's last assistant message. Only ``stop`` is safe."""
+
+    STOP = "stop"
+    ABORTED = "aborted"
+    ERROR = "error"
+    OTHER = "other"
+    UNKNOWN = "unknown"
+
+
+class LatchReason(StrEnum):
+    """Why the inbox closed."""
+
+    ABORT = "the running turn was aborted"
+    UNSAFE_END = "a turn ended without a clean stop"
+    SUBMIT_FAILED = "the host refused a message submission"
+    NO_TURN_START = "a submitted message did not start a turn within 5 s"
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """Wall time in epoch milliseconds (compared with ``sentAt``) and monotonic seconds."""
+
+    wall_ms: Callable[[], int]
+    monotonic: Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """An admitted message on its way into the host's conversation."""
+
+    message_id: str
+    sender: Registration
+    text: str
+    summary: str
+    sent_at: int
+    goal_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """What the receiver knows of one admitted message; ``state`` is one of the row states."""
+
+    sender_instance_id: str
+    sender_name: str
+    message_id: str
+    summary: str
+    state: str
+    admitted_at_ms: int
+    updated_at_ms: int
+    diagnostic: str | None = None
+    goal_id: str | None = None
+
+    @property
+    def final(self) -> bool:
+        """True once the message reached a state it never leaves."""
+        return self.state in FINAL_STATES
+
+
+@dataclass(slots=True)
+class _Queued:
+    delivery: Delivery
+    expires_at: float  # monotonic
+
+
+@dataclass(slots=True)
+class _Turn:
+    source: TurnSource
+    cancelled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """An immutable view of the receiver for status displays."""
+
+    phase: Phase
+    stopped: bool
+    latch_reason: str | None
+    shut_down: bool
+    remaining_budget: int
+    total_budget: int
+    queued: int
+    max_queued: int
+    rows: tuple[Row, ...]
+    evicted_rows: int
+    refusals: dict[str, int]
+    admitted: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeOutcome:
+    """What ``/cross-session-resume`` did: reopened or not, and how many messages it dropped."""
+
+    reopened: bool
+    dropped: int
+    reason: str | None = None
+
+
+@dataclass(slots=True)
+class _Counters:
+    admitted: int = 0
+    refusals: dict[str, int] = field(default_factory=dict)
+
+
+class Admission:
+    """One receiver incarnation's admission state. Create a new one for a new incarnation."""
+
+    def __init__(
+        self,
+        identity: LocalIdentity,
+        *,
+        clock: Clock,
+        submit: Callable[[Delivery], None],
+        budget: LifetimeBudget,
+        inbound: Callable[[], str] = lambda: "accept",
+        host_idle: Callable[[], bool] = lambda: True,
+        rate: RateLimiter | None = None,
+        message_ids: MessageIdLedger | None = None,
+        texts: TextDedup | None = None,
+        max_queued: int = MAX_QUEUED,
+        queue_ttl_s: float = QUEUE_TTL_S,
+        max_age_s: float = MESSAGE_MAX_AGE_S,
+        future_skew_s: float = MESSAGE_MAX_FUTURE_SKEW_S,
+        turn_start_grace_s: float = TURN_START_GRACE_S,
+        max_rows: int = MAX_CACHE_ENTRIES,
+        on_latch: Callable[[str], None] | None = None,
+    ) -> None:
+        self._identity = identity
+        self._clock = clock
+        self._submit = submit
+        self._budget = budget
+        self._inbound = inbound
+        self._host_idle = host_idle
+        self._rate = rate or RateLimiter()
+        self._ids = message_ids or MessageIdLedger()
+        self._texts = texts or TextDedup()
+        self._max_queued = max_queued
+        self._queue_ttl = queue_ttl_s
+        self._max_age_ms = int(max_age_s * 1000)
+        self._future_skew_ms = int(future_skew_s * 1000)
+        self._grace = turn_start_grace_s
+        self._max_rows = max_rows
+        self._on_latch = on_latch
+
+        self._phase = Phase.IDLE
+        self._turn: _Turn | None = None
+        # A submission of ours that has not started a turn yet: (message id, monotonic deadline).
+        self._awaiting_start: tuple[str, float] | None = None
+        self._queue: deque[_Queued] = deque()
+        self._rows: OrderedDict[tuple[str, str], Row] = OrderedDict()
+        self._evicted_rows = 0
+        self._stopped = False
+        self._latch_reason: str | None = None
+        self._shut_down = False
+        self._counters = _Counters()
+
+    # -- wire ------------------------------------------------------------------------------------
+
+    def admit(self, caller: Caller, message: Message) -> Response:
+        """Decide one message frame; commits before it resolves, never awaits."""
+        sender = caller.sender
+        if sender is None:
+            return self._refuse(message.request_id, Code.AUTHENTICATION_FAILED)
+        if message.text_is_blank:
+            return self._refuse(message.request_id, Code.INVALID_MESSAGE)
+        if self._inbound() != "accept":
+            return self._refuse(message.request_id, Code.REFUSED)
+        if self._stopped or self._shut_down:
+            return self._refuse(message.request_id, Code.STOPPED)
+        now_ms = self._clock.wall_ms()
+        age = now_ms - message.sent_at
+        if age > self._max_age_ms or -age > self._future_skew_ms:
+            return self._refuse(message.request_id, Code.EXPIRED)
+        bridge = classify_bridge(message.text, now_ms=now_ms)
+        if bridge is BridgeKind.INVALID:
+            return self._refuse(message.request_id, Code.INVALID_BRIDGE)
+        if bridge is BridgeKind.VALID:
+            # We run no in-process bridge listener: such text is never given to a model.
+            return self._refuse(message.request_id, Code.UNSUPPORTED)
+        can_submit = self.can_submit()
+        if not can_submit and not (caller.can_queue and self.can_queue()):
+            return self._refuse(message.request_id, Code.BUSY)
+        if len(self._queue) >= self._max_queued:
+            return self._refuse(message.request_id, Code.QUEUE_FULL)
+        if not self._budget.can_spend():
+            return self._refuse(message.request_id, Code.BUDGET_EXHAUSTED)
+        now = self._clock.monotonic()
+        sender_id = sender.instance_id
+        text_key = TextDedup.key(sender_id, message.text, message.goal_id)
+        if self._ids.seen(sender_id, message.message_id) or self._texts.is_duplicate(text_key, now):
+            return self._refuse(message.request_id, Code.DUPLICATE)
+        if not self._rate.allows(sender_id, now):
+            return self._refuse(message.request_id, Code.RATE_LIMITED)
+
+        # Commit: from here on the message is ours to account for, whatever happens next.
+        self._ids.commit(sender_id, message.message_id)
+        self._texts.commit(text_key, now)
+        self._rate.commit(sender_id, now)
+        self._budget.spend()
+        self._counters.admitted += 1
+        delivery = Delivery(
+            message_id=message.message_id,
+            sender=sender,
+            text=message.text,
+            summary=message.summary,
+            sent_at=message.sent_at,
+            goal_id=message.goal_id,
+        )
+        self._put_row(
+            Row(
+                sender_instance_id=sender_id,
+                sender_name=sender.name,
+                message_id=message.message_id,
+                summary=message.summary,
+                state=Code.ACCEPTED,
+                admitted_at_ms=now_ms,
+                updated_at_ms=now_ms,
+                goal_id=message.goal_id,
+            )
+        )
+        if can_submit:
+            state = self._deliver(delivery)
+            if state == Code.SUBMITTED:
+                return self._ok(message.request_id, Code.SUBMITTED)
+            return self._refuse(message.request_id, Code.INJECTION_FAILED)
+        ttl_left = min(
+            self._queue_ttl, max(0.0, (message.sent_at - now_ms) / 1000 + self._queue_ttl)
+        )
+        self._queue.append(_Queued(delivery, expires_at=now + ttl_left))
+        self._set_state(delivery, Code.QUEUED)
+        return self._ok(message.request_id, Code.QUEUED)
+
+    def status(self, caller: Caller, query: StatusQuery) -> Response:
+        """Answer a status query from the same authenticated sender; costs nothing."""
+        sender = caller.sender
+        if sender is None:  # the endpoint's handler never routes this here; be safe anyway
+            return self._refuse("unknown", Code.INVALID_FRAME)
+        row = self._rows.get((sender.instance_id, query.message_id))
+        if row is None:
+            return self._ok(query.request_id, Code.UNKNOWN)
+        return self._ok(query.request_id, row.state, error=row.diagnostic)
+
+    # -- gates -----------------------------------------------------------------------------------
+
+    def can_submit(self) -> bool:
+        """Safely idle: no turn, nothing of ours waiting to start, and the host agrees."""
+        return (
+            self._phase is Phase.IDLE
+            and self._turn is None
+            and self._awaiting_start is None
+            and self._host_idle()
+        )
+
+    def can_queue(self) -> bool:
+        """Busy with a turn that was not cancelled and whose source we know."""
+        turn = self._turn
+        return (
+            self._phase is Phase.BUSY
+            and turn is not None
+            and not turn.cancelled
+            and turn.source is not TurnSource.UNKNOWN
+        )
+
+    # -- host events -----------------------------------------------------------------------------
+
+    def turn_preparing(self) -> None:
+        """The host is about to start a turn (e.g. a prompt arrived): no longer safely idle."""
+        if self._phase is Phase.IDLE:
+            self._phase = Phase.PREFLIGHT
+
+    def turn_started(self, source: TurnSource) -> None:
+        """A turn started. A turn that follows our own submission is a peer turn, whatever the
+        host says; a host retry inside a running turn keeps the turn's original source."""
+        if self._turn is not None:
+            return
+        if self._awaiting_start is not None:
+            source = TurnSource.PEER
+            self._awaiting_start = None
+        self._turn = _Turn(source=source)
+        self._phase = Phase.BUSY
+
+    def message_started(self, message_id: str, sender_instance_id: str) -> None:
+        """The host showed our submitted message entering its conversation."""
+        row = self._rows.get((sender_instance_id, message_id))
+        if row is not None and row.state == Code.SUBMITTED:
+            self._rows[(sender_instance_id, message_id)] = replace(
+                row,
+                diagnostic="The host confirmed the message entered the conversation",
+                updated_at_ms=self._clock.wall_ms(),
+            )
+
+    def turn_aborted(self) -> None:
+        """The running turn was aborted (or its signal fired): latch."""
+        if self._turn is not None:
+            self._turn.cancelled = True
+        self._latch(LatchReason.ABORT)
+
+    def turn_ended(self, ending: TurnEnding) -> bool:
+        """A turn ended. Returns True when it ended safely and a queued message should be
+        submitted (call :meth:`flush_one` once, after the host has settled)."""
+        turn = self._turn
+        self._turn = None
+        if self._awaiting_start is None:
+            self._phase = Phase.IDLE
+        safe = (
+            ending is TurnEnding.STOP
+            and turn is not None
+            and not turn.cancelled
+            and turn.source is not TurnSource.UNKNOWN
+        )
+        if not safe:
+            # An unknown turn that ended cleanly is not an abort; anything else may have been.
+            if ending is not TurnEnding.STOP or (turn is not None and turn.cancelled):
+                self._latch(LatchReason.UNSAFE_END)
+            return False
+        return bool(self._queue) and not self._stopped
+
+    def flush_one(self) -> Row | None:
+        """Submit the oldest live queued message, if the session is still safely idle.
+
+        Expired entries met on the way are marked ``expired``. Returns the row submitted, if any.
+        """
+        if self._stopped or self._shut_down or not self.can_submit():
+            return None
+        self._expire(self._clock.monotonic())
+        if not self._queue:
+            return None
+        entry = self._queue.popleft()
+        self._deliver(entry.delivery)
+        return self._rows.get(_key(entry.delivery))
+
+    # -- time ------------------------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """The monotonic time at which :meth:`tick` has something to do, if any."""
+        deadlines = [entry.expires_at for entry in self._queue]
+        if self._awaiting_start is not None:
+            deadlines.append(self._awaiting_start[1])
+        return min(deadlines, default=None)
+
+    def tick(self) -> None:
+        """Expire queued messages past their TTL; latch if a submission never started a turn."""
+        now = self._clock.monotonic()
+        self._expire(now)
+        if self._awaiting_start is not None and now >= self._awaiting_start[1]:
+            self._awaiting_start = None
+            self._phase = Phase.IDLE if self._turn is None else self._phase
+            self._latch(LatchReason.NO_TURN_START)
+
+    # -- local user ------------------------------------------------------------------------------
+
+    def resume(self) -> ResumeOutcome:
+        """``/cross-session-resume``: reopen the inbox, only when nothing is running."""
+        if self._shut_down:
+            return ResumeOutcome(False, 0, "this incarnation has shut down")
+        if self._turn is not None or self._awaiting_start is not None or not self._host_idle():
+            return ResumeOutcome(False, 0, "a turn is still running; wait until it has settled")
+        dropped = self._drop_all(Code.DROPPED_USER_RESET, "Dropped when the user resumed")
+        self._phase = Phase.IDLE
+        self._stopped = False
+        self._latch_reason = None
+        return ResumeOutcome(True, dropped)
+
+    def shutdown(self) -> int:
+        """The incarnation ends: every pending message ends ``dropped_shutdown``."""
+        self._shut_down = True
+        self._awaiting_start = None
+        return self._drop_all(Code.DROPPED_SHUTDOWN, "Dropped because the session shut down")
+
+    # -- inspection ------------------------------------------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        """The current phase."""
+        return self._phase
+
+    @property
+    def stopped(self) -> bool:
+        """True while the abort latch is closed."""
+        return self._stopped
+
+    def row(self, sender_instance_id: str, message_id: str) -> Row | None:
+        """The row of one message, if the receiver still has it."""
+        return self._rows.get((sender_instance_id, message_id))
+
+    def snapshot(self, *, recent: int | None = None) -> Snapshot:
+        """Everything a status display shows; ``recent`` limits the rows to the newest ones."""
+        rows = tuple(self._rows.values())
+        if recent is not None:
+            rows = rows[-recent:] if recent > 0 else ()
+        return Snapshot(
+            phase=self._phase,
+            stopped=self._stopped,
+            latch_reason=self._latch_reason,
+            shut_down=self._shut_down,
+            remaining_budget=self._budget.remaining,
+            total_budget=self._budget.total,
+            queued=len(self._queue),
+            max_queued=self._max_queued,
+            rows=rows,
+            evicted_rows=self._evicted_rows,
+            refusals=dict(self._counters.refusals),
+            admitted=self._counters.admitted,
+        )
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _deliver(self, delivery: Delivery) -> str:
+        """Hand a message to the host; a synchronous failure latches the inbox."""
+        try:
+            self._submit(delivery)
+        except Exception as exc:  # the host's error is reported as a state, never raised
+            logger.warning("submission of %s failed: %s", delivery.message_id, exc)
+            self._set_state(delivery, Code.INJECTION_FAILED, f"The host refused it: {exc}"[:400])
+            self._latch(LatchReason.SUBMIT_FAILED)
+            return Code.INJECTION_FAILED
+        self._awaiting_start = (delivery.message_id, self._clock.monotonic() + self._grace)
+        self._phase = Phase.PREFLIGHT
+        self._set_state(delivery, Code.SUBMITTED, "Submitted; the host has not yet confirmed it")
+        return Code.SUBMITTED
+
+    def _latch(self, reason: LatchReason) -> None:
+        if not self._stopped:
+            self._stopped = True
+            self._latch_reason = reason.value
+            if self._on_latch is not None:
+                self._on_latch(reason.value)
+        self._drop_all(Code.DROPPED_CANCELLED, f"Dropped: {reason.value}")
+
+    def _drop_all(self, state: str, diagnostic: str) -> int:
+        dropped = 0
+        while self._queue:
+            entry = self._queue.popleft()
+            self._set_state(entry.delivery, state, diagnostic)
+            dropped += 1
+        return dropped
+
+    def _expire(self, now: float) -> None:
+        if not self._queue:
+            return
+        live: deque[_Queued] = deque()
+        for entry in self._queue:
+            if entry.expires_at <= now:
+                self._set_state(entry.delivery, Code.EXPIRED, "Expired in the queue after 30 s")
+            else:
+                live.append(entry)
+        self._queue = live
+
+    def _set_state(self, delivery: Delivery, state: str, diagnostic: str | None = None) -> None:
+        key = _key(delivery)
+        row = self._rows.get(key)
+        if row is None:
+            return  # evicted long ago; only final rows are ever evicted
+        self._rows[key] = replace(
+            row, state=state, diagnostic=diagnostic, updated_at_ms=self._clock.wall_ms()
+        )
+
+    def _put_row(self, row: Row) -> None:
+        self._rows[(row.sender_instance_id, row.message_id)] = row
+        if len(self._rows) <= self._max_rows:
+            return
+        # Evict the oldest rows that can no longer change; pending rows are never evicted.
+        for key in list(self._rows):
+            if len(self._rows) <= self._max_rows:
+                break
+            if self._rows[key].state not in PENDING_ROW_STATES:
+                del self._rows[key]
+                self._evicted_rows += 1
+
+    def _ok(self, request_id: str, status: str, *, error: str | None = None) -> Response:
+        return Response.build(
+            request_id=request_id,
+            ok=True,
+            status=status,
+            error=error,
+            peer=self._identity.peer_identity(),
+        )
+
+    def _refuse(self, request_id: str, code: Code) -> Response:
+        refusals = self._counters.refusals
+        refusals[code] = refusals.get(code, 0) + 1
+        return Response.build(
+            request_id=request_id, ok=False, status=code, error=refusal_text(code)
+        )
+
+
+def _key(delivery: Delivery) -> tuple[str, str]:
+    return (delivery.sender.instance_id, delivery.message_id)

@@ -1,0 +1,59 @@
+"""Two headless sessions in one process: the runtime end to end over real sockets."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
+from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session.protocol.paths import Locations
+
+pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def session(
+    locations: Locations, name: str, *, busy_s: float = 0.05
+) -> AsyncIterator[tuple[HeadlessHost, SessionRuntime]]:
+    host = HeadlessHost(name=name, busy_s=busy_s)
+    runtime = SessionRuntime(host, locations=locations, options=RuntimeOptions(with_git=False))
+    async with anyio.create_task_group() as group:
+        await group.start(serve_inbox, host, runtime)
+        try:
+            yield host, runtime
+        finally:
+            group.cancel_scope.cancel()
+
+
+async def test_send_list_and_queue(locations: Locations) -> None:
+    async with (
+        session(locations, "alpha") as (_, alpha),
+        session(locations, "beta", busy_s=0.3) as (beta_host, beta),
+    ):
+        listing = await alpha.list_peers()
+        assert [p.name for p in listing.peers] == ["beta"]
+        first = await alpha.send("beta", "first message")
+        assert first.ok, first
+        assert first.status == "submitted"
+        await anyio.sleep(0.05)
+        second = await alpha.send("beta", "second message")
+        assert second.status == "queued", second
+        with anyio.fail_after(5):
+            while len(beta_host.delivered) < 2:
+                await anyio.sleep(0.02)
+        assert [d.text for d in beta_host.delivered] == ["first message", "second message"]
+        status = await alpha.query_status("beta", second.message_id or "")
+        assert status.status == "submitted"
+        assert alpha.remaining_budget() == 254
+        snapshot = beta.snapshot()
+        assert snapshot is not None
+        assert snapshot.admitted == 2
+        self_send = await alpha.send("alpha", "to myself")
+        assert self_send.status == "invalid_target"
+        missing = await alpha.send("gamma", "nobody")
+        assert missing.status == "not_found"
+    assert not list((locations.peers_dir and __import__("pathlib").Path(locations.peers_dir)).glob("*.json"))
