@@ -33,6 +33,7 @@ from typing import Final, Protocol
 
 import anyio
 import anyio.abc
+from pydantic import ValidationError
 
 from pi_cross_session.protocol.capabilities import ADVERTISED, can_queue, can_scope_to_goal
 from pi_cross_session.protocol.codec import (
@@ -57,7 +58,6 @@ from pi_cross_session.protocol.frames import (
     Response,
     Sender,
     StatusQuery,
-    Target,
     dumps_frame,
     loads_frame,
     parse_response,
@@ -68,8 +68,6 @@ from pi_cross_session.protocol.registration import Registration
 
 logger = logging.getLogger(__name__)
 
-#: Replies a well-behaved receiver sends on one connection: ``ready`` and one receipt.
-MAX_REPLIES: Final = 2
 READ_CHUNK_BYTES: Final = 65_536
 
 Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
@@ -211,11 +209,15 @@ class Exchanger:
             "capabilities": list(self._config.capabilities),
             "request_id": self._new_request_id(),
             "token": peer.token,
-            "target": Target(id=peer.id, instance_id=peer.instance_id),
+            "target": {"id": peer.id, "instanceId": peer.instance_id},
         }
         if sender is not None:
             fields["sender"] = sender
-        return Hello.model_validate(fields)
+        try:
+            return Hello.model_validate(fields)
+        except ValidationError as exc:
+            # Only a registration built around validation can get here; never connect to it.
+            raise ExchangeError(Code.UNSAFE_ENDPOINT, "the peer cannot be addressed") from exc
 
     async def _exchange(
         self,
@@ -306,7 +308,6 @@ class Exchanger:
         progress.frames_written = 1
         decoder = FrameDecoder(max_frame_bytes=self._config.max_frame_bytes)
         ready: Response | None = None
-        replies = 0
         while True:
             try:
                 data = await stream.receive(READ_CHUNK_BYTES)
@@ -316,9 +317,8 @@ class Exchanger:
             *frames, last = decoder.events()
             for frame in frames:
                 assert isinstance(frame, Frame)
-                replies += 1
-                if replies > MAX_REPLIES:
-                    raise fail(Code.INVALID_RESPONSE, "the receiver sent more than two replies")
+                # At most two replies are ever read: the first ends in a failure or leads to the
+                # second frame, the second settles the exchange either way.
                 reply = _parse_reply(frame, fail)
                 expected_id = hello.request_id if ready is None else _request_id(second)
                 if reply.request_id != expected_id:
