@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+.DEFAULT_GOAL := test
 
-.PHONY: test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,14 +16,14 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench demo
+	$(BIN)/ruff format --check src tests bench demo
 	$(BIN)/mypy --strict src
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench demo
+	$(BIN)/ruff format --check src tests bench demo
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src
@@ -36,3 +37,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache .hypothesis
+
+demo: $(STAMP)
+	$(BIN)/python demo/cli_demo.py

@@ -18,7 +18,7 @@ from pi_cross_session.protocol.limits import (
     DISPLAY_SESSION_ID_CODE_POINTS,
     MAX_SUMMARY_CODE_POINTS,
 )
-from pi_cross_session.protocol.registration import PublicPeer, display_line
+from pi_cross_session.protocol.registration import PublicPeer, Registration, display_line
 from pi_cross_session.protocol.text import clean_line
 from pi_cross_session.security.admission import Delivery, ResumeOutcome, Row, Snapshot
 
@@ -55,13 +55,22 @@ def message_preview(delivery: Delivery) -> str:
 def listing(me: PublicPeer | None, peers: Sequence[PublicPeer]) -> str:
     """The text of ``list_pi`` and ``/peers``: this session first, then one line per peer."""
     first = f"This session: {display_line(me)}" if me is not None else INBOX_UNAVAILABLE
-    rest = [display_line(peer) for peer in peers] or [NO_PEERS]
-    return "\n".join([first, *rest])
+    return "\n".join([first, *peer_lines(peers)])
 
 
 def address(peer: PublicPeer) -> str:
     """How to name a peer unambiguously: ``name [ref]``."""
+    return address_of(peer)
+
+
+def address_of(peer: PublicPeer | Registration) -> str:
+    """``name [ref]`` for a public peer or a full registration."""
     return f"{clean_line(peer.name)} [{peer.ref}]"
+
+
+def peer_lines(peers: Sequence[PublicPeer]) -> list[str]:
+    """One display line per live peer, or a line saying there is none."""
+    return [display_line(peer) for peer in peers] or [NO_PEERS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +111,38 @@ def send_result(report: SendReport) -> str:
     if report.message_id:
         parts.append(f"messageId={report.message_id}")
     return "; ".join(parts)
+
+
+def status_query_result(report: SendReport) -> str:
+    """What a wire status query learned about one message."""
+    if not report.ok:
+        return send_result(report)
+    where = address(report.target) if report.target is not None else "the target"
+    if report.status == "unknown":
+        meaning = (
+            "that incarnation has no record of it (it may have restarted, or never admitted it)"
+        )
+    else:
+        meaning = STATE_MEANINGS.get(report.status, "as reported by the receiver")
+    line = f"Message {report.message_id} at {where}: {report.status} — {meaning}"
+    if report.detail:
+        line += f" ({clean_line(report.detail, DISPLAY_DIAGNOSTIC_CODE_POINTS)})"
+    return line
+
+
+#: What each row state means, for people.
+STATE_MEANINGS: Final = {
+    "accepted": "admitted, being handed over",
+    "queued": "waiting in the receiver's queue for its current turn to end",
+    "submitted": "handed to the receiver's conversation (not a sign it was read or acted on)",
+    "expired": "waited too long in the queue and was dropped",
+    "dropped": "dropped before it reached the conversation",
+    "dropped_cancelled": "dropped because the receiver's turn was aborted",
+    "dropped_shutdown": "dropped because the receiving session shut down",
+    "dropped_user_reset": "dropped when the receiver's user reopened the inbox",
+    "dropped_goal_revoked": "dropped because its goal ended",
+    "injection_failed": "the receiving host could not take it",
+}
 
 
 def send_details(report: SendReport) -> dict[str, Any]:
@@ -199,15 +240,19 @@ __all__ = [
     "INBOX_UNAVAILABLE",
     "NO_PEERS",
     "PEER_TEXT_NOTICE",
+    "STATE_MEANINGS",
     "SendReport",
     "address",
+    "address_of",
     "listing",
     "message_preview",
+    "peer_lines",
     "peer_message",
     "resume_text",
     "send_details",
     "send_result",
     "status_data",
     "status_json",
+    "status_query_result",
     "status_text",
 ]

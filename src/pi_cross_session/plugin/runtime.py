@@ -20,34 +20,27 @@ from __future__ import annotations
 import logging
 import os
 import time
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
 import anyio.abc
 
-from pi_cross_session.plugin import render
+from pi_cross_session.plugin import outbound, render
 from pi_cross_session.plugin.host import HostPort
 from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.addressing import AddressError, resolve_target
 from pi_cross_session.protocol.capabilities import ADVERTISED
-from pi_cross_session.protocol.codec import encode_frame
-from pi_cross_session.protocol.codes import Code, classify
+from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.discovery import Listing, Registrar, list_peers
 from pi_cross_session.protocol.endpoint import Endpoint, EndpointConfig
-from pi_cross_session.protocol.errors import CrossSessionError, FrameTooLargeError
-from pi_cross_session.protocol.exchange import ExchangeConfig, ExchangeError, Exchanger, Receipt
-from pi_cross_session.protocol.frames import WIRE_VERSION, Message, Sender, dumps_frame
+from pi_cross_session.protocol.errors import CrossSessionError
+from pi_cross_session.protocol.exchange import ExchangeConfig, Exchanger
+from pi_cross_session.protocol.frames import Sender
 from pi_cross_session.protocol.gitinfo import resolve_git_info
 from pi_cross_session.protocol.limits import (
     HEARTBEAT_INTERVAL_S,
     LIFETIME_BUDGET,
-    MAX_FRAME_BYTES,
-    MAX_SUMMARY_CODE_POINTS,
-    MAX_TARGET_UNITS,
-    MAX_TEXT_UNITS,
-    MAX_TOOL_SUMMARY_UNITS,
 )
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
@@ -57,7 +50,6 @@ from pi_cross_session.protocol.registration import (
     default_name,
     inbound_from_flag,
 )
-from pi_cross_session.protocol.text import clean_line, is_blank, is_well_formed, utf16_length
 from pi_cross_session.security import fs
 from pi_cross_session.security.admission import (
     Admission,
@@ -65,6 +57,7 @@ from pi_cross_session.security.admission import (
     Delivery,
     Phase,
     ResumeOutcome,
+    Row,
     Snapshot,
     TurnEnding,
     TurnSource,
@@ -134,8 +127,10 @@ class SessionRuntime:
         *,
         locations: Locations | None = None,
         options: RuntimeOptions | None = None,
+        on_row: Callable[[Row], None] | None = None,
     ) -> None:
         self.host = host
+        self._on_row = on_row
         self.locations = locations or paths.resolve()
         self.options = options or RuntimeOptions()
         self._inbound = inbound_from_flag(self.options.inbound)
@@ -148,6 +143,7 @@ class SessionRuntime:
         self._running = False
         self.last_error: BaseException | None = None
         self.incarnations = 0
+        self._last_snapshot: Snapshot | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -277,6 +273,7 @@ class SessionRuntime:
             inbound=lambda: self._inbound,
             host_idle=self.host.is_idle,
             on_latch=on_latch,
+            on_row=self._on_row,
             **self.options.admission,  # type: ignore[arg-type]
         )
         receiver = SessionReceiver(
@@ -343,6 +340,7 @@ class SessionRuntime:
         for scope in list(incarnation.outbound):
             scope.cancel()
         incarnation.admission.shutdown()
+        self._last_snapshot = incarnation.admission.snapshot()
         await incarnation.registrar.unregister()
         try:
             await anyio.to_thread.run_sync(
@@ -451,9 +449,10 @@ class SessionRuntime:
         return outcome
 
     def snapshot(self) -> Snapshot | None:
-        """The receiver's state, for ``/cross-session-status``; ``None`` when not running."""
+        """The receiver's state, for ``/cross-session-status``: the running incarnation's, else
+        the last one's as it was when it stopped, else ``None``."""
         inc = self._current
-        return None if inc is None else inc.admission.snapshot()
+        return self._last_snapshot if inc is None else inc.admission.snapshot()
 
     @property
     def identity(self) -> LocalIdentity | None:
@@ -497,172 +496,49 @@ class SessionRuntime:
             with_git=self.options.with_git,
         )
 
+    def outbox(self) -> outbound.Outbox | None:
+        """What this session sends with: its identity, exchanger and budget."""
+        inc = self._current
+        if inc is None or self._stop_requested:
+            return None
+        registration = self._registration(inc.identity, inc.started_at, inc.admission)
+        return outbound.Outbox(
+            sender=Sender(
+                id=inc.identity.session_id,
+                instance_id=inc.identity.instance_id,
+                token=inc.identity.token,
+            ),
+            exchanger=inc.exchanger,
+            list_peers=self.list_peers,
+            wall_ms=self.options.clock.wall_ms,
+            budget=inc.budget,
+            me=PublicPeer.from_registration(registration),
+        )
+
     async def send(
         self, target: str, text: str, *, summary: str | None = None
     ) -> render.SendReport:
         """Send one message and report exactly what is known about its fate."""
-        problem = _check_send_input(target, text, summary)
-        if problem is not None:
-            return _local_failure(problem[0], problem[1])
+        outbox = self.outbox()
         inc = self._current
-        if inc is None or self._stop_requested:
-            return _local_failure(Code.NOT_READY, "the cross-session inbox is not running")
-        listing = await self.list_peers()
-        registration = self.registration()
-        own = [PublicPeer.from_registration(registration)] if registration is not None else []
-        try:
-            peer = resolve_target(
-                target, [*listing.peers, *own], self_instance_id=inc.identity.instance_id
-            )
-        except AddressError as exc:
-            return _local_failure(exc.code, str(exc))
-        peer_registration = listing.registrations[peer.instance_id]
-        message = Message(
-            v=WIRE_VERSION,
-            type="message",
-            request_id=str(uuid.uuid4()),
-            message_id=str(uuid.uuid4()),
-            text=text,
-            summary=_summary(summary, text),
-            sent_at=self.options.clock.wall_ms(),
-        )
-        try:
-            encode_frame(dumps_frame(message), max_frame_bytes=MAX_FRAME_BYTES)
-        except FrameTooLargeError as exc:
-            # Checked before spending: an oversized message never costs budget.
-            return _local_failure(Code.MESSAGE_TOO_LARGE, str(exc), target=peer)
-        if not inc.budget.can_spend():
-            return _local_failure(
-                Code.BUDGET_EXHAUSTED,
-                "this session incarnation has used its whole message budget",
-                target=peer,
-            )
-        inc.budget.spend()
-        sender = Sender(
-            id=inc.identity.session_id,
-            instance_id=inc.identity.instance_id,
-            token=inc.identity.token,
-        )
+        if outbox is None or inc is None:
+            problem = outbound.check_input(target, text, summary)
+            if problem is not None:
+                return outbound.local_failure(*problem)
+            return outbound.local_failure(Code.NOT_READY, "the cross-session inbox is not running")
         scope = anyio.CancelScope()
         inc.outbound.add(scope)
-        receipt: Receipt | None = None
         try:
-            with scope:
-                receipt = await inc.exchanger.send(
-                    peer_registration, sender=sender, message=message
-                )
-        except ExchangeError as exc:
-            return _exchange_failure(exc, message.message_id, peer)
+            return await outbound.send(outbox, target, text, summary=summary, scope=scope)
         finally:
             inc.outbound.discard(scope)
-        if receipt is None:
-            verdict = classify(Code.CANCELLED)
-            return render.SendReport(
-                ok=False,
-                status=Code.CANCELLED,
-                message_id=message.message_id,
-                target=peer,
-                state=verdict.state,
-                retryable=False,
-                next=verdict.next,
-                detail="the session stopped while the message was in flight",
-                message_written=True,
-            )
-        return render.SendReport(
-            ok=True, status=receipt.status, message_id=message.message_id, target=peer
-        )
 
     async def query_status(self, target: str, message_id: str) -> render.SendReport:
         """Ask a peer what became of a message this incarnation sent it."""
-        inc = self._current
-        if inc is None:
-            return _local_failure(Code.NOT_READY, "the cross-session inbox is not running")
-        listing = await self.list_peers()
-        try:
-            peer = resolve_target(target, listing.peers, self_instance_id=inc.identity.instance_id)
-        except AddressError as exc:
-            return _local_failure(exc.code, str(exc))
-        sender = Sender(
-            id=inc.identity.session_id,
-            instance_id=inc.identity.instance_id,
-            token=inc.identity.token,
-        )
-        try:
-            receipt = await inc.exchanger.query_status(
-                listing.registrations[peer.instance_id], sender=sender, message_id=message_id
-            )
-        except ExchangeError as exc:
-            return _exchange_failure(exc, message_id, peer)
-        reply = receipt.reply
-        return render.SendReport(
-            ok=True,
-            status=receipt.status,
-            message_id=message_id,
-            target=peer,
-            detail=None if reply is None else reply.error,
-        )
-
-
-def _summary(summary: str | None, text: str) -> str:
-    if summary is not None and not is_blank(summary):
-        source = summary
-    else:
-        source = next((line for line in text.splitlines() if not is_blank(line)), "")
-    return clean_line(source, MAX_SUMMARY_CODE_POINTS) or "message"
-
-
-def _check_send_input(target: str, text: str, summary: str | None) -> tuple[str, str] | None:
-    if not is_well_formed(target) or is_blank(target) or utf16_length(target) > MAX_TARGET_UNITS:
-        return (Code.INVALID_TARGET, f"the target must be 1 to {MAX_TARGET_UNITS} characters")
-    if not is_well_formed(text):
-        return (Code.INVALID_MESSAGE, "the message is not well-formed Unicode")
-    if is_blank(text):
-        return (Code.INVALID_MESSAGE, "the message is blank")
-    if utf16_length(text) > MAX_TEXT_UNITS:
-        return (Code.INVALID_MESSAGE, f"the message exceeds {MAX_TEXT_UNITS:,} characters")
-    if summary is not None and (
-        not is_well_formed(summary)
-        or is_blank(summary)
-        or utf16_length(summary) > MAX_TOOL_SUMMARY_UNITS
-    ):
-        return (
-            Code.INVALID_MESSAGE,
-            f"the summary must be 1 to {MAX_TOOL_SUMMARY_UNITS} characters",
-        )
-    return None
-
-
-def _local_failure(
-    code: str, detail: str, *, target: PublicPeer | None = None
-) -> render.SendReport:
-    verdict = classify(code)
-    return render.SendReport(
-        ok=False,
-        status=code,
-        message_id=None,
-        target=target,
-        state=verdict.state,
-        retryable=verdict.retryable,
-        next=verdict.next,
-        detail=detail,
-        message_written=False,
-    )
-
-
-def _exchange_failure(exc: ExchangeError, message_id: str, peer: PublicPeer) -> render.SendReport:
-    verdict = exc.verdict
-    detail = exc.detail if exc.remote_error is None else f"{exc.detail}: {exc.remote_error}"
-    return render.SendReport(
-        ok=False,
-        status=exc.code,
-        message_id=message_id,
-        target=peer,
-        state=verdict.state,
-        retryable=verdict.retryable,
-        next=verdict.next,
-        detail=detail,
-        message_written=exc.message_written,
-    )
+        outbox = self.outbox()
+        if outbox is None:
+            return outbound.local_failure(Code.NOT_READY, "the cross-session inbox is not running")
+        return await outbound.query_status(outbox, target, message_id)
 
 
 __all__ = ["SYSTEM_CLOCK", "NotReadyError", "RuntimeOptions", "SessionRuntime"]

@@ -228,6 +228,7 @@ class Admission:
         turn_start_grace_s: float = TURN_START_GRACE_S,
         max_rows: int = MAX_CACHE_ENTRIES,
         on_latch: Callable[[str], None] | None = None,
+        on_row: Callable[[Row], None] | None = None,
     ) -> None:
         self._identity = identity
         self._clock = clock
@@ -245,6 +246,7 @@ class Admission:
         self._grace = turn_start_grace_s
         self._max_rows = max_rows
         self._on_latch = on_latch
+        self._on_row = on_row
 
         self._phase = Phase.IDLE
         self._turn: _Turn | None = None
@@ -555,12 +557,23 @@ class Admission:
         row = self._rows.get(key)
         if row is None:
             return  # evicted long ago; only final rows are ever evicted
-        self._rows[key] = replace(
+        updated = replace(
             row, state=state, diagnostic=diagnostic, updated_at_ms=self._clock.wall_ms()
         )
+        self._rows[key] = updated
+        self._observe(updated)
+
+    def _observe(self, row: Row) -> None:
+        if self._on_row is None:
+            return
+        try:
+            self._on_row(row)
+        except Exception:  # an observer must never disturb admission
+            logger.exception("message state observer failed")
 
     def _put_row(self, row: Row) -> None:
         self._rows[(row.sender_instance_id, row.message_id)] = row
+        self._observe(row)
         if len(self._rows) <= self._max_rows:
             return
         # Evict the oldest rows that can no longer change; pending rows are never evicted.

@@ -64,6 +64,7 @@ __all__ = [
     "Reason",
     "UnsafePathError",
     "ensure_private_dir",
+    "inspect_private_dir",
     "list_registration_names",
     "make_socket_private",
     "pid_is_dead",
@@ -128,6 +129,7 @@ class UnsafePathError(FileSystemError):
     def __init__(self, path: str, reason: Reason, detail: str) -> None:
         super().__init__(f"refusing {path!r}: {detail}", path=path)
         self.reason = reason
+        self.detail = detail
 
 
 class FileOperationError(FileSystemError):
@@ -244,6 +246,36 @@ def ensure_private_dir(path: str, *, uid: int | None = None) -> None:
     # umask can strip and without which the dir is useless to us. Special bits are left alone.
     if stat.S_IMODE(st.st_mode) & 0o777 != DIR_MODE:
         _repair_dir_mode(path, st)
+
+
+def inspect_private_dir(path: str, *, uid: int | None = None) -> str | None:
+    """Judge a dir as :func:`ensure_private_dir` would, changing nothing (for diagnosis).
+
+    Returns ``None`` when it is a private dir of ours, ``"missing"`` when it does not exist, or a
+    sentence saying what is wrong. Never raises.
+    """
+    owner = resolve_uid(uid)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"cannot be inspected: {_errno_name(exc, 'error')}"
+    try:
+        _check_owner_and_type(
+            path,
+            st,
+            owner,
+            is_type=stat.S_ISDIR,
+            wrong_type=Reason.NOT_DIRECTORY,
+            wrong_type_detail="it is not a directory",
+        )
+    except UnsafePathError as exc:
+        return exc.detail
+    mode = stat.S_IMODE(st.st_mode) & 0o777
+    if mode != DIR_MODE:
+        return f"mode {mode:04o} instead of 0700"
+    return None
 
 
 def _repair_dir_mode(path: str, judged: os.stat_result) -> None:

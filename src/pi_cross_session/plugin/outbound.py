@@ -1,0 +1,212 @@
+"""Sending one message, from a target string to an honest report.
+
+Shared by the session runtime (the model's ``send_pi_message``) and the command line's ``send``:
+
+1. check the caller's input (target, text, summary) — ``invalid_target`` / ``invalid_message``;
+2. list the live peers and resolve the target among them — ``not_found`` / ``ambiguous`` /
+   ``invalid_target`` for a self-send;
+3. build the frame and check its size *before* spending anything — ``message_too_large``;
+4. spend one unit of the lifetime budget, if the sender has one — ``budget_exhausted``;
+5. exchange, under the caller's cancel scope, and classify the ending.
+
+Nothing is retried. The report says whether the message frame was ever written, so "certainly not
+delivered" is never confused with "unknown".
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+
+from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.protocol.addressing import AddressError, resolve_target
+from pi_cross_session.protocol.codec import encode_frame
+from pi_cross_session.protocol.codes import Code, classify
+from pi_cross_session.protocol.discovery import Listing
+from pi_cross_session.protocol.errors import FrameTooLargeError
+from pi_cross_session.protocol.exchange import ExchangeError, Exchanger, Receipt
+from pi_cross_session.protocol.frames import WIRE_VERSION, Message, Sender, dumps_frame
+from pi_cross_session.protocol.limits import (
+    MAX_FRAME_BYTES,
+    MAX_SUMMARY_CODE_POINTS,
+    MAX_TARGET_UNITS,
+    MAX_TEXT_UNITS,
+    MAX_TOOL_SUMMARY_UNITS,
+)
+from pi_cross_session.protocol.registration import PublicPeer
+from pi_cross_session.protocol.text import clean_line, is_blank, is_well_formed, utf16_length
+from pi_cross_session.security.limits import LifetimeBudget
+
+
+@dataclass(frozen=True, slots=True)
+class Outbox:
+    """Who sends, and with what: identity, exchanger, budget (if any), clock, live listing."""
+
+    sender: Sender
+    exchanger: Exchanger
+    list_peers: Callable[[], Awaitable[Listing]]
+    wall_ms: Callable[[], int]
+    budget: LifetimeBudget | None = None
+    #: Our own public view, so that a self-send is refused as such rather than as "not found".
+    me: PublicPeer | None = None
+
+
+def summary_for(summary: str | None, text: str) -> str:
+    """The wire summary: the caller's, else the first non-blank line, folded to 200 code points."""
+    if summary is not None and not is_blank(summary):
+        source = summary
+    else:
+        source = next((line for line in text.splitlines() if not is_blank(line)), "")
+    return clean_line(source, MAX_SUMMARY_CODE_POINTS) or "message"
+
+
+def check_input(target: str, text: str, summary: str | None) -> tuple[str, str] | None:
+    """The first problem with a caller's input as ``(code, detail)``, or ``None``."""
+    if not is_well_formed(target) or is_blank(target) or utf16_length(target) > MAX_TARGET_UNITS:
+        return (Code.INVALID_TARGET, f"the target must be 1 to {MAX_TARGET_UNITS} characters")
+    if not is_well_formed(text):
+        return (Code.INVALID_MESSAGE, "the message is not well-formed Unicode")
+    if is_blank(text):
+        return (Code.INVALID_MESSAGE, "the message is blank")
+    if utf16_length(text) > MAX_TEXT_UNITS:
+        return (Code.INVALID_MESSAGE, f"the message exceeds {MAX_TEXT_UNITS:,} characters")
+    if summary is not None and (
+        not is_well_formed(summary)
+        or is_blank(summary)
+        or utf16_length(summary) > MAX_TOOL_SUMMARY_UNITS
+    ):
+        return (
+            Code.INVALID_MESSAGE,
+            f"the summary must be 1 to {MAX_TOOL_SUMMARY_UNITS} characters",
+        )
+    return None
+
+
+def local_failure(code: str, detail: str, *, target: PublicPeer | None = None) -> SendReport:
+    """A report for an ending decided before anything was written to a peer."""
+    verdict = classify(code)
+    return SendReport(
+        ok=False,
+        status=code,
+        message_id=None,
+        target=target,
+        state=verdict.state,
+        retryable=verdict.retryable,
+        next=verdict.next,
+        detail=detail,
+        message_written=False,
+    )
+
+
+def exchange_failure(exc: ExchangeError, message_id: str, peer: PublicPeer) -> SendReport:
+    """A report for an exchange that did not end in a good receipt."""
+    verdict = exc.verdict
+    detail = exc.detail if exc.remote_error is None else f"{exc.detail}: {exc.remote_error}"
+    return SendReport(
+        ok=False,
+        status=exc.code,
+        message_id=message_id,
+        target=peer,
+        state=verdict.state,
+        retryable=verdict.retryable,
+        next=verdict.next,
+        detail=detail,
+        message_written=exc.message_written,
+    )
+
+
+async def resolve(outbox: Outbox, target: str) -> tuple[PublicPeer, Listing] | SendReport:
+    """The live peer ``target`` names, with the listing it came from, or a failure report."""
+    listing = await outbox.list_peers()
+    own = [outbox.me] if outbox.me is not None else []
+    self_id = outbox.me.instance_id if outbox.me is not None else outbox.sender.instance_id
+    try:
+        peer = resolve_target(target, [*listing.peers, *own], self_instance_id=self_id)
+    except AddressError as exc:
+        return local_failure(exc.code, str(exc))
+    return peer, listing
+
+
+async def send(
+    outbox: Outbox,
+    target: str,
+    text: str,
+    *,
+    summary: str | None = None,
+    scope: anyio.CancelScope | None = None,
+) -> SendReport:
+    """Send one message and report exactly what is known about its fate."""
+    problem = check_input(target, text, summary)
+    if problem is not None:
+        return local_failure(*problem)
+    resolved = await resolve(outbox, target)
+    if isinstance(resolved, SendReport):
+        return resolved
+    peer, listing = resolved
+    message = Message(
+        v=WIRE_VERSION,
+        type="message",
+        request_id=str(uuid.uuid4()),
+        message_id=str(uuid.uuid4()),
+        text=text,
+        summary=summary_for(summary, text),
+        sent_at=outbox.wall_ms(),
+    )
+    try:
+        encode_frame(dumps_frame(message), max_frame_bytes=MAX_FRAME_BYTES)
+    except FrameTooLargeError as exc:
+        return local_failure(Code.MESSAGE_TOO_LARGE, str(exc), target=peer)
+    budget = outbox.budget
+    if budget is not None:
+        if not budget.can_spend():
+            detail = "this session incarnation has used its whole message budget"
+            return local_failure(Code.BUDGET_EXHAUSTED, detail, target=peer)
+        budget.spend()
+    receipt: Receipt | None = None
+    scope = scope or anyio.CancelScope()
+    try:
+        with scope:
+            receipt = await outbox.exchanger.send(
+                listing.registrations[peer.instance_id], sender=outbox.sender, message=message
+            )
+    except ExchangeError as exc:
+        return exchange_failure(exc, message.message_id, peer)
+    if receipt is None:
+        verdict = classify(Code.CANCELLED)
+        return SendReport(
+            ok=False,
+            status=Code.CANCELLED,
+            message_id=message.message_id,
+            target=peer,
+            state=verdict.state,
+            retryable=False,
+            next=verdict.next,
+            detail="the sender stopped while the message was in flight",
+            message_written=True,
+        )
+    return SendReport(ok=True, status=receipt.status, message_id=message.message_id, target=peer)
+
+
+async def query_status(outbox: Outbox, target: str, message_id: str) -> SendReport:
+    """Ask a peer what became of a message this sender identity sent it (free for both)."""
+    resolved = await resolve(outbox, target)
+    if isinstance(resolved, SendReport):
+        return resolved
+    peer, listing = resolved
+    try:
+        receipt = await outbox.exchanger.query_status(
+            listing.registrations[peer.instance_id], sender=outbox.sender, message_id=message_id
+        )
+    except ExchangeError as exc:
+        return exchange_failure(exc, message_id, peer)
+    reply = receipt.reply
+    return SendReport(
+        ok=True,
+        status=receipt.status,
+        message_id=message_id,
+        target=peer,
+        detail=None if reply is None else reply.error,
+    )
