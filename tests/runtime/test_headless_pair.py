@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import pytest
@@ -43,7 +44,7 @@ async def test_send_list_and_queue(locations: Locations) -> None:
         second = await alpha.send("beta", "second message")
         assert second.status == "queued", second
         with anyio.fail_after(5):
-            while len(beta_host.delivered) < 2:
+            while len(beta_host.delivered) < 2:  # noqa: ASYNC110 (the host exposes a list)
                 await anyio.sleep(0.02)
         assert [d.text for d in beta_host.delivered] == ["first message", "second message"]
         status = await alpha.query_status("beta", second.message_id or "")
@@ -56,4 +57,4 @@ async def test_send_list_and_queue(locations: Locations) -> None:
         assert self_send.status == "invalid_target"
         missing = await alpha.send("gamma", "nobody")
         assert missing.status == "not_found"
-    assert not list((locations.peers_dir and __import__("pathlib").Path(locations.peers_dir)).glob("*.json"))
+    assert not list(Path(locations.peers_dir).glob("*.json"))

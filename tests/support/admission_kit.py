@@ -194,7 +194,7 @@ def check_reply(reply: Response, *, request_id: str) -> None:
     assert reply.request_id == request_id
     assert reply.code == reply.state == reply.status
     assert reply.retryable is ((not reply.ok) and reply.status in RETRYABLE)
-    assert reply.capabilities == (CANCEL_SAFE_QUEUE,)
+    assert tuple(reply.capabilities or ()) == (CANCEL_SAFE_QUEUE,)
     assert reply.next
     if reply.ok:
         assert reply.peer == {

@@ -8,11 +8,12 @@ host bus, so a valid envelope is refused as ``unsupported`` and an invalid one a
 
 from __future__ import annotations
 
-import json
 import re
 from enum import StrEnum
 from typing import Final
 
+from pi_cross_session.protocol import jsonwire
+from pi_cross_session.protocol.errors import FrameError
 from pi_cross_session.protocol.limits import MAX_ID_CHARS, MAX_SAFE_INTEGER
 
 BRIDGE_PREFIX: Final = "cross-session:bridge:v1\n"
@@ -41,8 +42,8 @@ def classify_bridge(text: str, *, now_ms: int) -> BridgeKind:
     if not text.startswith(BRIDGE_PREFIX):
         return BridgeKind.NOT_BRIDGE
     try:
-        envelope = json.loads(text[len(BRIDGE_PREFIX) :])
-    except (ValueError, RecursionError):
+        envelope = jsonwire.loads(text[len(BRIDGE_PREFIX) :])
+    except FrameError:
         return BridgeKind.INVALID
     if not isinstance(envelope, dict):
         return BridgeKind.INVALID

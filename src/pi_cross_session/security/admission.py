@@ -86,6 +86,13 @@ FINAL_STATES: Final = frozenset(
 )
 
 
+#: Diagnostics of a ``submitted`` row: whether the host showed the message entering its
+#: conversation (spec §4.1 asks the row to record it).
+NOT_YET_CONFIRMED: Final = "Submitted; the host has not yet confirmed it"
+CONFIRMED: Final = "The host confirmed the message entered the conversation"
+UNCONFIRMED: Final = "The host did not confirm it within 5 s; the inbox was closed"
+
+
 class Phase(StrEnum):
     """Where the host session is in its turn cycle, as far as we can tell."""
 
@@ -236,9 +243,10 @@ class Admission:
         self._budget = budget
         self._inbound = inbound
         self._host_idle = host_idle
-        self._rate = rate or RateLimiter()
-        self._ids = message_ids or MessageIdLedger()
-        self._texts = texts or TextDedup()
+        # ``is None``, not ``or``: the policies define __len__, so an empty one is falsy.
+        self._rate = RateLimiter() if rate is None else rate
+        self._ids = MessageIdLedger() if message_ids is None else message_ids
+        self._texts = TextDedup() if texts is None else texts
         self._max_queued = max_queued
         self._queue_ttl = queue_ttl_s
         self._max_age_ms = int(max_age_s * 1000)
@@ -250,8 +258,12 @@ class Admission:
 
         self._phase = Phase.IDLE
         self._turn: _Turn | None = None
-        # A submission of ours that has not started a turn yet: (message id, monotonic deadline).
-        self._awaiting_start: tuple[str, float] | None = None
+        # A submission of ours that has not started a turn yet: (row key, monotonic deadline).
+        self._awaiting_start: tuple[tuple[str, str], float] | None = None
+        # The row whose submission is in progress, and whether the host confirmed it meanwhile
+        # (a host may start the turn and show the message inside its submit call).
+        self._submitting: tuple[str, str] | None = None
+        self._confirmed_while_submitting = False
         self._queue: deque[_Queued] = deque()
         self._rows: OrderedDict[tuple[str, str], Row] = OrderedDict()
         self._evicted_rows = 0
@@ -283,17 +295,23 @@ class Admission:
         if bridge is BridgeKind.VALID:
             # We run no in-process bridge listener: such text is never given to a model.
             return self._refuse(message.request_id, Code.UNSUPPORTED)
-        can_submit = self.can_submit()
+        now = self._clock.monotonic()
+        self._expire(now)  # a full queue of stale entries must not refuse a fresh message
+        # While older messages wait for their flush, a new one never jumps ahead of them.
+        can_submit = self.can_submit() and not self._queue
         if not can_submit and not (caller.can_queue and self.can_queue()):
             return self._refuse(message.request_id, Code.BUSY)
         if len(self._queue) >= self._max_queued:
             return self._refuse(message.request_id, Code.QUEUE_FULL)
         if not self._budget.can_spend():
             return self._refuse(message.request_id, Code.BUDGET_EXHAUSTED)
-        now = self._clock.monotonic()
         sender_id = sender.instance_id
         text_key = TextDedup.key(sender_id, message.text, message.goal_id)
-        if self._ids.seen(sender_id, message.message_id) or self._texts.is_duplicate(text_key, now):
+        seen_id = (
+            self._ids.seen(sender_id, message.message_id)
+            or (sender_id, message.message_id) in self._rows
+        )
+        if seen_id or self._texts.is_duplicate(text_key, now):
             return self._refuse(message.request_id, Code.DUPLICATE)
         if not self._rate.allows(sender_id, now):
             return self._refuse(message.request_id, Code.RATE_LIMITED)
@@ -328,7 +346,9 @@ class Admission:
             state = self._deliver(delivery)
             if state == Code.SUBMITTED:
                 return self._ok(message.request_id, Code.SUBMITTED)
-            return self._refuse(message.request_id, Code.INJECTION_FAILED)
+            # Admitted and accounted for (its row says injection_failed), so not counted as a
+            # refusal; the wire still says the host could not take it.
+            return self._response(message.request_id, Code.INJECTION_FAILED)
         ttl_left = min(
             self._queue_ttl, max(0.0, (message.sent_at - now_ms) / 1000 + self._queue_ttl)
         )
@@ -387,13 +407,15 @@ class Admission:
 
     def message_started(self, message_id: str, sender_instance_id: str) -> None:
         """The host showed our submitted message entering its conversation."""
-        row = self._rows.get((sender_instance_id, message_id))
+        key = (sender_instance_id, message_id)
+        if key == self._submitting:
+            self._confirmed_while_submitting = True
+            return
+        row = self._rows.get(key)
         if row is not None and row.state == Code.SUBMITTED:
-            self._rows[(sender_instance_id, message_id)] = replace(
-                row,
-                diagnostic="The host confirmed the message entered the conversation",
-                updated_at_ms=self._clock.wall_ms(),
-            )
+            confirmed = replace(row, diagnostic=CONFIRMED, updated_at_ms=self._clock.wall_ms())
+            self._rows[key] = confirmed
+            self._observe(confirmed)
 
     def turn_aborted(self) -> None:
         """The running turn was aborted (or its signal fired): latch."""
@@ -415,8 +437,10 @@ class Admission:
             and turn.source is not TurnSource.UNKNOWN
         )
         if not safe:
-            # An unknown turn that ended cleanly is not an abort; anything else may have been.
-            if ending is not TurnEnding.STOP or (turn is not None and turn.cancelled):
+            # Fail closed (spec §5.5–5.6): a turn we cannot vouch for — cancelled, of unknown
+            # source, or ended any way but a clean stop — closes the inbox. Only a clean stop with
+            # no turn on record (nothing was running, as far as we know) leaves it open.
+            if turn is not None or ending is not TurnEnding.STOP:
                 self._latch(LatchReason.UNSAFE_END)
             return False
         return bool(self._queue) and not self._stopped
@@ -449,8 +473,14 @@ class Admission:
         now = self._clock.monotonic()
         self._expire(now)
         if self._awaiting_start is not None and now >= self._awaiting_start[1]:
+            key, _ = self._awaiting_start
             self._awaiting_start = None
             self._phase = Phase.IDLE if self._turn is None else self._phase
+            row = self._rows.get(key)
+            if row is not None and row.state == Code.SUBMITTED:
+                self._rows[key] = replace(
+                    row, diagnostic=UNCONFIRMED, updated_at_ms=self._clock.wall_ms()
+                )
             self._latch(LatchReason.NO_TURN_START)
 
     # -- local user ------------------------------------------------------------------------------
@@ -512,17 +542,31 @@ class Admission:
     # -- internals -------------------------------------------------------------------------------
 
     def _deliver(self, delivery: Delivery) -> str:
-        """Hand a message to the host; a synchronous failure latches the inbox."""
+        """Hand a message to the host; a synchronous failure latches the inbox.
+
+        The turn we expect is registered *before* the host is called, because a host may start
+        that turn (and show the message) before its submit call returns.
+        """
+        key = _key(delivery)
+        self._awaiting_start = (key, self._clock.monotonic() + self._grace)
+        self._phase = Phase.PREFLIGHT
+        self._submitting = key
+        self._confirmed_while_submitting = False
         try:
             self._submit(delivery)
         except Exception as exc:  # the host's error is reported as a state, never raised
             logger.warning("submission of %s failed: %s", delivery.message_id, exc)
+            if self._awaiting_start is not None and self._awaiting_start[0] == key:
+                self._awaiting_start = None
+            if self._turn is None:
+                self._phase = Phase.IDLE
             self._set_state(delivery, Code.INJECTION_FAILED, f"The host refused it: {exc}"[:400])
             self._latch(LatchReason.SUBMIT_FAILED)
             return Code.INJECTION_FAILED
-        self._awaiting_start = (delivery.message_id, self._clock.monotonic() + self._grace)
-        self._phase = Phase.PREFLIGHT
-        self._set_state(delivery, Code.SUBMITTED, "Submitted; the host has not yet confirmed it")
+        finally:
+            self._submitting = None
+        diagnostic = CONFIRMED if self._confirmed_while_submitting else NOT_YET_CONFIRMED
+        self._set_state(delivery, Code.SUBMITTED, diagnostic)
         return Code.SUBMITTED
 
     def _latch(self, reason: LatchReason) -> None:
@@ -596,6 +640,10 @@ class Admission:
     def _refuse(self, request_id: str, code: Code) -> Response:
         refusals = self._counters.refusals
         refusals[code] = refusals.get(code, 0) + 1
+        return self._response(request_id, code)
+
+    @staticmethod
+    def _response(request_id: str, code: Code) -> Response:
         return Response.build(
             request_id=request_id, ok=False, status=code, error=refusal_text(code)
         )

@@ -74,7 +74,10 @@ class RateLimiter:
     def commit(self, sender: str, now: float) -> None:
         """Spend one token (after :meth:`allows` said yes and the message was admitted)."""
         left = self.tokens(sender, now) - 1.0
-        self._buckets[sender] = _Bucket(tokens=left, stamp=now)
+        previous = self._buckets.get(sender)
+        # Never move the stamp back: time already credited must not be credited twice.
+        stamp = now if previous is None else max(previous.stamp, now)
+        self._buckets[sender] = _Bucket(tokens=left, stamp=stamp)
         self._buckets.move_to_end(sender)
         while len(self._buckets) > self._max_senders:
             self._buckets.popitem(last=False)
