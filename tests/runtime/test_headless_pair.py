@@ -57,4 +57,4 @@ async def test_send_list_and_queue(locations: Locations) -> None:
         assert self_send.status == "invalid_target"
         missing = await alpha.send("gamma", "nobody")
         assert missing.status == "not_found"
-    assert not list(Path(locations.peers_dir).glob("*.json"))
+    assert not list(Path(locations.peers_dir).glob("*.json"))  # noqa: ASYNC240 (test only)
