@@ -403,6 +403,11 @@ class SessionRuntime:
             inc.admission.turn_started(source)
             self._wake(inc, refresh=True)
 
+    def on_turn_identified(self, source: TurnSource) -> None:
+        """The host learned who started the running turn."""
+        if (inc := self._current) is not None:
+            inc.admission.turn_identified(source)
+
     def on_message_started(self, message_id: str, sender_instance_id: str) -> None:
         """A message we submitted entered the conversation."""
         if (inc := self._current) is not None:

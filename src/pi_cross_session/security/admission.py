@@ -405,6 +405,18 @@ class Admission:
         self._turn = _Turn(source=source)
         self._phase = Phase.BUSY
 
+    def turn_identified(self, source: TurnSource) -> None:
+        """The host learned who started the running turn after it began (e.g. from the first
+        message of the run). Only an unknown source is replaced, and never by ``unknown``: a
+        turn never loses the provenance it already has."""
+        turn = self._turn
+        if (
+            turn is not None
+            and turn.source is TurnSource.UNKNOWN
+            and source is not TurnSource.UNKNOWN
+        ):
+            turn.source = source
+
     def message_started(self, message_id: str, sender_instance_id: str) -> None:
         """The host showed our submitted message entering its conversation."""
         key = (sender_instance_id, message_id)
