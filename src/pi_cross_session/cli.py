@@ -34,7 +34,8 @@ from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.codes import Code, SenderState
 from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.frames import INSTANCE_ID_RE
+from pi_cross_session.protocol.frames import ID_RE, INSTANCE_ID_RE
+from pi_cross_session.protocol.registration import PublicPeer
 from pi_cross_session.protocol.text import clean_line
 from pi_cross_session.security.admission import Row
 
@@ -48,6 +49,12 @@ EXIT_NO_TARGET: Final = 4
 def _instance_id(value: str) -> str:
     if INSTANCE_ID_RE.fullmatch(value) is None:
         raise argparse.ArgumentTypeError("an instance id is 32 lowercase hex characters")
+    return value
+
+
+def _message_id(value: str) -> str:
+    if ID_RE.fullmatch(value) is None:
+        raise argparse.ArgumentTypeError("a message id is 1 to 128 of A-Z a-z 0-9 _ -")
     return value
 
 
@@ -127,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "status", help="ask a session what became of a message sent from this command line"
     )
     status.add_argument("target")
-    status.add_argument("message_id", metavar="MESSAGE_ID")
+    status.add_argument("message_id", metavar="MESSAGE_ID", type=_message_id)
     status.add_argument("--json", action="store_true", help="print one JSON object")
 
     check = commands.add_parser(
@@ -227,8 +234,10 @@ class _InboxPrinter:
             return
         if self._json:
             self.emit("status", "", **render.status_data(snapshot))
-        else:
-            self.emit("status", "status:\n" + render.status_text(snapshot))
+            return
+        registration = runtime.registration()
+        me = None if registration is None else PublicPeer.from_registration(registration)
+        self.emit("status", "status:\n" + render.status_text(snapshot, me=me))
 
 
 async def _inbox(args: argparse.Namespace) -> int:
@@ -240,6 +249,38 @@ async def _inbox(args: argparse.Namespace) -> int:
         on_row=printer.row,
     )
     host.runtime = runtime
+    try:
+        await _serve_inbox(printer, host, runtime)
+    except BaseExceptionGroup as group:
+        cause = _first_cross_session_error(group)
+        if cause is None:
+            raise
+        printer.emit("stopped", f"stopped: {cause}", error=str(cause), code=cause.code)
+        print(f"pi-cross-session: {cause.code}: {cause}", file=sys.stderr)
+        return EXIT_LOCAL
+    failure = runtime.last_error
+    printer.emit(
+        "stopped",
+        "stopped" + (f" after an error: {failure}" if failure else "; files removed"),
+        error=None if failure is None else str(failure),
+    )
+    return EXIT_LOCAL if failure is not None else EXIT_OK
+
+
+def _first_cross_session_error(
+    group: BaseExceptionGroup[BaseException],
+) -> CrossSessionError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, CrossSessionError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first_cross_session_error(exc)
+            if found is not None:
+                return found
+    return None
+
+
+async def _serve_inbox(printer: _InboxPrinter, host: HeadlessHost, runtime: SessionRuntime) -> None:
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
     with anyio.open_signal_receiver(*signals) as received:
         async with anyio.create_task_group() as group:
@@ -271,13 +312,6 @@ async def _inbox(args: argparse.Namespace) -> int:
             await runtime.wait_finished()
             printer.status(runtime)
             group.cancel_scope.cancel()
-    failure = runtime.last_error
-    printer.emit(
-        "stopped",
-        "stopped" + (f" after an error: {failure}" if failure else "; files removed"),
-        error=None if failure is None else str(failure),
-    )
-    return EXIT_LOCAL if failure is not None else EXIT_OK
 
 
 # -- peers, send, status ---------------------------------------------------------------------------

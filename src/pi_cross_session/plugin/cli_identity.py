@@ -73,7 +73,8 @@ def state_dir(locations: Locations) -> str:
     return node_join(locations.agent_dir, STATE_DIR)
 
 
-def _parse(raw: bytes) -> CliIdentity | None:
+def parse_identity(raw: bytes) -> CliIdentity | None:
+    """The identity in a stored file, or ``None`` when it is not a valid one."""
     try:
         data = json.loads(raw)
     except ValueError:
@@ -106,7 +107,7 @@ def load_or_create(locations: Locations) -> CliIdentity:
     fs.ensure_private_dir(directory)
     path = node_join(directory, IDENTITY_FILE)
     try:
-        existing = _parse(fs.read_registration_bytes(path))
+        existing = parse_identity(fs.read_registration_bytes(path))
     except CrossSessionError:
         existing = None
     if existing is not None:

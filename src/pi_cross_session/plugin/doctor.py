@@ -15,6 +15,7 @@ from functools import partial
 
 import anyio
 
+from pi_cross_session.plugin import cli_identity
 from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.exchange import ExchangeError, Exchanger
@@ -121,8 +122,21 @@ def _scan_registrations(locations: Locations) -> tuple[list[Finding], list[Regis
     return findings, good
 
 
+def _cli_instance_id(locations: Locations) -> str | None:
+    """The command line's own sender identity, if one exists (read-only)."""
+    path = os.path.join(cli_identity.state_dir(locations), cli_identity.IDENTITY_FILE)
+    try:
+        identity = cli_identity.parse_identity(fs.read_registration_bytes(path))
+    except CrossSessionError:
+        return None
+    return None if identity is None else identity.instance_id
+
+
 async def _check_peer(
-    locations: Locations, exchanger: Exchanger, registration: Registration
+    locations: Locations,
+    exchanger: Exchanger,
+    registration: Registration,
+    cli_instance_id: str | None,
 ) -> Finding:
     who = f"{clean_line(registration.name)} [{registration.ref}]"
     subject = f"session {who}"
@@ -138,8 +152,8 @@ async def _check_peer(
         fix = "restart that session"
         if refusal == "unsafe_endpoint":
             fix = f"check the socket's owner and mode (must be 0600): {registration.socket_path}"
-        elif registration.inbound == "refuse" and refusal == "ENOENT":
-            return Finding(Severity.OK, subject, "a sender without an inbox (command line)")
+        elif registration.instance_id == cli_instance_id and refusal == "ENOENT":
+            return Finding(Severity.OK, subject, "the command line, sending (it has no inbox)")
         return Finding(
             Severity.WARNING,
             subject,
@@ -214,10 +228,13 @@ async def diagnose(locations: Locations | None = None) -> list[Finding]:
     scanned, registrations = await anyio.to_thread.run_sync(partial(_scan_registrations, where))
     findings.extend(scanned)
     exchanger = Exchanger(where, fs)
+    cli_id = await anyio.to_thread.run_sync(_cli_instance_id, where)
     results: dict[str, Finding] = {}
 
     async def check(registration: Registration) -> None:
-        results[registration.instance_id] = await _check_peer(where, exchanger, registration)
+        results[registration.instance_id] = await _check_peer(
+            where, exchanger, registration, cli_id
+        )
 
     async with anyio.create_task_group() as group:
         for registration in registrations:

@@ -1,0 +1,1 @@
+"""Tests of the ``pi-cross-session`` command line through real processes."""

@@ -1,0 +1,163 @@
+"""``pi-cross-session peers``: the live sessions, never a token, never the command line itself."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pi_cross_session.plugin import cli_identity
+from pi_cross_session.protocol import discovery
+from pi_cross_session.protocol.exchange import Exchanger
+from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.security import fs
+from tests.support.cli_procs import Inboxes, Result, exists
+
+Cli = Callable[..., Result]
+
+PEER_KEYS = [
+    "version",
+    "protocol",
+    "id",
+    "instanceId",
+    "name",
+    "cwd",
+    "pid",
+    "startedAt",
+    "updatedAt",
+    "status",
+    "inbound",
+    "socketPath",
+    "ref",
+    "git",
+]
+
+
+def token_of(locations: Locations, instance_id: str) -> str:
+    data = json.loads(Path(locations.registration_path(instance_id)).read_bytes())
+    token = data["token"]
+    assert isinstance(token, str)
+    assert len(token) == 64
+    return token
+
+
+def test_no_sessions(cli: Cli) -> None:
+    text = cli("peers")
+    assert text.returncode == 0, text
+    assert text.stdout == "No other live sessions.\n"
+    assert text.stderr == ""
+    as_json = cli("peers", "--json")
+    assert as_json.returncode == 0, as_json
+    assert as_json.json() == {"peers": []}
+
+
+def test_listing_has_every_public_field_and_no_token(
+    inboxes: Inboxes, cli: Cli, locations: Locations, tmp_path: Path
+) -> None:
+    alpha = inboxes.start("alpha").wait_event("ready")
+    beta = inboxes.start("beta", "--refuse").wait_event("ready")
+    tokens = [token_of(locations, r["instanceId"]) for r in (alpha, beta)]
+
+    listed = cli("peers", "--json")
+    assert listed.returncode == 0, listed
+    peers = {peer["name"]: peer for peer in listed.json()["peers"]}
+    assert set(peers) == {"alpha", "beta"}
+    for ready in (alpha, beta):
+        peer = peers[ready["name"]]
+        assert list(peer) == PEER_KEYS
+        assert peer["version"] == 2
+        assert peer["protocol"] == 1
+        assert peer["id"] == ready["sessionId"]
+        assert peer["instanceId"] == ready["instanceId"]
+        assert peer["ref"] == ready["ref"]
+        assert peer["pid"] == ready["pid"]
+        assert peer["status"] == "idle"
+        assert peer["inbound"] == ready["inbound"]
+        assert peer["socketPath"] == locations.socket_path(ready["instanceId"])
+        assert peer["startedAt"] <= peer["updatedAt"]
+        assert peer["git"] is None  # the inboxes run in a temporary dir outside any repository
+    assert peers["beta"]["inbound"] == "refuse"
+    for token in tokens:
+        assert token not in listed.stdout
+        assert token not in listed.stderr
+    assert "token" not in listed.stdout
+
+    text = cli("peers")
+    assert text.returncode == 0, text
+    cwd = tmp_path / "work"
+    assert sorted(text.stdout.splitlines()) == [
+        f"{r['name']} [{r['ref']}] — idle — {cwd} — git none — session {r['sessionId']}"
+        for r in (alpha, beta)
+    ]
+    for token in tokens:
+        assert token not in text.stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_git_metadata_of_an_advertised_cwd(inboxes: Inboxes, cli: Cli, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    git("init", "-q", "-b", "topic")
+    git(
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.invalid",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "x",
+    )
+    head = git("rev-parse", "HEAD")
+    inboxes.start("in-repo", "--cwd", str(repo))
+    listed = cli("peers", "--json")
+    assert listed.returncode == 0, listed
+    [peer] = listed.json()["peers"]
+    assert peer["git"] == {"worktree": str(repo), "branch": "topic", "head": head}
+    text = cli("peers")
+    assert f"git {repo} (topic@{head[:8]})" in text.stdout
+
+
+def test_the_command_line_never_lists_itself(
+    inboxes: Inboxes, cli: Cli, private_agent_dir: Path
+) -> None:
+    inboxes.start("delta", busy=0)
+    sent = cli("send", "delta", "make an identity")
+    assert sent.returncode == 0, sent
+    identity = json.loads((private_agent_dir / "cross-session" / "cli-identity.json").read_text())
+    listed = cli("peers", "--json")
+    assert listed.returncode == 0, listed
+    assert [p["name"] for p in listed.json()["peers"]] == ["delta"]
+    assert identity["instanceId"] not in listed.stdout
+    assert identity["token"] not in listed.stdout
+    assert "pi-cross-session-cli" not in listed.stdout
+
+
+@pytest.mark.anyio
+async def test_other_listers_hide_the_command_line_while_it_is_published(
+    inboxes: Inboxes, locations: Locations
+) -> None:
+    """The command line's registration exists while it sends, but nobody lists it: it has no
+    socket, and its process lives, so a listing hides it without reaping it."""
+    ready = inboxes.start("epsilon").wait_event("ready")
+    async with cli_identity.publishing(locations, with_git=False) as outbox:
+        mine = locations.registration_path(outbox.sender.instance_id)
+        assert exists(mine)
+        listing = await discovery.list_peers(
+            locations, fs, Exchanger(locations, fs).is_live, self_instance_id=None, with_git=False
+        )
+        assert [p.instance_id for p in listing.peers] == [ready["instanceId"]]
+        assert listing.hidden == 1
+        assert exists(mine)  # hidden, not reaped: its process is alive
+    assert not exists(mine)

@@ -1,0 +1,346 @@
+"""``pi-cross-session send``: every exit code, the ``--json`` report, and nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import anyio
+import pytest
+
+from pi_cross_session.plugin import cli_identity, outbound
+from pi_cross_session.protocol import discovery
+from pi_cross_session.protocol.exchange import Exchanger
+from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.security import fs
+from tests.support.cli_procs import Inboxes, Result, exists, leftovers, run_cli
+from tests.support.fake_receiver import SILENT, fake_receiver, ready
+from tests.support.peers import make_registration, publish
+
+Cli = Callable[..., Result]
+
+REPORT_KEYS = {
+    "ok",
+    "status",
+    "state",
+    "retryable",
+    "next",
+    "messageId",
+    "target",
+    "error",
+    "messageWritten",
+}
+
+
+def identity_of(agent_dir: Path) -> dict[str, str]:
+    data = json.loads((agent_dir / "cross-session" / "cli-identity.json").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+# -- 0: submitted or queued ------------------------------------------------------------------------
+
+
+def test_json_report_of_a_submitted_message_with_a_summary(
+    inboxes: Inboxes, cli: Cli, locations: Locations
+) -> None:
+    inbox = inboxes.start("alpha")
+    ready_event = inbox.wait_event("ready")
+    sent = cli(
+        "send", "alpha", "line one\nline two", "--summary", "  the short version  ", "--json"
+    )
+    assert sent.returncode == 0, sent
+    report = sent.json()
+    assert set(report) == REPORT_KEYS
+    assert report["ok"] is True
+    assert report["status"] == "submitted"
+    assert report["state"] == "submitted"
+    assert report["retryable"] is False
+    assert report["next"] is None
+    assert report["error"] is None
+    assert report["messageWritten"] is False  # only failures say whether the frame went out
+    assert len(report["messageId"]) == 36
+    assert report["target"]["instanceId"] == ready_event["instanceId"]
+    assert report["target"]["name"] == "alpha"
+    assert "token" not in report["target"]
+    message = inbox.wait_event("message", messageId=report["messageId"])
+    assert message["summary"] == "the short version"
+    assert message["text"] == "line one\nline two"
+    assert inbox.wait_event("state", messageId=report["messageId"])["summary"] == (
+        "the short version"
+    )
+    assert leftovers(locations, keep=[ready_event["instanceId"]]) == []
+
+
+def test_concurrent_invocations_take_turns_with_the_identity(
+    inboxes: Inboxes, private_agent_dir: Path, locations: Locations
+) -> None:
+    inbox = inboxes.start("busy-bee", busy=10)
+    results: list[Result] = []
+
+    def send(number: int) -> None:
+        results.append(
+            run_cli(private_agent_dir, "send", "busy-bee", f"parallel {number}", "--json")
+        )
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(results) == 3
+    assert all(r.returncode == 0 for r in results), results
+    assert sorted(r.json()["status"] for r in results) == ["queued", "queued", "submitted"]
+    ready_event = inbox.wait_event("ready")
+    assert leftovers(locations, keep=[ready_event["instanceId"]]) == []
+
+
+# -- 2: refused --------------------------------------------------------------------------------
+
+
+def test_the_same_text_twice_is_a_duplicate(
+    inboxes: Inboxes, cli: Cli, locations: Locations, private_agent_dir: Path
+) -> None:
+    inbox = inboxes.start("gamma", busy=0)
+    first = cli("send", "gamma", "exactly this text")
+    assert first.returncode == 0, first
+    again = cli("send", "gamma", "exactly this text", "--json")
+    assert again.returncode == 2, again
+    report = again.json()
+    assert report["status"] == "duplicate"
+    assert report["state"] == "refused"
+    assert report["retryable"] is False
+    assert report["messageWritten"] is True
+    assert "same text within 30 s" in report["error"]
+    # A different text from the same identity still goes through.
+    other = cli("send", "gamma", "another text")
+    assert other.returncode == 0, other
+    # Three invocations, one sender: the receiver saw a single source (which is also why the
+    # second one counted as a duplicate at all).
+    assert {e["source"] for e in inbox.events() if e["event"] == "state"} == {
+        identity_of(private_agent_dir)["instanceId"]
+    }
+    assert leftovers(locations, keep=[inbox.wait_event("ready")["instanceId"]]) == []
+
+
+# -- 4: no such target -------------------------------------------------------------------------
+
+
+def test_an_unknown_target_is_not_found(inboxes: Inboxes, cli: Cli, locations: Locations) -> None:
+    ready_event = inboxes.start("present").wait_event("ready")
+    sent = cli("send", "absent", "hello?", "--json")
+    assert sent.returncode == 4, sent
+    report = sent.json()
+    assert report["status"] == "not_found"
+    assert report["state"] == "refused"
+    assert report["messageId"] is None
+    assert report["messageWritten"] is False
+    assert report["target"] is None
+    assert "Live sessions: present." in report["error"]
+    text = cli("send", "absent", "hello again?")
+    assert text.returncode == 4, text
+    assert "not_found" in text.stderr
+    assert leftovers(locations, keep=[ready_event["instanceId"]]) == []
+
+
+def test_nobody_there_is_not_found(cli: Cli) -> None:
+    sent = cli("send", "anyone", "hello?")
+    assert sent.returncode == 4, sent
+    assert "There are no other live sessions." in sent.stderr
+
+
+def test_two_sessions_of_one_name_are_ambiguous_until_a_ref_is_given(
+    inboxes: Inboxes, cli: Cli, locations: Locations
+) -> None:
+    first = inboxes.start("twin")
+    second = inboxes.start("twin")
+    refs = [i.wait_event("ready")["ref"] for i in (first, second)]
+    sent = cli("send", "twin", "which one?", "--json")
+    assert sent.returncode == 4, sent
+    report = sent.json()
+    assert report["status"] == "ambiguous"
+    assert report["messageWritten"] is False
+    for ref in refs:
+        assert f"twin [{ref}]" in report["error"]
+    precise = cli("send", f"@twin [{refs[1]}]", "you, the second one", "--json")
+    assert precise.returncode == 0, precise
+    assert precise.json()["target"]["ref"] == refs[1]
+    second.wait_event("message", messageId=precise.json()["messageId"])
+    assert not [e for e in first.events() if e["event"] == "message"]
+    ids = [i.wait_event("ready")["instanceId"] for i in (first, second)]
+    assert leftovers(locations, keep=ids) == []
+
+
+# -- 1: invalid input --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "status"),
+    [
+        (("someone", "   "), "invalid_message"),
+        (("someone", ""), "invalid_message"),
+        (("   ", "a message"), "invalid_target"),
+        (("someone", "a message", "--summary", " \t "), "invalid_message"),
+    ],
+    ids=["blank-message", "empty-message", "blank-target", "blank-summary"],
+)
+def test_invalid_input_exits_1_and_touches_nothing(
+    cli: Cli, private_agent_dir: Path, args: tuple[str, ...], status: str
+) -> None:
+    sent = cli("send", *args, "--json")
+    assert sent.returncode == 1, sent
+    report = sent.json()
+    assert report["status"] == status
+    assert report["ok"] is False
+    assert report["messageId"] is None
+    assert report["messageWritten"] is False
+    # Checked before anything is published: not even the identity is created.
+    assert list(private_agent_dir.iterdir()) == []
+
+
+def test_invalid_input_in_text_mode_goes_to_stderr(cli: Cli, private_agent_dir: Path) -> None:
+    text = cli("send", "someone", " \n ")
+    assert text.returncode == 1, text
+    assert text.stdout == ""
+    assert text.stderr.startswith("Message not confirmed to the target: invalid_message; ")
+    assert "the message is blank" in text.stderr
+    assert list(private_agent_dir.iterdir()) == []
+
+
+def test_a_message_to_the_command_line_itself_is_an_invalid_target(cli: Cli) -> None:
+    sent = cli("send", "pi-cross-session-cli", "talking to myself", "--json")
+    assert sent.returncode == 1, sent
+    assert sent.json()["status"] == "invalid_target"
+    assert "cannot send a message to itself" in sent.json()["error"]
+
+
+# -- 3: receipt unknown ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_receiver_that_never_answers_the_message_is_receipt_unknown(
+    locations: Locations, private_agent_dir: Path, tmp_path: Path
+) -> None:
+    """A fake session answers probes and the hello with ``ready`` (with the queue capability),
+    then stays silent: the command line gives up at its 5 s deadline with exit 3."""
+    registration = make_registration(locations, "silent")
+    async with fake_receiver(
+        locations, [ready(registration), SILENT], registration=registration
+    ) as fake:
+        publish(locations, registration)
+        started = time.monotonic()
+        results: list[Result] = []
+
+        async def send() -> None:
+            results.append(
+                await anyio.to_thread.run_sync(
+                    partial(
+                        run_cli, private_agent_dir, "send", "silent", "are you there?", "--json"
+                    )
+                )
+            )
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(send)
+            # While the command line waits for a receipt, its registration is on disk, yet
+            # nobody lists it.
+            await fake.wait_for(lambda: fake.count("message") == 1)
+            identity = identity_of(private_agent_dir)
+            assert exists(locations.registration_path(identity["instanceId"]))
+            listing = await discovery.list_peers(
+                locations,
+                fs,
+                Exchanger(locations, fs).is_live,
+                self_instance_id=None,
+                with_git=False,
+            )
+            assert [p.name for p in listing.peers] == ["silent"]
+        elapsed = time.monotonic() - started
+        [sent] = results
+        assert sent.returncode == 3, sent
+        report = sent.json()
+        assert report["status"] == "timeout"
+        assert report["state"] == "receipt_unknown"
+        assert report["retryable"] is False
+        assert report["messageWritten"] is True
+        assert "never resend blindly" in report["next"]
+        assert report["messageId"] == next(
+            r.body["messageId"] for r in fake.received if r.kind == "message"
+        )
+        assert 4.5 < elapsed < 20
+        assert fake.count("message") == 1  # nothing was retried
+    assert not exists(locations.registration_path(identity["instanceId"]))
+    assert leftovers(locations, keep=[registration.instance_id]) == []
+
+
+# -- 2: rate limited, across invocations -------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_the_rate_limit_follows_the_identity_across_invocations(
+    inboxes: Inboxes, locations: Locations, private_agent_dir: Path
+) -> None:
+    """A burst through the command line's identity (in-process, for speed) empties the receiver's
+    bucket for that identity; the next real invocation is then ``rate_limited`` (exit 2).
+
+    The invocation is started while the burst still holds the identity's lock, so it is already
+    up and waiting when the lock is released: a token takes 2 s to grow back, far longer than the
+    gap between the last admitted burst message and its send.
+    """
+    inbox = inboxes.start("target", busy=30)  # every message after the first waits in the queue
+    tally: Counter[str] = Counter()
+    results: list[Result] = []
+
+    async def one_more() -> None:
+        results.append(
+            await anyio.to_thread.run_sync(
+                partial(
+                    run_cli,
+                    private_agent_dir,
+                    "send",
+                    "target",
+                    "one more, from a new process",
+                    "--json",
+                )
+            )
+        )
+
+    async with (
+        anyio.create_task_group() as group,
+        cli_identity.publishing(locations, with_git=False) as outbox,
+    ):
+        burst_identity = outbox.sender.instance_id
+        group.start_soon(one_more)  # blocks on the identity lock until this block ends
+        number = 0
+        while tally["rate_limited"] == 0:
+            number += 1
+            assert number <= 40, tally
+            tally[(await outbound.send(outbox, "target", f"burst {number}")).status] += 1
+        # Drain the bucket exactly: the next admitted message leaves it nearly empty.
+        with anyio.fail_after(10):
+            while True:
+                number += 1
+                report = await outbound.send(outbox, "target", f"burst {number}")
+                if report.ok:
+                    break
+                assert report.status == "rate_limited", report
+                await anyio.sleep(0.05)
+        assert not results  # still waiting for the identity
+    assert tally["submitted"] == 1
+    assert tally["queued"] == 29
+    [sent] = results
+    assert sent.returncode == 2, sent
+    report = sent.json()
+    assert report["status"] == "rate_limited"
+    assert report["retryable"] is True
+    assert report["state"] == "refused"
+    assert identity_of(private_agent_dir)["instanceId"] == burst_identity
+    sources = {e["source"] for e in inbox.events() if e["event"] == "state"}
+    assert sources == {burst_identity}

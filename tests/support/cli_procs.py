@@ -1,0 +1,376 @@
+"""The ``pi-cross-session`` command line as real processes: one-shot commands and live inboxes.
+
+Every process gets ``PI_CODING_AGENT_DIR`` explicitly, so nothing here can ever touch ``~/.pi``.
+An inbox's stdout and stderr are read by threads as they come, so a test waits for an *event*
+(a line it expects) rather than for some time; :meth:`InboxProcess.close` always ends the process
+(SIGINT first, SIGKILL after a timeout), and fixtures call it in their finalizers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Final
+
+from pi_cross_session.protocol import paths
+
+CLI: Final = (sys.executable, "-m", "pi_cross_session")
+#: How long a one-shot command may run before the test fails (a send's own deadline is 5 s).
+COMMAND_TIMEOUT_S: Final = 30.0
+#: How long a test waits for an inbox event it expects.
+EVENT_TIMEOUT_S: Final = 15.0
+#: How long an inbox gets to stop after SIGINT/SIGTERM before it is killed.
+STOP_TIMEOUT_S: Final = 10.0
+#: The messageId printed at the end of a send's text result.
+MESSAGE_ID_RE: Final = re.compile(r"messageId=([0-9a-f-]{36})")
+
+
+def cli_env(agent_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """This process's environment with the test's private agent dir."""
+    env = dict(os.environ)
+    env["PI_CODING_AGENT_DIR"] = str(agent_dir)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass(frozen=True)
+class Result:
+    """A finished one-shot command."""
+
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        """The command's stdout as JSON (the test fails with the output if it is not JSON)."""
+        try:
+            return json.loads(self.stdout)
+        except ValueError as exc:  # pragma: no cover - only on a failing test
+            raise AssertionError(f"not JSON: {self!r}") from exc
+
+    def message_id(self) -> str:
+        """The ``messageId=…`` of a text-mode send result."""
+        match = MESSAGE_ID_RE.search(self.stdout + self.stderr)
+        assert match is not None, self
+        return match.group(1)
+
+    def __str__(self) -> str:
+        return (
+            f"$ pi-cross-session {' '.join(self.args)}\n(exit {self.returncode})\n"
+            f"--- stdout\n{self.stdout}--- stderr\n{self.stderr}"
+        )
+
+
+def run_cli(
+    agent_dir: str | os.PathLike[str],
+    *args: str,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout: float = COMMAND_TIMEOUT_S,
+) -> Result:
+    """Run ``pi-cross-session ARGS`` to completion."""
+    done = subprocess.run(
+        [*CLI, *args],
+        env=cli_env(agent_dir),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+        check=False,
+    )
+    return Result(tuple(args), done.returncode, done.stdout, done.stderr)
+
+
+class InboxExitedError(AssertionError):
+    """The inbox ended while a test was waiting for one of its events."""
+
+
+class InboxProcess:
+    """A running ``pi-cross-session inbox`` and every line it printed so far."""
+
+    def __init__(
+        self,
+        agent_dir: str | os.PathLike[str],
+        *args: str,
+        as_json: bool = True,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.args = ("inbox", *args, *(("--json",) if as_json else ()))
+        self.as_json = as_json
+        self._lock = threading.Condition(threading.RLock())
+        self.lines: list[str] = []
+        self.err_lines: list[str] = []
+        self._open_streams = 2
+        self.process = subprocess.Popen(
+            [*CLI, *self.args],
+            env=cli_env(agent_dir),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+        )
+        assert self.process.stdout is not None
+        assert self.process.stderr is not None
+        self._readers = [
+            threading.Thread(
+                target=self._read, args=(self.process.stdout, self.lines), daemon=True
+            ),
+            threading.Thread(
+                target=self._read, args=(self.process.stderr, self.err_lines), daemon=True
+            ),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _read(self, stream: IO[str], sink: list[str]) -> None:
+        try:
+            for line in stream:
+                with self._lock:
+                    sink.append(line.rstrip("\n"))
+                    self._lock.notify_all()
+        finally:
+            with self._lock:
+                self._open_streams -= 1
+                self._lock.notify_all()
+
+    # -- reading what it printed -----------------------------------------------------------------
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every JSON event printed so far (``--json`` mode)."""
+        with self._lock:
+            lines = list(self.lines)
+        return [json.loads(line) for line in lines if line.startswith("{")]
+
+    def output(self) -> str:
+        """Everything printed so far, stdout then stderr (for failure messages)."""
+        with self._lock:  # re-entrant: also called while waiting under the lock
+            return "\n".join(self.lines) + "\n--- stderr\n" + "\n".join(self.err_lines)
+
+    def _wait(self, find: Callable[[], Any], what: str, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                found = find()
+                if found is not None:
+                    return found
+                if self._open_streams == 0:
+                    raise InboxExitedError(f"inbox ended before {what}:\n{self.output()}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out waiting for {what}:\n{self.output()}")
+                self._lock.wait(left)
+
+    def wait_event(
+        self, event: str, *, timeout: float = EVENT_TIMEOUT_S, **fields: Any
+    ) -> dict[str, Any]:
+        """The first JSON event of this kind whose fields equal ``fields``; waits for it."""
+
+        def find() -> dict[str, Any] | None:
+            for line in self.lines:
+                if not line.startswith("{"):
+                    continue
+                data = json.loads(line)
+                if data.get("event") == event and all(data.get(k) == v for k, v in fields.items()):
+                    return data
+            return None
+
+        found: dict[str, Any] = self._wait(find, f"event {event} {fields}", timeout)
+        return found
+
+    def wait_line(
+        self, pattern: str | re.Pattern[str], *, timeout: float = EVENT_TIMEOUT_S
+    ) -> re.Match[str]:
+        """The first printed line matching ``pattern`` (``re.search``); waits for it."""
+        regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+
+        def find() -> re.Match[str] | None:
+            for line in self.lines:
+                match = regex.search(line)
+                if match is not None:
+                    return match
+            return None
+
+        found: re.Match[str] = self._wait(find, f"a line matching {regex.pattern!r}", timeout)
+        return found
+
+    def states_of(self, message_id: str) -> list[str]:
+        """The states one message went through, in order, as its ``state`` events show them.
+
+        A state reported again (a row update that only changes its diagnostic, such as the host's
+        confirmation of a submission) is not a new transition and is counted once.
+        """
+        states: list[str] = []
+        for e in self.events():
+            if e.get("event") != "state" or e.get("messageId") != message_id:
+                continue
+            if not states or states[-1] != e["state"]:
+                states.append(e["state"])
+        return states
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    def send_signal(self, number: int) -> None:
+        self.process.send_signal(number)
+
+    def stop(self, number: int = signal.SIGINT, timeout: float = STOP_TIMEOUT_S) -> int:
+        """Send ``number`` and wait for the exit status (the test fails if it does not exit)."""
+        if self.process.poll() is None:
+            self.process.send_signal(number)
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            self.close()
+            raise AssertionError(
+                f"inbox did not stop on signal {number}:\n{self.output()}"
+            ) from exc
+        self._join()
+        return code
+
+    def close(self) -> None:
+        """End the process whatever state it is in: SIGINT, then SIGKILL after a timeout."""
+        if self.process.poll() is None:
+            try:
+                self.process.send_signal(signal.SIGINT)
+                self.process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._join()
+
+    def _join(self) -> None:
+        for reader in self._readers:
+            reader.join(timeout=5)
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+class Inboxes:
+    """Starts inboxes for one test and stops every one of them at the end."""
+
+    def __init__(self, agent_dir: Path, cwd: Path) -> None:
+        self.agent_dir = agent_dir
+        self.cwd = cwd
+        self.started: list[InboxProcess] = []
+
+    def start(
+        self,
+        name: str | None = None,
+        *args: str,
+        busy: float | None = None,
+        as_json: bool = True,
+        wait: bool = True,
+    ) -> InboxProcess:
+        """Start ``inbox --name NAME ARGS`` and, by default, wait for its ``ready`` line."""
+        argv: list[str] = []
+        if name is not None:
+            argv += ["--name", name]
+        if busy is not None:
+            argv += ["--busy", f"{busy:g}"]
+        inbox = InboxProcess(self.agent_dir, *argv, *args, as_json=as_json, cwd=self.cwd)
+        self.started.append(inbox)
+        if wait:
+            if as_json:
+                inbox.wait_event("ready")
+            else:
+                inbox.wait_line(r"listening as session")
+        return inbox
+
+    def close(self) -> None:
+        for inbox in self.started:
+            inbox.close()
+
+
+# -- files ---------------------------------------------------------------------------------------
+
+
+def exists(path: str | os.PathLike[str]) -> bool:
+    """``lexists``: kept out of async test bodies (ruff's ASYNC240)."""
+    return os.path.lexists(path)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Create or overwrite a file (a sync helper for async test bodies)."""
+    Path(path).write_text(text)
+
+
+def listdir(path: str | os.PathLike[str]) -> list[str]:
+    """Sorted entries of a dir (a sync helper for async test bodies)."""
+    return sorted(os.listdir(path))
+
+
+def mode_of(path: str | os.PathLike[str]) -> int:
+    """Permission bits of ``path`` itself (never following a symlink)."""
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def tree_state(*roots: str | os.PathLike[str]) -> dict[str, tuple[Any, ...]]:
+    """Everything under ``roots`` as ``path -> (type, mode, uid, size, mtime_ns, link)``.
+
+    Symlinks are recorded, not followed; a missing root is recorded as missing. A dir's mtime is
+    recorded too, so even a file created and removed again inside it shows.
+    """
+    state: dict[str, tuple[Any, ...]] = {}
+
+    def record(path: str) -> os.stat_result | None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            state[path] = ("missing",)
+            return None
+        link = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
+        size = st.st_size if stat.S_ISREG(st.st_mode) else None
+        state[path] = (
+            stat.S_IFMT(st.st_mode),
+            stat.S_IMODE(st.st_mode),
+            st.st_uid,
+            size,
+            st.st_mtime_ns,
+            link,
+        )
+        return st
+
+    def walk(path: str) -> None:
+        st = record(path)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            for name in sorted(os.listdir(path)):
+                walk(os.path.join(path, name))
+
+    for root in roots:
+        walk(os.fspath(root))
+    return state
+
+
+def leftovers(locations: paths.Locations, keep: Sequence[str] = ()) -> list[str]:
+    """Registration files, temp files and sockets not belonging to the instance ids in ``keep``."""
+    found: list[str] = []
+    for directory in (locations.peers_dir, locations.runtime_dir):
+        try:
+            names = sorted(os.listdir(directory))
+        except FileNotFoundError:
+            continue
+        for name in names:
+            if name.startswith(".") and name.endswith(".lock"):
+                continue  # the reap lock of listings: part of the dir, not a leftover
+            stem = name.split(".", 1)[0]
+            if stem in keep and not name.startswith("."):
+                continue
+            found.append(os.path.join(directory, name))
+    return found
