@@ -27,7 +27,7 @@ from pi_cross_session.protocol.codec import encode_frame
 from pi_cross_session.protocol.codes import Code, classify
 from pi_cross_session.protocol.discovery import Listing
 from pi_cross_session.protocol.errors import FrameTooLargeError
-from pi_cross_session.protocol.exchange import ExchangeError, Exchanger, Receipt
+from pi_cross_session.protocol.exchange import ExchangeError, Exchanger, Progress, Receipt
 from pi_cross_session.protocol.frames import WIRE_VERSION, Message, Sender, dumps_frame
 from pi_cross_session.protocol.limits import (
     MAX_FRAME_BYTES,
@@ -167,10 +167,14 @@ async def send(
         budget.spend()
     receipt: Receipt | None = None
     scope = scope or anyio.CancelScope()
+    progress = Progress()
     try:
         with scope:
             receipt = await outbox.exchanger.send(
-                listing.registrations[peer.instance_id], sender=outbox.sender, message=message
+                listing.registrations[peer.instance_id],
+                sender=outbox.sender,
+                message=message,
+                progress=progress,
             )
     except ExchangeError as exc:
         return exchange_failure(exc, message.message_id, peer)
@@ -185,7 +189,7 @@ async def send(
             retryable=False,
             next=verdict.next,
             detail="the sender stopped while the message was in flight",
-            message_written=True,
+            message_written=progress.message_written,
         )
     return SendReport(ok=True, status=receipt.status, message_id=message.message_id, target=peer)
 

@@ -363,7 +363,9 @@ class SessionRuntime:
             incarnation.wake = anyio.Event()
             before = admission.phase
             admission.tick()
-            if incarnation.flush_due:
+            if incarnation.flush_due or admission.flush_owed:
+                # Retried on every pass until the host is idle: a settle seen while the host
+                # still looked busy must not strand the queue.
                 incarnation.flush_due = False
                 admission.flush_one()
             if incarnation.refresh_due or admission.phase is not before:

@@ -144,7 +144,9 @@ async def _connect_unix(path: str) -> anyio.abc.ByteStream:
 
 
 @dataclass(slots=True)
-class _Progress:
+class Progress:
+    """How far an exchange got; readable by the caller even when the exchange was cancelled."""
+
     frames_written: int = 0
     message_written: bool = False
 
@@ -172,7 +174,7 @@ class Exchanger:
     async def probe(self, peer: Registration) -> Receipt:
         """Prove ``peer`` is alive: a hello without ``from``, nothing after ``ready``."""
         hello = self._hello(peer, sender=None)
-        return await self._exchange(peer, hello, None, self._config.probe_deadline_s)
+        return await self._exchange(peer, hello, None, self._config.probe_deadline_s, Progress())
 
     async def is_live(self, peer: Registration) -> bool:
         """True when a probe ends in ``ready`` from this very peer; any failure is False."""
@@ -182,11 +184,23 @@ class Exchanger:
             return False
         return True
 
-    async def send(self, peer: Registration, *, sender: Sender, message: Message) -> Receipt:
+    async def send(
+        self,
+        peer: Registration,
+        *,
+        sender: Sender,
+        message: Message,
+        progress: Progress | None = None,
+    ) -> Receipt:
         """Deliver one message; the receipt's status is ``submitted``, ``queued`` or
-        ``accepted``. Raises :class:`ExchangeError` for every other ending."""
+        ``accepted``. Raises :class:`ExchangeError` for every other ending.
+
+        Pass ``progress`` to learn how far the exchange got if the caller cancels it.
+        """
         hello = self._hello(peer, sender=sender)
-        return await self._exchange(peer, hello, message, self._config.send_deadline_s)
+        return await self._exchange(
+            peer, hello, message, self._config.send_deadline_s, progress or Progress()
+        )
 
     async def query_status(self, peer: Registration, *, sender: Sender, message_id: str) -> Receipt:
         """Ask ``peer`` for the state of a message this sender sent it; free for the receiver.
@@ -198,7 +212,7 @@ class Exchanger:
         query = StatusQuery(
             v=WIRE_VERSION, type="status", request_id=self._new_request_id(), message_id=message_id
         )
-        return await self._exchange(peer, hello, query, self._config.send_deadline_s)
+        return await self._exchange(peer, hello, query, self._config.send_deadline_s, Progress())
 
     # -- the exchange ----------------------------------------------------------------------------
 
@@ -225,6 +239,7 @@ class Exchanger:
         hello: Hello,
         second: Message | StatusQuery | None,
         deadline_s: float,
+        progress: Progress,
     ) -> Receipt:
         # Both frames are encoded before anything else happens: an oversized message fails here,
         # locally, with no connection made.
@@ -239,7 +254,6 @@ class Exchanger:
             )
         except FrameTooLargeError as exc:
             raise ExchangeError(Code.MESSAGE_TOO_LARGE, str(exc)) from exc
-        progress = _Progress()
         with anyio.move_on_after(deadline_s) as deadline:
             return await self._run(peer, hello, second, hello_bytes, second_bytes, progress)
         assert deadline.cancelled_caught
@@ -252,7 +266,7 @@ class Exchanger:
         second: Message | StatusQuery | None,
         hello_bytes: bytes,
         second_bytes: bytes,
-        progress: _Progress,
+        progress: Progress,
     ) -> Receipt:
         path = await self._vet(peer)
         try:
@@ -299,7 +313,7 @@ class Exchanger:
         second: Message | StatusQuery | None,
         hello_bytes: bytes,
         second_bytes: bytes,
-        progress: _Progress,
+        progress: Progress,
     ) -> Receipt:
         def fail(code: str, detail: str) -> ExchangeError:
             return _failure(progress, code, detail)
@@ -379,7 +393,7 @@ class Exchanger:
 
 
 def _failure(
-    progress: _Progress, code: str, detail: str, remote_error: str | None = None
+    progress: Progress, code: str, detail: str, remote_error: str | None = None
 ) -> ExchangeError:
     return ExchangeError(
         code,

@@ -264,6 +264,8 @@ class Admission:
         # (a host may start the turn and show the message inside its submit call).
         self._submitting: tuple[str, str] | None = None
         self._confirmed_while_submitting = False
+        # A safe settle owes the queue one submission; it stays owed until the host is idle.
+        self._flush_owed = False
         self._queue: deque[_Queued] = deque()
         self._rows: OrderedDict[tuple[str, str], Row] = OrderedDict()
         self._evicted_rows = 0
@@ -455,18 +457,28 @@ class Admission:
             if turn is not None or ending is not TurnEnding.STOP:
                 self._latch(LatchReason.UNSAFE_END)
             return False
-        return bool(self._queue) and not self._stopped
+        self._flush_owed = bool(self._queue) and not self._stopped
+        return self._flush_owed
+
+    @property
+    def flush_owed(self) -> bool:
+        """A safe settle has not yet been followed by its one submission from the queue."""
+        return self._flush_owed
 
     def flush_one(self) -> Row | None:
         """Submit the oldest live queued message, if the session is still safely idle.
 
         Expired entries met on the way are marked ``expired``. Returns the row submitted, if any.
+        When the host is not idle yet, the submission stays owed (see :attr:`flush_owed`) and a
+        later call makes it, so a queue is never stranded behind a missed moment.
         """
         if self._stopped or self._shut_down or not self.can_submit():
             return None
         self._expire(self._clock.monotonic())
         if not self._queue:
+            self._flush_owed = False
             return None
+        self._flush_owed = False
         entry = self._queue.popleft()
         self._deliver(entry.delivery)
         return self._rows.get(_key(entry.delivery))
@@ -582,6 +594,7 @@ class Admission:
         return Code.SUBMITTED
 
     def _latch(self, reason: LatchReason) -> None:
+        self._flush_owed = False
         if not self._stopped:
             self._stopped = True
             self._latch_reason = reason.value

@@ -1,0 +1,230 @@
+"""The extension's options: where they come from, which one wins, and what a bad one means.
+
+pi-python has no flags for extensions (host gap 7), so the reference's ``--cross-session-inbound``
+becomes, from the narrowest scope to the widest (the first one set wins):
+
+1. **this session's choice**, made with ``/cross-session-inbound accept|refuse`` and saved in the
+   session itself (a custom entry, see :data:`INBOUND_ENTRY_TYPE`), so it holds when the session is
+   resumed and nowhere else;
+2. the environment variable :data:`INBOUND_ENV` (one launch of the agent);
+3. ``inbound = "accept" | "refuse"`` in the ``[cross_session]`` table of ``<pi home>/agent.toml``
+   (every session of this user; pi-python's own config loader ignores tables it does not know);
+4. the contract's default, ``accept``.
+
+The narrowest scope wins because it is the most deliberate: a choice typed into this very session
+beats a default meant for all of them. ``/cross-session-status`` shows which source decided.
+
+**Why the session choice is saved in the session, not in a file under the pi home.** A file would
+make one session's ``refuse`` silently apply to every later session of the user, which is a
+surprise nobody asked for; the session's own record is scoped exactly to the session it was typed
+in, needs no file of ours (so nothing to create with the right mode, lock or clean up), and goes
+away with the session. Global defaults belong in ``agent.toml``, which the user edits on purpose.
+
+**Fail closed.** A value other than exactly ``accept`` or ``refuse`` at any level — or an
+``agent.toml`` that cannot be read or parsed — means ``refuse``, and :attr:`PluginOptions.warnings`
+holds a sentence telling the user why. The invalid level is not skipped in favour of a wider one:
+the user meant *something* there, and we cannot know it was ``accept``.
+
+The same table may also adjust the tool-call gate (:mod:`pi_cross_session.security.gate`):
+``gated_tools_add = ["name", ...]`` gates more tools in peer-started turns, and
+``gated_tools_remove = [...]`` stops gating some. Only the local user's own file can do this.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Final, Literal
+
+from pi_cross_session.plugin import render
+
+#: Environment variable naming the inbound policy for one launch.
+INBOUND_ENV: Final = "PI_CROSS_SESSION_INBOUND"
+#: pi-python's settings file under its home, and our table in it.
+CONFIG_FILE_NAME: Final = "agent.toml"
+CONFIG_TABLE: Final = "cross_session"
+#: Custom entry type under which ``/cross-session-inbound`` saves its choice in the session.
+INBOUND_ENTRY_TYPE: Final = "cross-session-inbound"
+#: A settings file larger than this is not read (a real one is a few KiB).
+MAX_CONFIG_BYTES: Final = 1_048_576
+#: Gate adjustments kept from the config, at most (a list of tool names, not a data store).
+MAX_GATE_NAMES: Final = 256
+
+Inbound = Literal["accept", "refuse"]
+
+
+class InboundSource(StrEnum):
+    """Which level decided the inbound policy."""
+
+    DEFAULT = "default"
+    ENV = "env"
+    CONFIG = "config"
+    SESSION = "session"
+
+
+@dataclass(frozen=True, slots=True)
+class PluginOptions:
+    """The extension's effective options and what the user should be told about them."""
+
+    inbound: Inbound = "accept"
+    inbound_source: InboundSource = InboundSource.DEFAULT
+    gated_tools_add: tuple[str, ...] = ()
+    gated_tools_remove: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def with_session_choice(self, choice: Inbound | None) -> PluginOptions:
+        """Apply a choice saved in the session (the narrowest scope wins)."""
+        if choice is None:
+            return self
+        return replace(self, inbound=choice, inbound_source=InboundSource.SESSION)
+
+
+def parse_inbound(value: object) -> Inbound | None:
+    """``accept`` or ``refuse`` exactly; anything else is ``None`` (invalid)."""
+    if value == "accept":
+        return "accept"
+    if value == "refuse":
+        return "refuse"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    inbound: object = None
+    has_inbound: bool = False
+    unreadable: str | None = None
+    add: tuple[str, ...] = ()
+    remove: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def _names(table: Mapping[str, object], key: str) -> tuple[tuple[str, ...], str | None]:
+    value = table.get(key)
+    if value is None:
+        return (), None
+    if (
+        isinstance(value, list)
+        and len(value) <= MAX_GATE_NAMES
+        and all(isinstance(item, str) and item for item in value)
+    ):
+        return tuple(str(item) for item in value), None
+    return (), render.invalid_config_entry(key, f"a list of at most {MAX_GATE_NAMES} tool names")
+
+
+def _read_table(path: Path) -> _Table:
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        return _Table()
+    except OSError as exc:
+        return _Table(unreadable=exc.strerror or type(exc).__name__)
+    if len(raw) > MAX_CONFIG_BYTES:
+        return _Table(unreadable=f"larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return _Table(unreadable=str(exc))
+    table = data.get(CONFIG_TABLE)
+    if table is None:
+        return _Table()
+    if not isinstance(table, dict):
+        return _Table(unreadable=f"[{CONFIG_TABLE}] is not a table")
+    add, add_problem = _names(table, "gated_tools_add")
+    remove, remove_problem = _names(table, "gated_tools_remove")
+    return _Table(
+        inbound=table.get("inbound"),
+        has_inbound="inbound" in table,
+        add=add,
+        remove=remove,
+        warnings=tuple(w for w in (add_problem, remove_problem) if w is not None),
+    )
+
+
+def load_options(home: Path | str, *, env: Mapping[str, str] | None = None) -> PluginOptions:
+    """Read the environment and ``<home>/agent.toml``; never raises for a bad setting."""
+    environ = os.environ if env is None else env
+    path = Path(home) / CONFIG_FILE_NAME
+    table = _read_table(path)
+    warnings = list(table.warnings)
+    if table.unreadable is not None:
+        warnings.append(render.unreadable_config(str(path), table.unreadable))
+
+    inbound: Inbound
+    raw_env = environ.get(INBOUND_ENV)
+    if raw_env is not None:
+        source = InboundSource.ENV
+        parsed = parse_inbound(raw_env)
+        if parsed is None:
+            warnings.append(render.invalid_inbound_option(INBOUND_ENV, raw_env))
+        inbound = parsed or "refuse"
+    elif table.unreadable is not None:
+        source, inbound = InboundSource.CONFIG, "refuse"
+    elif table.has_inbound:
+        source = InboundSource.CONFIG
+        parsed = parse_inbound(table.inbound)
+        if parsed is None:
+            warnings.append(
+                render.invalid_inbound_option(f"{path} [{CONFIG_TABLE}]", table.inbound)
+            )
+        inbound = parsed or "refuse"
+    else:
+        source, inbound = InboundSource.DEFAULT, "accept"
+    return PluginOptions(
+        inbound=inbound,
+        inbound_source=source,
+        gated_tools_add=table.add,
+        gated_tools_remove=table.remove,
+        warnings=tuple(warnings),
+    )
+
+
+def session_choice(entries: Iterable[object]) -> Inbound | None:
+    """The last valid inbound choice saved in a session's custom entries, if any.
+
+    Entries come from the host as objects or dicts with ``customType`` and ``data``; a malformed
+    one is skipped (it cannot have been written by us, and a guess would be worse than none).
+    """
+    choice: Inbound | None = None
+    for entry in entries:
+        custom_type = _get(entry, "customType")
+        if custom_type != INBOUND_ENTRY_TYPE:
+            continue
+        data = _get(entry, "data")
+        if isinstance(data, Mapping):
+            parsed = parse_inbound(data.get("inbound"))
+            if parsed is not None:
+                choice = parsed
+    return choice
+
+
+def session_entry(value: Inbound, *, changed_at_ms: int) -> dict[str, object]:
+    """The data saved for a ``/cross-session-inbound`` choice."""
+    return {"inbound": value, "changedAt": changed_at_ms}
+
+
+def _get(entry: object, name: str) -> object:
+    if isinstance(entry, Mapping):
+        return entry.get(name)
+    return getattr(entry, name, None)
+
+
+__all__ = [
+    "CONFIG_FILE_NAME",
+    "CONFIG_TABLE",
+    "INBOUND_ENTRY_TYPE",
+    "INBOUND_ENV",
+    "MAX_CONFIG_BYTES",
+    "MAX_GATE_NAMES",
+    "Inbound",
+    "InboundSource",
+    "PluginOptions",
+    "load_options",
+    "parse_inbound",
+    "session_choice",
+    "session_entry",
+]
