@@ -182,6 +182,18 @@ def _check_owner_and_type(
         raise UnsafePathError(path, Reason.FOREIGN_OWNER, f"owned by uid {st.st_uid}, not {uid}")
 
 
+def _check_directory(path: str, st: os.stat_result, uid: int) -> None:
+    """Refuse anything but a real directory owned by ``uid``."""
+    _check_owner_and_type(
+        path,
+        st,
+        uid,
+        is_type=stat.S_ISDIR,
+        wrong_type=Reason.NOT_DIRECTORY,
+        wrong_type_detail="it is not a directory",
+    )
+
+
 # -- private dirs ----------------------------------------------------------------------------------
 
 
@@ -234,14 +246,7 @@ def ensure_private_dir(path: str, *, uid: int | None = None) -> None:
         st = os.lstat(path)
     except OSError as exc:
         raise _failed(path, "inspect the directory", exc) from exc
-    _check_owner_and_type(
-        path,
-        st,
-        owner,
-        is_type=stat.S_ISDIR,
-        wrong_type=Reason.NOT_DIRECTORY,
-        wrong_type_detail="it is not a directory",
-    )
+    _check_directory(path, st, owner)
     # Spec §1.2 repairs group/other bits; we also restore missing owner bits, which a strange
     # umask can strip and without which the dir is useless to us. Special bits are left alone.
     if stat.S_IMODE(st.st_mode) & 0o777 != DIR_MODE:
@@ -262,14 +267,7 @@ def inspect_private_dir(path: str, *, uid: int | None = None) -> str | None:
     except OSError as exc:
         return f"cannot be inspected: {_errno_name(exc, 'error')}"
     try:
-        _check_owner_and_type(
-            path,
-            st,
-            owner,
-            is_type=stat.S_ISDIR,
-            wrong_type=Reason.NOT_DIRECTORY,
-            wrong_type_detail="it is not a directory",
-        )
+        _check_directory(path, st, owner)
     except UnsafePathError as exc:
         return exc.detail
     mode = stat.S_IMODE(st.st_mode) & 0o777
