@@ -191,7 +191,13 @@ async def send(
             detail="the sender stopped while the message was in flight",
             message_written=progress.message_written,
         )
-    return SendReport(ok=True, status=receipt.status, message_id=message.message_id, target=peer)
+    return SendReport(
+        ok=True,
+        status=receipt.status,
+        message_id=message.message_id,
+        target=peer,
+        message_written=True,
+    )
 
 
 async def query_status(outbox: Outbox, target: str, message_id: str) -> SendReport:

@@ -1,0 +1,830 @@
+"""Probe and send latency between two Python processes, against a raw-socket floor.
+
+Three processes take part:
+
+* the **receiver** — a real :class:`SessionRuntime` inbox on the headless host with turns of 0 s
+  (what ``pi-cross-session inbox --busy 0`` runs), every contract limit at its default. By default
+  it is this file's own ``--serve-receiver`` mode, which is the inbox without its per-message
+  printing; ``--receiver cli`` runs the command line's ``inbox --busy 0 --json`` itself instead
+  (its JSON lines go to a log file);
+* the **raw server** — this file's ``--serve-raw`` mode: an asyncio Unix server that answers the
+  first line of a connection with a fixed ready line and the second with a fixed receipt line,
+  without looking at them;
+* this process, which measures, interleaved in a shuffled order each round:
+
+  - **probe**: :meth:`Exchanger.probe` (vetting, hello without ``from``, ``ready``);
+  - **send**: :meth:`Exchanger.send` with a published sender registration (the receiver reads that
+    file to authenticate the hello, admits the message and submits it to its host);
+  - **raw probe / raw send**: a raw asyncio client writing the same bytes to the raw server
+    (hello line → ready line; hello line → ready line, message line → receipt line) with no
+    validation at all. The bytes are copied from a real exchange with the receiver first.
+
+How the receiver's limits are respected (they are the contract's, and not raised for the bench):
+every sender identity (a published registration) sends at most ``--per-sender`` messages (25,
+below the token bucket's burst of 30, so no message waits for a refill or is refused
+``rate_limited``), and the receiver is restarted — a new process, a new incarnation with a fresh
+budget — before its lifetime budget of 256 admissions runs out (at most ``--per-receiver``, 250,
+sends each). Restarts happen between rounds and are not timed. Every message has its own text and
+messageId, so none is a duplicate; with turns of 0 s the receiver is idle again long before the
+next send, so receipts are ``submitted`` (the counts of every status are reported).
+
+After the timed run, ``--phase-sends`` more sends (and raw sends) are made with a timestamp at each
+step — taken through the Exchanger's own seams (its vetting and connector arguments), no change to
+the package — to show where a send's time goes; the script receiver also times its two handlers
+(hello, and message or status) through the endpoint's handler interface.
+
+Run ``python bench/exchange.py`` (``--json`` for machine-readable output; ``--profile`` adds a
+cProfile of both sides of the send path, untimed). Everything it creates — the temporary agent
+dir, the runtime dir ``/tmp/pi-peers-<uid>-<ns>``, the processes — is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import json
+import math
+import os
+import pstats
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+
+from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
+from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.exchange import ExchangeError, Exchanger
+from pi_cross_session.protocol.frames import Hello, Message, Sender
+from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.protocol.registration import (
+    Registration,
+    build_registration,
+    parse_registration,
+    serialize,
+)
+from pi_cross_session.security import fs
+from pi_cross_session.security.receiver import SessionReceiver
+from pi_cross_session.security.tokens import new_instance_id, new_token
+
+TARGET_SEND_RATIO: Final = 3.0
+#: How long a started process may take to say it is ready.
+START_TIMEOUT_S: Final = 20.0
+#: How long a process gets to stop after SIGTERM before it is killed.
+STOP_TIMEOUT_S: Final = 10.0
+#: Rounds run before timing starts (imports, caches, first connections).
+WARMUP_ROUNDS: Final = 20
+THIS_FILE: Final = os.path.abspath(__file__)
+#: Set in a receiver's environment to make it profile itself into that file.
+PROFILE_ENV: Final = "PI_BENCH_RECEIVER_PROFILE"
+#: Set in a receiver's environment to make it time its handlers and write them there at exit.
+TIMINGS_ENV: Final = "PI_BENCH_RECEIVER_TIMINGS"
+
+
+# -- the receiver process (--serve-receiver) -------------------------------------------------------
+
+
+def time_handlers(timings: dict[str, list[int]]) -> None:
+    """Time the receiver's two decisions, through the endpoint's public handler interface: the
+    hello (split: probe, or authenticated, which reads the sender's registration file) and the
+    second frame (admission or a status query). About a microsecond of overhead per call."""
+    on_hello = SessionReceiver.on_hello
+    on_request = SessionReceiver.on_request
+
+    async def timed_hello(self: SessionReceiver, hello: Hello) -> Any:
+        before = time.perf_counter_ns()
+        try:
+            return await on_hello(self, hello)
+        finally:
+            kind = "hello_probe" if hello.sender is None else "hello_authenticated"
+            timings[kind].append(time.perf_counter_ns() - before)
+
+    def timed_request(self: SessionReceiver, session: Any, request: Any) -> Any:
+        before = time.perf_counter_ns()
+        try:
+            return on_request(self, session, request)
+        finally:
+            timings["second_frame"].append(time.perf_counter_ns() - before)
+
+    SessionReceiver.on_hello = timed_hello  # type: ignore[method-assign]
+    SessionReceiver.on_request = timed_request  # type: ignore[method-assign]
+
+
+async def serve_receiver(
+    name: str, profile_out: str | None, timings_out: str | None
+) -> dict[str, list[int]]:
+    """A headless SessionRuntime inbox with 0 s turns and every default limit; no printing."""
+    profiler = cProfile.Profile() if profile_out else None
+    timings: dict[str, list[int]] = {
+        "hello_probe": [],
+        "hello_authenticated": [],
+        "second_frame": [],
+    }
+    if timings_out:
+        time_handlers(timings)
+    host = HeadlessHost(name=name, busy_s=0.0)
+    runtime = SessionRuntime(host, options=RuntimeOptions(with_git=False))
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as group:
+            await group.start(serve_inbox, host, runtime)
+            registration = runtime.registration()
+            assert registration is not None
+            line = {"event": "ready", "instanceId": registration.instance_id, "pid": os.getpid()}
+            print(json.dumps(line), flush=True)
+            if profiler is not None:
+                profiler.enable()
+            async for _ in signals:
+                break
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(profile_out)
+            await runtime.stop()
+            group.cancel_scope.cancel()
+    return timings
+
+
+# -- the raw server process (--serve-raw) ----------------------------------------------------------
+
+
+async def serve_raw(socket_path: str, ready: bytes, receipt: bytes) -> None:
+    """Answer line 1 with the ready bytes and line 2 with the receipt bytes; nothing else."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            if await reader.readline():
+                writer.write(ready)
+                await writer.drain()
+                if await reader.readline():
+                    writer.write(receipt)
+                    await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_unix_server(handle, path=socket_path)
+    os.chmod(socket_path, 0o600)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(number, stop.set)
+    print(json.dumps({"event": "ready", "pid": os.getpid()}), flush=True)
+    async with server:
+        await stop.wait()
+
+
+# -- processes -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Child:
+    """A process started by the bench, its output going to a log file."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    ready: dict[str, Any] = field(default_factory=dict)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait()
+
+
+def start_child(name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> Child:
+    """Start ``argv`` with its output in a log file, and wait for its JSON ``ready`` line
+    (blocking: the async side calls it in a worker thread)."""
+    log_path = log_dir / f"{name}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+    child = Child(name, process, log_path)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for line in log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                event = json.loads(line)
+                if event.get("event") == "ready":
+                    child.ready = event
+                    return child
+        if process.poll() is not None:
+            break
+        time.sleep(0.02)  # set-up only: nothing here is timed
+    child.stop()
+    raise SystemExit(f"{name} did not start:\n{log_path.read_text(errors='replace')}")
+
+
+# -- the measuring side ----------------------------------------------------------------------------
+
+
+class RecordingStream(anyio.abc.ByteStream):
+    """A byte stream that records what crosses it (to copy real frames for the raw floor)."""
+
+    def __init__(self, inner: anyio.abc.ByteStream, written: list[bytes], read: list[bytes]):
+        self._inner = inner
+        self._written = written
+        self._read = read
+
+    async def send(self, item: bytes) -> None:
+        self._written.append(bytes(item))
+        await self._inner.send(item)
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        data = await self._inner.receive(max_bytes)
+        self._read.append(data)
+        return data
+
+    async def send_eof(self) -> None:
+        await self._inner.send_eof()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class PhaseClock:
+    """Timestamps (perf_counter_ns) of one exchange's steps, taken through the Exchanger's seams:
+    the vetting call (run in a worker thread), the connector and the stream it returns."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, int] = {}
+
+    def mark(self, name: str) -> None:
+        self.marks.setdefault(name, time.perf_counter_ns())
+
+    def vet_socket(self, path: str) -> str | None:
+        self.mark("vet_start")
+        try:
+            return fs.vet_socket(path)
+        finally:
+            self.mark("vet_end")
+
+    async def connect(self, path: str) -> anyio.abc.ByteStream:
+        self.mark("connect_start")
+        stream = await anyio.connect_unix(path)
+        self.mark("connect_end")
+        return TimedStream(stream, self)
+
+
+class TimedStream(anyio.abc.ByteStream):
+    """Marks when each frame is written and each reply line arrives."""
+
+    def __init__(self, inner: anyio.abc.ByteStream, clock: PhaseClock) -> None:
+        self._inner = inner
+        self._clock = clock
+        self._sent = 0
+        self._lines = 0
+
+    async def send(self, item: bytes) -> None:
+        await self._inner.send(item)
+        self._sent += 1
+        self._clock.mark(f"sent_{self._sent}")
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        data = await self._inner.receive(max_bytes)
+        for _ in range(data.count(b"\n")):
+            self._lines += 1
+            self._clock.mark(f"reply_{self._lines}")
+        return data
+
+    async def send_eof(self) -> None:
+        await self._inner.send_eof()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+#: The steps of a send, as (label, from mark, to mark); "start"/"end" bracket the whole call.
+OUR_PHASES: Final = (
+    ("encode, hand to worker thread", "start", "vet_start"),
+    ("vet socket (lstat, in thread)", "vet_start", "vet_end"),
+    ("back from worker thread", "vet_end", "connect_start"),
+    ("connect", "connect_start", "connect_end"),
+    ("write hello", "connect_end", "sent_1"),
+    ("hello -> ready (receiver)", "sent_1", "reply_1"),
+    # One step: anyio's send yields to the loop, so where "message written" falls between
+    # parsing the ready and receiving the receipt is scheduling noise.
+    ("ready -> receipt (both sides)", "reply_1", "reply_2"),
+    ("parse receipt, close", "reply_2", "end"),
+)
+RAW_PHASES: Final = (
+    ("connect", "start", "connect_end"),
+    ("write hello, hello -> ready", "connect_end", "reply_1"),
+    ("ready -> receipt", "reply_1", "reply_2"),
+    ("close", "reply_2", "end"),
+)
+
+
+async def timed_raw_send(path: str, frames: Frames, clock: PhaseClock) -> None:
+    """:func:`raw_exchange` with the same marks as :class:`PhaseClock` takes for ours."""
+    clock.mark("start")
+    reader, writer = await asyncio.open_unix_connection(path)
+    clock.mark("connect_end")
+    try:
+        writer.write(frames.send_hello)
+        await reader.readline()
+        clock.mark("reply_1")
+        writer.write(frames.message)
+        await reader.readline()
+        clock.mark("reply_2")
+    finally:
+        writer.close()
+    clock.mark("end")
+
+
+def phase_medians(
+    runs: list[dict[str, int]], phases: tuple[tuple[str, str, str], ...]
+) -> dict[str, float]:
+    return {
+        label: round(statistics.median(run[b] - run[a] for run in runs) / 1000, 1)
+        for label, a, b in phases
+    }
+
+
+@dataclass
+class Frames:
+    """Real bytes of one probe and one send, as our client wrote them and our receiver replied."""
+
+    probe_hello: bytes = b""
+    send_hello: bytes = b""
+    message: bytes = b""
+    ready: bytes = b""
+    receipt: bytes = b""
+
+
+def publish_sender(locations: Locations, number: int) -> Sender:
+    """A new sender identity: a registration in the peers dir that a receiver can authenticate."""
+    instance_id = new_instance_id()
+    now = time.time_ns() // 1_000_000
+    registration = build_registration(
+        session_id=f"bench-sender-{number}",
+        session_name=f"bench-sender-{number}",
+        instance_id=instance_id,
+        cwd=os.getcwd(),
+        pid=os.getpid(),
+        started_at=now,
+        updated_at=now,
+        status="idle",
+        inbound="refuse",
+        socket_path=locations.socket_path(instance_id),
+        token=new_token(),
+    )
+    fs.ensure_private_dir(locations.peers_dir)
+    fs.write_registration(
+        locations.peers_dir, instance_id, serialize(registration), still_current=lambda: True
+    )
+    return Sender(id=registration.id, instance_id=instance_id, token=registration.token)
+
+
+def read_registration(locations: Locations, instance_id: str) -> Registration:
+    raw = fs.read_registration_bytes(locations.registration_path(instance_id))
+    return parse_registration(
+        raw, file_stem=instance_id, expected_socket_path=locations.socket_path(instance_id)
+    )
+
+
+def new_message(serial: int) -> Message:
+    """A message like a model's: a few lines, its own text (so never a duplicate) and id."""
+    text = (
+        f"Status update {serial}: the parser change is merged and the tests pass.\n"
+        "Please rebase your branch onto main before you continue, and tell me if it conflicts."
+    )
+    return Message(
+        v=1,
+        type="message",
+        request_id=str(uuid.uuid4()),
+        message_id=str(uuid.uuid4()),
+        text=text,
+        summary=f"Status update {serial}",
+        sent_at=time.time_ns() // 1_000_000,
+    )
+
+
+class Senders:
+    """Sender identities and receiver incarnations, rotated so no contract limit is reached."""
+
+    def __init__(
+        self,
+        locations: Locations,
+        start_receiver: Callable[[], Awaitable[Child]],
+        per_sender: int,
+        per_receiver: int,
+    ) -> None:
+        self.locations = locations
+        self._start_receiver = start_receiver
+        self.per_sender = per_sender
+        self.per_receiver = per_receiver
+        self.receiver: Child | None = None
+        self.target: Registration | None = None
+        self.sender: Sender | None = None
+        self.senders = 0
+        self.receivers = 0
+        self._sent_by_sender = 0
+        self._sent_to_receiver = 0
+        self._serial = 0
+
+    async def restart_receiver(self) -> Registration:
+        if self.receiver is not None:
+            await anyio.to_thread.run_sync(self.receiver.stop)
+        self.receiver = await self._start_receiver()
+        self.receivers += 1
+        self.target = read_registration(self.locations, self.receiver.ready["instanceId"])
+        self._sent_to_receiver = 0
+        self.sender = None
+        return self.target
+
+    async def next_send(self) -> tuple[Registration, Sender, Message]:
+        """Where the next send goes, from whom, and what (rotating before any limit is hit)."""
+        if self.target is None or self._sent_to_receiver >= self.per_receiver:
+            await self.restart_receiver()
+        if self.sender is None or self._sent_by_sender >= self.per_sender:
+            self.senders += 1
+            self.sender = publish_sender(self.locations, self.senders)
+            self._sent_by_sender = 0
+        self._sent_by_sender += 1
+        self._sent_to_receiver += 1
+        self._serial += 1
+        assert self.target is not None
+        return self.target, self.sender, new_message(self._serial)
+
+    def stop(self) -> None:
+        if self.receiver is not None:
+            self.receiver.stop()
+            self.receiver = None
+
+
+async def capture_frames(locations: Locations, senders: Senders) -> Frames:
+    """One real probe and one real send, recording the bytes on the wire."""
+    written: list[bytes] = []
+    read: list[bytes] = []
+
+    async def connect(path: str) -> anyio.abc.ByteStream:
+        return RecordingStream(await anyio.connect_unix(path), written, read)
+
+    recorder = Exchanger(locations, fs, connect=connect)
+    target, sender, message = await senders.next_send()
+    await recorder.probe(target)
+    probe_written, probe_read = list(written), list(read)
+    written.clear()
+    read.clear()
+    receipt = await recorder.send(target, sender=sender, message=message)
+    if receipt.status != "submitted" or len(written) != 2 or len(read) != 2:
+        raise SystemExit(f"unexpected capture: {receipt!r} {written!r} {read!r}")
+    # The probe's ready differs from the send's only in its requestId (a UUID, same length), so
+    # the raw server answers both kinds of hello with the send's.
+    if len(probe_written) != 1 or [len(chunk) for chunk in probe_read] != [len(read[0])]:
+        raise SystemExit(f"unexpected probe capture: {probe_written!r} {probe_read!r}")
+    return Frames(
+        probe_hello=probe_written[0],
+        send_hello=written[0],
+        message=written[1],
+        ready=read[0],
+        receipt=read[1],
+    )
+
+
+async def raw_exchange(path: str, first: bytes, second: bytes | None) -> None:
+    """The floor: write the bytes, read the reply line(s), validate nothing, close."""
+    reader, writer = await asyncio.open_unix_connection(path)
+    try:
+        writer.write(first)
+        if not await reader.readline():
+            raise ConnectionError("the raw server closed early")
+        if second is not None:
+            writer.write(second)
+            if not await reader.readline():
+                raise ConnectionError("the raw server closed early")
+    finally:
+        writer.close()
+
+
+def percentile(values: list[int], fraction: float) -> float:
+    """Nearest-rank percentile of nanosecond samples, in microseconds."""
+    ordered = sorted(values)
+    rank = min(len(ordered), max(1, math.ceil(fraction * len(ordered))))
+    return ordered[rank - 1] / 1000
+
+
+def profile_text(stats: pstats.Stats, limit: int) -> str:
+    out = io.StringIO()
+    stats.stream = out  # type: ignore[attr-defined]
+    stats.sort_stats("tottime").print_stats(limit)
+    return out.getvalue()
+
+
+def receiver_handler_medians(root: Path) -> dict[str, float]:
+    """Medians of the receiver's handler timings, over every incarnation of this run."""
+    merged: dict[str, list[int]] = {}
+    for path in sorted(root.glob("receiver-timings.*.json")):
+        for kind, values in json.loads(path.read_text()).items():
+            merged.setdefault(kind, []).extend(values)
+    return {
+        kind: round(statistics.median(values) / 1000, 1)
+        for kind, values in merged.items()
+        if values
+    }
+
+
+def receiver_profile_text(path: str, limit: int) -> str:
+    if not os.path.exists(path):
+        return "(the receiver wrote no profile)"
+    return profile_text(pstats.Stats(path), limit)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="pi-bench-exchange-"))
+    agent_dir = str(root / "agent")
+    locations = paths.resolve(env={paths.AGENT_DIR_ENV: agent_dir})
+    timings_prefix = str(root / "receiver-timings")
+    env = {**os.environ, paths.AGENT_DIR_ENV: agent_dir, "PYTHONUNBUFFERED": "1"}
+    env[TIMINGS_ENV] = timings_prefix
+    raw_socket = str(root / "raw.sock")
+    children: list[Child] = []
+    receiver_profile = str(root / "receiver.prof")
+    profiling = False
+
+    async def start_receiver() -> Child:
+        if args.receiver == "cli":
+            argv = [sys.executable, "-m", "pi_cross_session", "inbox", "--busy", "0", "--json"]
+            argv += ["--name", "bench-receiver"]
+        else:
+            argv = [sys.executable, THIS_FILE, "--serve-receiver", "bench-receiver"]
+        child_env = {**env, PROFILE_ENV: receiver_profile} if profiling else env
+        return await anyio.to_thread.run_sync(start_child, "receiver", argv, child_env, root)
+
+    senders = Senders(locations, start_receiver, args.per_sender, args.per_receiver)
+    try:
+        started = time.perf_counter()
+        await senders.restart_receiver()
+        frames = await capture_frames(locations, senders)
+        replies = json.dumps({"ready": frames.ready.decode(), "receipt": frames.receipt.decode()})
+        argv = [sys.executable, THIS_FILE, "--serve-raw", raw_socket, replies]
+        raw = await anyio.to_thread.run_sync(start_child, "raw-server", argv, env, root)
+        children.append(raw)
+        setup_s = time.perf_counter() - started
+
+        exchanger = Exchanger(locations, fs)
+        samples: dict[str, list[int]] = {"probe": [], "send": [], "raw_probe": [], "raw_send": []}
+        statuses: Counter[str] = Counter()
+        failures: Counter[str] = Counter()
+
+        async def ours_probe() -> None:
+            assert senders.target is not None
+            await exchanger.probe(senders.target)
+
+        async def raw_probe() -> None:
+            await raw_exchange(raw_socket, frames.probe_hello, None)
+
+        async def raw_send() -> None:
+            await raw_exchange(raw_socket, frames.send_hello, frames.message)
+
+        rng = random.Random(20261129)
+        rounds = max(args.probes, args.sends)
+        run_started = time.perf_counter()
+        for round_index in range(WARMUP_ROUNDS + rounds):
+            timed = round_index >= WARMUP_ROUNDS
+            index = round_index - WARMUP_ROUNDS
+            cases: list[str] = []
+            if not timed or index < args.probes:
+                cases += ["probe", "raw_probe"]
+            if not timed or index < args.sends:
+                cases += ["send", "raw_send"]
+            rng.shuffle(cases)
+            # Whatever a send needs (a new identity, a new receiver) is prepared before any
+            # timing of this round starts.
+            prepared = await senders.next_send() if "send" in cases else None
+            for case in cases:
+                if case == "send":
+                    assert prepared is not None
+                    target, sender, message = prepared
+                    before = time.perf_counter_ns()
+                    try:
+                        receipt = await exchanger.send(target, sender=sender, message=message)
+                    except ExchangeError as exc:
+                        failures[exc.code] += 1
+                        continue
+                    elapsed = time.perf_counter_ns() - before
+                    if timed:
+                        statuses[receipt.status] += 1
+                else:
+                    call = {"probe": ours_probe, "raw_probe": raw_probe, "raw_send": raw_send}[case]
+                    before = time.perf_counter_ns()
+                    await call()
+                    elapsed = time.perf_counter_ns() - before
+                if timed:
+                    samples[case].append(elapsed)
+        run_s = time.perf_counter() - run_started
+
+        # Where a send's time goes: the same exchanges again, untimed as a whole, with a mark at
+        # every step (ours through the Exchanger's seams, the floor the same way), interleaved.
+        ours_runs: list[dict[str, int]] = []
+        raw_runs: list[dict[str, int]] = []
+        for _ in range(args.phase_sends):
+            target, sender, message = await senders.next_send()
+            clock = PhaseClock()
+            instrumented = Exchanger(locations, clock, connect=clock.connect)
+            clock.mark("start")
+            await instrumented.send(target, sender=sender, message=message)
+            clock.mark("end")
+            ours_runs.append(clock.marks)
+            clock = PhaseClock()
+            await timed_raw_send(raw_socket, frames, clock)
+            raw_runs.append(clock.marks)
+        # The receiver writes its handler timings as it stops.
+        assert senders.receiver is not None
+        await anyio.to_thread.run_sync(senders.receiver.stop)
+        senders.receiver = None
+        handlers = await anyio.to_thread.run_sync(receiver_handler_medians, root)
+        phases = {
+            "ours_us": phase_medians(ours_runs, OUR_PHASES),
+            "raw_us": phase_medians(raw_runs, RAW_PHASES),
+            "receiver_handlers_us": handlers,
+            "n": args.phase_sends,
+        }
+
+        profile: dict[str, str] = {}
+        if args.profile:
+            # Untimed, on a fresh receiver that profiles itself from its ready line to its stop.
+            profiling = True
+            await senders.restart_receiver()
+            client = cProfile.Profile()
+            for _ in range(min(200, args.per_receiver)):
+                target, sender, message = await senders.next_send()
+                client.enable()
+                await exchanger.send(target, sender=sender, message=message)
+                client.disable()
+            assert senders.receiver is not None
+            # The receiver writes its profile as it stops.
+            await anyio.to_thread.run_sync(senders.receiver.stop)
+            senders.receiver = None
+            profile["client"] = profile_text(pstats.Stats(client), args.profile_lines)
+            profile["receiver"] = await anyio.to_thread.run_sync(
+                receiver_profile_text, receiver_profile, args.profile_lines
+            )
+
+        figures = {
+            name: {
+                "n": len(values),
+                "p50_us": round(percentile(values, 0.50), 1),
+                "p99_us": round(percentile(values, 0.99), 1),
+            }
+            for name, values in samples.items()
+        }
+        ratios = {
+            kind: {
+                "p50": round(figures[kind]["p50_us"] / figures[f"raw_{kind}"]["p50_us"], 2),
+                "p99": round(figures[kind]["p99_us"] / figures[f"raw_{kind}"]["p99_us"], 2),
+            }
+            for kind in ("probe", "send")
+        }
+        return {
+            "figures": figures,
+            "ratios": ratios,
+            "target_send_p50_ratio": TARGET_SEND_RATIO,
+            "send_phases_p50": phases,
+            "send_statuses": dict(statuses),
+            "send_failures": dict(failures),
+            "receiver": args.receiver,
+            "receiver_incarnations": senders.receivers,
+            "sender_identities": senders.senders,
+            "per_sender": args.per_sender,
+            "per_receiver": args.per_receiver,
+            "frame_bytes": {
+                "probe_hello": len(frames.probe_hello),
+                "send_hello": len(frames.send_hello),
+                "message": len(frames.message),
+                "ready": len(frames.ready),
+                "receipt": len(frames.receipt),
+            },
+            "setup_s": round(setup_s, 2),
+            "run_s": round(run_s, 2),
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+            "profile": profile,
+        }
+    finally:
+        senders.stop()
+        for child in children:
+            child.stop()
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(locations.runtime_dir, ignore_errors=True)
+
+
+LIMITS_NOTE: Final = (
+    "limits: each sender identity sends at most {per_sender} messages (token bucket burst 30), "
+    "and the receiver is restarted (new incarnation, fresh budget of 256) every {per_receiver} "
+    "sends; restarts are not timed"
+)
+
+
+def print_report(result: dict[str, Any]) -> None:
+    figures = result["figures"]
+    ratios = result["ratios"]
+    receiver = (
+        "pi-cross-session inbox --busy 0 --json"
+        if result["receiver"] == "cli"
+        else "SessionRuntime on the headless host, 0 s turns (the inbox without its printing)"
+    )
+    print(f"receiver: {receiver}; floor: raw asyncio client and server, no validation")
+    print(LIMITS_NOTE.format(**result))
+    print(
+        f"{result['receiver_incarnations']} receiver incarnations, "
+        f"{result['sender_identities']} sender identities; set-up {result['setup_s']} s, "
+        f"timed run {result['run_s']} s"
+    )
+    print(f"{'':<10}{'n':>6}{'p50 µs':>10}{'p99 µs':>10}")
+    for name in ("probe", "raw_probe", "send", "raw_send"):
+        row = figures[name]
+        print(f"{name:<10}{row['n']:>6}{row['p50_us']:>10.1f}{row['p99_us']:>10.1f}")
+    for kind in ("probe", "send"):
+        print(f"{kind} ours/raw: p50 {ratios[kind]['p50']:.2f}, p99 {ratios[kind]['p99']:.2f}")
+    target = result["target_send_p50_ratio"]
+    verdict = "ok" if ratios["send"]["p50"] <= target else "OVER"
+    print(f"send p50 ratio target <= {target:g}: {verdict}")
+    failures = result["send_failures"] or 0
+    print(f"timed send receipts: {result['send_statuses']}; failed sends (any): {failures}")
+    phases = result["send_phases_p50"]
+    print(f"\nwhere a send's time goes (median of {phases['n']} instrumented sends each, µs):")
+    for label, value in phases["ours_us"].items():
+        print(f"  ours {label:<32}{value:>8.1f}")
+    for label, value in phases["raw_us"].items():
+        print(f"  raw  {label:<32}{value:>8.1f}")
+    handlers = phases["receiver_handlers_us"]
+    if handlers:  # only the script receiver times its handlers
+        print(
+            "  receiver handlers, whole run: probe hello {hello_probe} µs, authenticated hello "
+            "(reads the sender's registration) {hello_authenticated} µs, message or status "
+            "{second_frame} µs".format(**handlers)
+        )
+    for side, text in result["profile"].items():
+        print(f"\n-- cProfile, {side} side of the send path (by own time) --\n{text}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
+    parser.add_argument("--probes", type=int, default=600, help="timed probes (and raw probes)")
+    parser.add_argument("--sends", type=int, default=600, help="timed sends (and raw sends)")
+    parser.add_argument(
+        "--receiver",
+        choices=("script", "cli"),
+        default="script",
+        help="script: the headless inbox without printing (default); cli: the inbox command",
+    )
+    parser.add_argument("--per-sender", type=int, default=25, help="sends per sender identity")
+    parser.add_argument("--per-receiver", type=int, default=250, help="sends per receiver")
+    parser.add_argument(
+        "--phase-sends", type=int, default=100, help="instrumented sends for the phase breakdown"
+    )
+    parser.add_argument("--profile", action="store_true", help="add an untimed cProfile run")
+    parser.add_argument("--profile-lines", type=int, default=25, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-receiver", metavar="NAME", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--serve-raw", nargs=2, metavar=("SOCKET", "REPLIES_JSON"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args(argv)
+    if args.serve_receiver:
+        profile_out = os.environ.get(PROFILE_ENV)
+        timings_out = os.environ.get(TIMINGS_ENV)
+        timings = anyio.run(serve_receiver, args.serve_receiver, profile_out, timings_out)
+        if timings_out:
+            Path(f"{timings_out}.{os.getpid()}.json").write_text(json.dumps(timings))
+        return 0
+    if args.serve_raw:
+        socket_path, replies = args.serve_raw
+        data = json.loads(replies)
+        asyncio.run(serve_raw(socket_path, data["ready"].encode(), data["receipt"].encode()))
+        return 0
+    if not 1 <= args.per_sender <= 30 or not 1 <= args.per_receiver <= 255:
+        parser.error("--per-sender must be 1-30 and --per-receiver 1-255 (the contract's limits)")
+    if args.profile and args.receiver == "cli":
+        parser.error("--profile profiles the script receiver only")
+    result = anyio.run(run, args)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_report(result)
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        raise SystemExit(main())
