@@ -7,8 +7,9 @@ model reads, structured ``details`` for programs, and whether the call failed. T
 
 Parameter limits follow the contract (spec §6.2) in its units: ``target`` 1–512 and ``summary``
 1–400 UTF-16 code units, ``message`` 1–1,000,000 UTF-16 code units. The JSON schema advertises the
-same numbers (as pydantic's code-point lengths, which a UTF-16 count can only exceed), and a
-validator counts the real units, so an astral-heavy string cannot slip past the schema.
+same numbers as ``minLength``/``maxLength`` for the model; the check itself is one validator that
+counts the real units (so an astral-heavy string cannot slip through a code-point count) and names
+the contract's code (``invalid_target`` / ``invalid_message``) in its error, whichever bound failed.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ def _within(code: str, what: str, limit: int) -> AfterValidator:
     return AfterValidator(check)
 
 
+def _bounds(limit: int) -> dict[str, Any]:
+    # Advertised only: the validator above enforces them, in UTF-16 units and with our code.
+    return {"minLength": 1, "maxLength": limit}
+
+
 class ListPiParams(BaseModel):
     """``list_pi`` takes no parameters."""
 
@@ -55,19 +61,23 @@ class SendPiMessageParams(BaseModel):
     target: Annotated[
         str,
         Field(
-            min_length=1, max_length=MAX_TARGET_UNITS, description=render.SEND_TARGET_DESCRIPTION
+            description=render.SEND_TARGET_DESCRIPTION,
+            json_schema_extra=_bounds(MAX_TARGET_UNITS),
         ),
         _within(Code.INVALID_TARGET, "target", MAX_TARGET_UNITS),
     ]
     message: Annotated[
         str,
-        Field(min_length=1, max_length=MAX_TEXT_UNITS, description=render.SEND_MESSAGE_DESCRIPTION),
+        Field(
+            description=render.SEND_MESSAGE_DESCRIPTION,
+            json_schema_extra=_bounds(MAX_TEXT_UNITS),
+        ),
         _within(Code.INVALID_MESSAGE, "message", MAX_TEXT_UNITS),
     ]
     summary: (
         Annotated[
             str,
-            Field(min_length=1, max_length=MAX_TOOL_SUMMARY_UNITS),
+            Field(json_schema_extra=_bounds(MAX_TOOL_SUMMARY_UNITS)),
             _within(Code.INVALID_MESSAGE, "summary", MAX_TOOL_SUMMARY_UNITS),
         ]
         | None

@@ -336,9 +336,14 @@ class TurnLedger:
             return self.authority
         return TurnAuthority(self._last)
 
-    def start(self) -> None:
-        """A turn began; its provenance is unknown until an opening message says otherwise."""
-        self._turn = _LedgerTurn()
+    def start(self, *, peer: bool = False) -> None:
+        """A turn began; its provenance is unknown until an opening message says otherwise.
+
+        ``peer``: a submission of ours was in flight when it began, so our message will land in
+        it whatever else opened it (spec §7.3: user input does not claim a turn while a peer
+        submission is pending); the turn is a peer turn from the start.
+        """
+        self._turn = _LedgerTurn(Provenance.PEER if peer else Provenance.UNKNOWN)
 
     def observe(self, provenance: Provenance) -> bool:
         """An opening message of the given provenance; returns True when the turn's changed."""

@@ -10,9 +10,12 @@ What it wires, and why each way (the host's gaps are numbered as in ``spec/host-
 
 * **Lifecycle.** The session's :class:`~pi_cross_session.plugin.runtime.SessionRuntime` starts at
   ``session_start`` as a task on the host's loop that this object holds, and stops in the
-  ``register_cleanup`` callback (``harness.close()``). Processes that end without ``close()``
-  (``pi-agent-cli -p``, EOF, SIGTERM: gap 5) are covered by an ``atexit`` hook that removes the
-  registration and socket of every session still registered here.
+  ``register_cleanup`` callback (``harness.close()``). Processes that end normally without
+  ``close()`` (``pi-agent-cli -p``, the ACP agent on stdin EOF: gap 5) are covered by an ``atexit``
+  hook that removes the registration and socket of every session still registered here. A process
+  killed by a signal runs neither; its registration stays until a listing proves its pid dead and
+  reaps it (spec §1.5). Loading the extension again into a running session (the host sends no
+  second ``session_start``) replaces the old incarnation with a new one at once.
 * **Idle or busy** (gap 2). Busy from ``agent_start`` to ``agent_end`` of a real run; the synthetic
   runs of slash commands (``run_id == ""``) are not turns but keep us busy while they last, since a
   message injected then would be stranded in the host's steer queue. A turn barrier (awaited right
@@ -37,6 +40,14 @@ What it wires, and why each way (the host's gaps are numbered as in ``spec/host-
 * **Tool failures.** pi-python's tool results have no error flag, so a failed send is marked as an
   error through our own ``tool_result`` hook, keeping its structured details.
 * **Commands** (gap 9): a command's reply is what it passes to ``api.send_message`` while it runs.
+* **Names.** pi-python sessions have no name, and their ids are UUIDv7 (clock first): see
+  :func:`default_session_name`.
+
+Known limits, all failing closed: a manual ``compact()`` or ``navigate_tree()`` leaves idle
+without any hook, so a message submitted then waits in the host's steer queue and the inbox latches
+after 5 s (the contract's rule for a submission that starts no turn); and a turn that fails before
+``agent_start`` (another extension's ``before_agent_start`` raising, say) leaves the inbox
+answering ``busy`` until the next turn ends, since no event says it was given up.
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ import time
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 import anyio
@@ -72,9 +84,11 @@ from pi_cross_session.protocol.registration import PublicPeer
 from pi_cross_session.security.admission import Delivery, TurnEnding, TurnSource
 from pi_cross_session.security.gate import (
     DEFAULT_POLICY,
+    Category,
     GatePolicy,
     Provenance,
     TurnLedger,
+    block_reason,
     decide,
 )
 
@@ -88,6 +102,8 @@ READY_TIMEOUT_S: Final = 5.0
 STOP_TIMEOUT_S: Final = 10.0
 #: pi-python's session ids are UUIDs of this version (time-ordered; see default_session_name).
 UUID7_VERSION: Final = 7
+#: How long cleanup lets the runtime's task finish after the runtime stopped, before cancelling.
+TASK_GRACE_S: Final = 1.0
 #: Host problems kept for ``/cross-session-status``.
 MAX_PROBLEMS: Final = 20
 #: Failed tool calls remembered until their ``tool_result`` hook marks them as errors.
@@ -228,26 +244,17 @@ class PiPythonSession:
         self._cwd = os.path.abspath(api.cwd)
         self.options = options or load_options(api.home)
         self.locations = locations or paths.resolve()
-        base = runtime_options or RuntimeOptions()
         self.runtime = SessionRuntime(
             self,
             locations=self.locations,
-            options=RuntimeOptions(
-                inbound=self.options.inbound,
-                budget=base.budget,
-                heartbeat_interval_s=base.heartbeat_interval_s,
-                endpoint=base.endpoint,
-                exchange=base.exchange,
-                clock=base.clock,
-                admission=base.admission,
-                with_git=base.with_git,
-            ),
+            options=replace(runtime_options or RuntimeOptions(), inbound=self.options.inbound),
         )
         self.policy: GatePolicy = DEFAULT_POLICY.with_tools(
             self.options.gated_tools_add, self.options.gated_tools_remove
         ).with_protected_roots(str(api.home), self.locations.agent_dir, cwd=self._cwd)
         self.ledger = TurnLedger()
         self.problems: deque[str] = deque(maxlen=MAX_PROBLEMS)
+        self._told: set[str] = set()  # kinds of failure the user was already told about
         # Turn state, from the host's events.
         self._run: str | None = None
         self._command_run = False
@@ -378,7 +385,9 @@ class PiPythonSession:
         exc = _describe(exc)
         logger.warning("cross-session: %s failed", what, exc_info=exc)
         self.problems.append(f"{what}: {type(exc).__name__}: {exc}")
-        self.notify(render.hook_failed(what, exc))
+        if what not in self._told:  # a hook failing on every event must not flood the user
+            self._told.add(what)
+            self.notify(render.hook_failed(what, exc))
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -452,17 +461,17 @@ class PiPythonSession:
                 await asyncio.wait_for(self.runtime.stop(), STOP_TIMEOUT_S)
             except TimeoutError:
                 self.problems.append(f"the inbox did not stop within {STOP_TIMEOUT_S:g} s")
-            running = [t for t in (self._starter, self._task) if t is not None and not t.done()]
-            if running:
-                for task in running:
+            tasks = [t for t in (self._starter, self._task) if t is not None and not t.done()]
+            if tasks:
+                # After a clean stop the runtime's task ends within a loop step or two.
+                _, late = await asyncio.wait(tasks, timeout=TASK_GRACE_S)
+                for task in late:
                     task.cancel()
-                await asyncio.wait(running, timeout=STOP_TIMEOUT_S)
-            if any(not t.done() for t in running):
-                self.runtime.emergency_cleanup()
         except Exception:
             logger.exception("cross-session cleanup failed")
-            self.runtime.emergency_cleanup()
         finally:
+            # A no-op once the incarnation closed itself; otherwise the files go now.
+            self.runtime.emergency_cleanup()
             _REGISTRY.remove(self)
 
     # -- turns -----------------------------------------------------------------------------------
@@ -472,6 +481,10 @@ class PiPythonSession:
         # that a turn is coming, so that no peer message is injected into its steer queue.
         try:
             self._preparing_turn()
+            if self._task is None and not self._closing:
+                # Loaded into a session whose session_start had already fired (a late
+                # load_extension): start now rather than never.
+                await self.start()
         except Exception as exc:
             self._problem("preparing a turn", exc)
 
@@ -497,9 +510,11 @@ class PiPythonSession:
             self._run = run_id
             self._preparing = False
             self._opening = True
-            self.ledger.start()
+            # A submission of ours still in flight lands in this turn, whoever opened it (the
+            # host steers it in when a user prompt won the race): a peer turn, for both.
             ours = self._submission_pending
             self._submission_pending = False
+            self.ledger.start(peer=ours)
             self.runtime.on_turn_started(TurnSource.PEER if ours else TurnSource.UNKNOWN)
         except Exception as exc:
             self._problem("tracking the start of a turn", exc)
@@ -589,7 +604,8 @@ class PiPythonSession:
         except Exception as exc:
             self._problem("the tool-call gate", exc)
             if authority.restricted and tool_name in self.policy.gated_names:
-                return {"block": True, "reason": "Blocked by cross-session safety."}
+                reason = block_reason(authority, tool_name, Category.OTHER)
+                return {"block": True, "reason": reason}
             return None
         if verdict.allowed:
             return None

@@ -1,0 +1,135 @@
+"""The model's tools in a real harness, against a live peer session in the same process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from pi_cross_session.plugin import render
+from pi_cross_session.plugin.hosts.headless import HeadlessHost
+from pi_cross_session.plugin.runtime import SessionRuntime
+from tests.host.support import ScriptedChat, call_tool, eventually, runtime_of, say, text_of
+
+pytestmark = pytest.mark.anyio
+
+Peer = tuple[HeadlessHost, SessionRuntime]
+
+
+def tool_once(name: str, args: dict[str, Any]) -> Callable[[Sequence[BaseMessage]], AIMessage]:
+    """Call ``name`` in answer to a prompt, then report what the tool said."""
+
+    def respond(messages: Sequence[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            return say(f"tool said: {text_of(last)}")
+        return call_tool(name, args)
+
+    return respond
+
+
+async def tool_results(harness: Any) -> list[Any]:
+    """Every tool result message saved in the harness's session."""
+    context = await harness.session.build_context()
+    return [m for m in context.messages if getattr(m, "role", None) == "toolResult"]
+
+
+async def test_list_pi_lists_a_live_peer(
+    harnesses: Callable[..., Any], model: ScriptedChat, peer: Peer
+) -> None:
+    _, beta = peer
+    harness = await harnesses()
+    model.responder = tool_once("list_pi", {})
+    reply = await harness.prompt("who else is running?")
+    assert reply.stopReason == "stop"
+    [result] = await tool_results(harness)
+    assert not result.isError
+    text = result.content[0]["text"]
+    me = await runtime_of(harness)
+    lines = text.splitlines()
+    assert lines[0].startswith("This session: ")
+    assert str(me.registration().name) in lines[0]  # type: ignore[union-attr]
+    beta_registration = beta.registration()
+    assert beta_registration is not None
+    assert len(lines) == 2
+    assert lines[1].startswith(f"beta [{beta_registration.ref}] — idle — ")
+    assert result.details["self"]["instanceId"] == me.identity.instance_id  # type: ignore[union-attr]
+    assert [p["name"] for p in result.details["peers"]] == ["beta"]
+    assert "token" not in result.details["peers"][0]
+
+
+async def test_send_reaches_the_peer_and_reports_honestly(
+    harnesses: Callable[..., Any], model: ScriptedChat, peer: Peer
+) -> None:
+    beta_host, _ = peer
+    harness = await harnesses()
+    model.responder = tool_once(
+        "send_pi_message", {"target": "beta", "message": "build is green", "summary": "CI"}
+    )
+    await harness.prompt("tell beta the build is green")
+    await eventually(lambda: beta_host.delivered)
+    [delivery] = beta_host.delivered
+    assert delivery.text == "build is green"
+    assert delivery.summary == "CI"
+    me = await runtime_of(harness)
+    assert delivery.sender.instance_id == me.identity.instance_id  # type: ignore[union-attr]
+
+    [result] = await tool_results(harness)
+    assert not result.isError
+    details = result.details
+    assert details["ok"] is True
+    assert details["status"] == "submitted"
+    assert details["messageId"] == delivery.message_id
+    assert details["target"]["name"] == "beta"
+    text = result.content[0]["text"]
+    assert text.startswith("Message submitted to beta [")
+    assert "not yet read or acted on" in text  # honest: submitted is not "read"
+    assert me.remaining_budget() == 255
+
+
+async def test_a_failed_send_is_an_error_with_structured_details(
+    harnesses: Callable[..., Any], model: ScriptedChat, peer: Peer
+) -> None:
+    harness = await harnesses()
+    model.responder = tool_once("send_pi_message", {"target": "gamma", "message": "hello?"})
+    reply = await harness.prompt("tell gamma hello")
+    assert reply.stopReason == "stop"
+    [result] = await tool_results(harness)
+    assert result.isError  # marked by our tool_result hook; the host's results carry no flag
+    details = result.details
+    assert details["ok"] is False
+    assert details["code"] == "not_found"
+    assert details["retryable"] is False
+    assert details["next"]
+    assert details["messageId"] is None  # nothing was sent, so there is nothing to ask about
+    assert result.content[0]["text"].startswith("Message not confirmed to the target: not_found")
+
+
+async def test_parameters_over_the_utf16_limit_never_reach_the_runtime(
+    harnesses: Callable[..., Any], model: ScriptedChat, peer: Peer
+) -> None:
+    beta_host, _ = peer
+    harness = await harnesses()
+    # 300 astral characters: 300 code points (under the schema's 512) but 600 UTF-16 units.
+    model.responder = tool_once("send_pi_message", {"target": "\U0001f600" * 300, "message": "x"})
+    await harness.prompt("send something odd")
+    [result] = await tool_results(harness)
+    assert result.isError
+    assert "invalid_target" in result.content[0]["text"]
+    assert beta_host.delivered == []
+    assert (await runtime_of(harness)).remaining_budget() == 256
+
+
+async def test_the_peer_sees_our_address_in_its_listing(
+    harnesses: Callable[..., Any], peer: Peer
+) -> None:
+    _, beta = peer
+    harness = await harnesses()
+    me = await runtime_of(harness)
+    listing = await beta.list_peers()
+    registration = me.registration()
+    assert registration is not None
+    assert [p.instance_id for p in listing.peers] == [registration.instance_id]
+    assert render.address(listing.peers[0]).endswith(f"[{registration.ref}]")
