@@ -63,7 +63,7 @@ def test_json_report_of_a_submitted_message_with_a_summary(
     assert report["retryable"] is False
     assert report["next"] is None
     assert report["error"] is None
-    assert report["messageWritten"] is False  # only failures say whether the frame went out
+    assert report["messageWritten"] is True  # a receipt came back, so the frame went out
     assert len(report["messageId"]) == 36
     assert report["target"]["instanceId"] == ready_event["instanceId"]
     assert report["target"]["name"] == "alpha"
