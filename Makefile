@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 .DEFAULT_GOAL := test
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo demo-cli test lint typecheck pytest bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,5 +38,10 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache .hypothesis
 
+# Two real pi-python sessions (scripted models) messaging each other, each in its own process.
 demo: $(STAMP)
+	$(BIN)/python demo/agents_demo.py
+
+# The command line and two headless inboxes.
+demo-cli: $(STAMP)
 	$(BIN)/python demo/cli_demo.py
