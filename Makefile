@@ -34,6 +34,8 @@ pytest: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/codec.py
 	$(BIN)/python bench/listing.py
+	$(BIN)/python bench/exchange.py
+	$(BIN)/python bench/admission.py
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache .hypothesis

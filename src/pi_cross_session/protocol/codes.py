@@ -116,6 +116,9 @@ ROW_STATES: Final = frozenset(
 #: Row states from which a message can still move (everything else is final).
 PENDING_ROW_STATES: Final = frozenset({Code.ACCEPTED, Code.QUEUED})
 
+#: Row states a message can end in; a row never leaves one of these.
+FINAL_ROW_STATES: Final = ROW_STATES - PENDING_ROW_STATES
+
 #: Refusals a receiver may put on the wire in reply to a message or status frame.
 RECEIVER_REFUSALS: Final = frozenset(
     {

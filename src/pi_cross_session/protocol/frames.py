@@ -55,7 +55,11 @@ from pi_cross_session.protocol.limits import (
     MAX_SUMMARY_CODE_POINTS,
     MAX_TEXT_UNITS,
 )
-from pi_cross_session.protocol.text import is_blank, is_well_formed, utf16_length
+from pi_cross_session.protocol.text import (
+    is_blank,
+    require_well_formed,
+    utf16_length,
+)
 
 #: The wire version every frame carries in ``v``.
 WIRE_VERSION: Final = 1
@@ -105,12 +109,6 @@ def _units_between(low: int, high: int) -> Callable[[str], str]:
     return check
 
 
-def _well_formed(value: str) -> str:
-    if not is_well_formed(value):
-        raise ValueError("must be well-formed Unicode (no lone surrogates)")
-    return value
-
-
 def _summary(value: str) -> str:
     if is_blank(value):
         raise ValueError("must not be blank")
@@ -137,19 +135,19 @@ SafeInt: TypeAlias = Annotated[int, BeforeValidator(_safe_integer)]
 V1: TypeAlias = Annotated[int, BeforeValidator(_exact_int(WIRE_VERSION))]
 Capabilities: TypeAlias = Annotated[list[str], AfterValidator(_capability_list)]
 MessageText: TypeAlias = Annotated[
-    str, AfterValidator(_well_formed), AfterValidator(_units_between(0, MAX_TEXT_UNITS))
+    str, AfterValidator(require_well_formed), AfterValidator(_units_between(0, MAX_TEXT_UNITS))
 ]
-Summary: TypeAlias = Annotated[str, AfterValidator(_well_formed), AfterValidator(_summary)]
+Summary: TypeAlias = Annotated[str, AfterValidator(require_well_formed), AfterValidator(_summary)]
 
 
 StatusWord: TypeAlias = Annotated[
-    str, AfterValidator(_well_formed), AfterValidator(_units_between(0, MAX_STATUS_UNITS))
+    str, AfterValidator(require_well_formed), AfterValidator(_units_between(0, MAX_STATUS_UNITS))
 ]
 NextText: TypeAlias = Annotated[
-    str, AfterValidator(_well_formed), AfterValidator(_units_between(0, MAX_NEXT_UNITS))
+    str, AfterValidator(require_well_formed), AfterValidator(_units_between(0, MAX_NEXT_UNITS))
 ]
 ErrorText: TypeAlias = Annotated[
-    str, AfterValidator(_well_formed), AfterValidator(_units_between(0, MAX_ERROR_UNITS))
+    str, AfterValidator(require_well_formed), AfterValidator(_units_between(0, MAX_ERROR_UNITS))
 ]
 
 

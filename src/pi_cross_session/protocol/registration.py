@@ -60,7 +60,12 @@ from pi_cross_session.protocol.limits import (
     REF_CHARS,
 )
 from pi_cross_session.protocol.paths import is_instance_id, js_to_well_formed
-from pi_cross_session.protocol.text import clean_line, clean_name, is_well_formed, utf16_length
+from pi_cross_session.protocol.text import (
+    clean_line,
+    clean_name,
+    require_well_formed,
+    utf16_length,
+)
 
 #: Registration schema written and accepted (``version``).
 REGISTRATION_VERSION: Final = 2
@@ -131,12 +136,6 @@ def _finite_number(value: object) -> object:
     raise ValueError("must be a finite number")
 
 
-def _well_formed(value: str) -> str:
-    if not is_well_formed(value):
-        raise ValueError("must not contain an unpaired surrogate")
-    return value
-
-
 def _is_version(value: int) -> int:
     if value != REGISTRATION_VERSION:
         raise ValueError(f"must be {REGISTRATION_VERSION}")
@@ -193,7 +192,7 @@ def _token(value: str) -> str:
     return value
 
 
-_Str = Annotated[str, AfterValidator(_well_formed)]
+_Str = Annotated[str, AfterValidator(require_well_formed)]
 _Int = Annotated[int, BeforeValidator(_exact_int)]
 _Timestamp = Annotated[int | float, BeforeValidator(_finite_number)]
 

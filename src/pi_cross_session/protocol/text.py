@@ -42,6 +42,13 @@ def is_well_formed(value: str) -> bool:
     return value.isascii() or _SURROGATE.search(value) is None
 
 
+def require_well_formed(value: str) -> str:
+    """``value`` itself, or :class:`ValueError` when it holds a lone surrogate (a validator)."""
+    if not is_well_formed(value):
+        raise ValueError("must be well-formed Unicode (no lone surrogates)")
+    return value
+
+
 def js_trim(value: str) -> str:
     """``String.prototype.trim``: strip the ECMAScript whitespace set from both ends."""
     return value.strip(JS_WHITESPACE)

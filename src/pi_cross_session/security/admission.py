@@ -50,7 +50,12 @@ from enum import StrEnum
 from typing import Final
 
 from pi_cross_session.protocol.bridge import BridgeKind, classify_bridge
-from pi_cross_session.protocol.codes import PENDING_ROW_STATES, Code, refusal_text
+from pi_cross_session.protocol.codes import (
+    FINAL_ROW_STATES,
+    PENDING_ROW_STATES,
+    Code,
+    refusal_text,
+)
 from pi_cross_session.protocol.frames import Message, Response, StatusQuery
 from pi_cross_session.protocol.limits import (
     MAX_CACHE_ENTRIES,
@@ -72,18 +77,7 @@ from pi_cross_session.security.limits import (
 logger = logging.getLogger(__name__)
 
 #: Row states a message can end in; a row never leaves one of these.
-FINAL_STATES: Final = frozenset(
-    {
-        Code.SUBMITTED,
-        Code.EXPIRED,
-        Code.DROPPED,
-        Code.DROPPED_CANCELLED,
-        Code.DROPPED_SHUTDOWN,
-        Code.DROPPED_USER_RESET,
-        Code.DROPPED_GOAL_REVOKED,
-        Code.INJECTION_FAILED,
-    }
-)
+FINAL_STATES: Final = FINAL_ROW_STATES
 
 
 #: Diagnostics of a ``submitted`` row: whether the host showed the message entering its
