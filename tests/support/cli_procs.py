@@ -15,20 +15,17 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
 from pi_cross_session.protocol import paths
+from tests.support.watched import ProcessExitedError, WatchedProcess
 
 CLI: Final = (sys.executable, "-m", "pi_cross_session")
 #: How long a one-shot command may run before the test fails (a send's own deadline is 5 s).
 COMMAND_TIMEOUT_S: Final = 30.0
-#: How long a test waits for an inbox event it expects.
-EVENT_TIMEOUT_S: Final = 15.0
 #: How long an inbox gets to stop after SIGINT/SIGTERM before it is killed.
 STOP_TIMEOUT_S: Final = 10.0
 #: The messageId printed at the end of a send's text result.
@@ -92,11 +89,11 @@ def run_cli(
     return Result(tuple(args), done.returncode, done.stdout, done.stderr)
 
 
-class InboxExitedError(AssertionError):
+class InboxExitedError(ProcessExitedError):
     """The inbox ended while a test was waiting for one of its events."""
 
 
-class InboxProcess:
+class InboxProcess(WatchedProcess):
     """A running ``pi-cross-session inbox`` and every line it printed so far."""
 
     def __init__(
@@ -108,107 +105,10 @@ class InboxProcess:
     ) -> None:
         self.args = ("inbox", *args, *(("--json",) if as_json else ()))
         self.as_json = as_json
-        self._lock = threading.Condition(threading.RLock())
-        self.lines: list[str] = []
-        self.err_lines: list[str] = []
-        self._open_streams = 2
-        self.process = subprocess.Popen(
-            [*CLI, *self.args],
-            env=cli_env(agent_dir),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-        )
-        assert self.process.stdout is not None
-        assert self.process.stderr is not None
-        self._readers = [
-            threading.Thread(
-                target=self._read, args=(self.process.stdout, self.lines), daemon=True
-            ),
-            threading.Thread(
-                target=self._read, args=(self.process.stderr, self.err_lines), daemon=True
-            ),
-        ]
-        for reader in self._readers:
-            reader.start()
+        super().__init__([*CLI, *self.args], env=cli_env(agent_dir), label="inbox", cwd=cwd)
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def _read(self, stream: IO[str], sink: list[str]) -> None:
-        try:
-            for line in stream:
-                with self._lock:
-                    sink.append(line.rstrip("\n"))
-                    self._lock.notify_all()
-        finally:
-            with self._lock:
-                self._open_streams -= 1
-                self._lock.notify_all()
-
-    # -- reading what it printed -----------------------------------------------------------------
-
-    def events(self) -> list[dict[str, Any]]:
-        """Every JSON event printed so far (``--json`` mode)."""
-        with self._lock:
-            lines = list(self.lines)
-        return [json.loads(line) for line in lines if line.startswith("{")]
-
-    def output(self) -> str:
-        """Everything printed so far, stdout then stderr (for failure messages)."""
-        with self._lock:  # re-entrant: also called while waiting under the lock
-            return "\n".join(self.lines) + "\n--- stderr\n" + "\n".join(self.err_lines)
-
-    def _wait(self, find: Callable[[], Any], what: str, timeout: float) -> Any:
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while True:
-                found = find()
-                if found is not None:
-                    return found
-                if self._open_streams == 0:
-                    raise InboxExitedError(f"inbox ended before {what}:\n{self.output()}")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"timed out waiting for {what}:\n{self.output()}")
-                self._lock.wait(left)
-
-    def wait_event(
-        self, event: str, *, timeout: float = EVENT_TIMEOUT_S, **fields: Any
-    ) -> dict[str, Any]:
-        """The first JSON event of this kind whose fields equal ``fields``; waits for it."""
-
-        def find() -> dict[str, Any] | None:
-            for line in self.lines:
-                if not line.startswith("{"):
-                    continue
-                data = json.loads(line)
-                if data.get("event") == event and all(data.get(k) == v for k, v in fields.items()):
-                    return data
-            return None
-
-        found: dict[str, Any] = self._wait(find, f"event {event} {fields}", timeout)
-        return found
-
-    def wait_line(
-        self, pattern: str | re.Pattern[str], *, timeout: float = EVENT_TIMEOUT_S
-    ) -> re.Match[str]:
-        """The first printed line matching ``pattern`` (``re.search``); waits for it."""
-        regex = re.compile(pattern) if isinstance(pattern, str) else pattern
-
-        def find() -> re.Match[str] | None:
-            for line in self.lines:
-                match = regex.search(line)
-                if match is not None:
-                    return match
-            return None
-
-        found: re.Match[str] = self._wait(find, f"a line matching {regex.pattern!r}", timeout)
-        return found
+    def exited_error(self, message: str) -> AssertionError:
+        return InboxExitedError(message)
 
     def states_of(self, message_id: str) -> list[str]:
         """The states one message went through, in order, as its ``state`` events show them.
@@ -253,13 +153,6 @@ class InboxProcess:
                 self.process.kill()
                 self.process.wait()
         self._join()
-
-    def _join(self) -> None:
-        for reader in self._readers:
-            reader.join(timeout=5)
-        for stream in (self.process.stdout, self.process.stderr):
-            if stream is not None:
-                stream.close()
 
 
 class Inboxes:

@@ -14,24 +14,21 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
+
+from tests.support.watched import ProcessExitedError, WatchedProcess
 
 SCRIPT: Final = str(Path(__file__).with_name("peer_process.py"))
-#: How long a test waits for an event it expects (a send's own deadline is 5 s).
-EVENT_TIMEOUT_S: Final = 15.0
 #: How long a process gets to exit once asked to.
 EXIT_TIMEOUT_S: Final = 10.0
 
 
-class PeerExitedError(AssertionError):
+class PeerExitedError(ProcessExitedError):
     """The process ended while a test was waiting for one of its events."""
 
 
-class PeerProcess:
+class PeerProcess(WatchedProcess):
     """A running ``peer_process.py`` and every line it printed so far."""
 
     def __init__(self, agent_dir: str | os.PathLike[str], name: str, *, busy_s: float) -> None:
@@ -39,95 +36,16 @@ class PeerProcess:
         env = dict(os.environ)
         env["PI_CODING_AGENT_DIR"] = str(agent_dir)
         env["PYTHONUNBUFFERED"] = "1"
-        self.process = subprocess.Popen(
+        self._next_id = 0
+        super().__init__(
             [sys.executable, SCRIPT, "--name", name, "--busy", f"{busy_s:g}"],
             env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
+            label=name,
+            with_stdin=True,
         )
-        self._lock = threading.Condition()
-        self.lines: list[str] = []
-        self.err_lines: list[str] = []
-        self._open_streams = 2
-        self._next_id = 0
-        assert self.process.stdout is not None
-        assert self.process.stderr is not None
-        self._readers = [
-            threading.Thread(
-                target=self._read, args=(self.process.stdout, self.lines), daemon=True
-            ),
-            threading.Thread(
-                target=self._read, args=(self.process.stderr, self.err_lines), daemon=True
-            ),
-        ]
-        for reader in self._readers:
-            reader.start()
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def _read(self, stream: IO[str], sink: list[str]) -> None:
-        try:
-            for line in stream:
-                with self._lock:
-                    sink.append(line.rstrip("\n"))
-                    self._lock.notify_all()
-        finally:
-            with self._lock:
-                self._open_streams -= 1
-                self._lock.notify_all()
-
-    # -- what it printed ---------------------------------------------------------------------------
-
-    def events(self) -> list[dict[str, Any]]:
-        with self._lock:
-            lines = list(self.lines)
-        return [json.loads(line) for line in lines if line.startswith("{")]
-
-    def output(self) -> str:
-        with self._lock:
-            return self._output_locked()
-
-    def _output_locked(self) -> str:
-        out = "\n".join(self.lines)
-        err = "\n".join(self.err_lines)
-        return f"--- {self.name} stdout\n{out}\n--- stderr\n{err}"
-
-    def wait_event(
-        self, event: str, *, timeout: float = EVENT_TIMEOUT_S, **fields: Any
-    ) -> dict[str, Any]:
-        """The first JSON event of this kind whose fields equal ``fields``; waits for it."""
-
-        def find() -> dict[str, Any] | None:
-            for line in self.lines:
-                if not line.startswith("{"):
-                    continue
-                data = json.loads(line)
-                if data.get("event") == event and all(data.get(k) == v for k, v in fields.items()):
-                    return data  # type: ignore[no-any-return]
-            return None
-
-        return self._wait(find, f"event {event} {fields}", timeout)
-
-    def _wait(self, find: Callable[[], Any], what: str, timeout: float) -> Any:
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while True:
-                found = find()
-                if found is not None:
-                    return found
-                if self._open_streams == 0:
-                    raise PeerExitedError(
-                        f"{self.name} ended before {what}:\n{self._output_locked()}"
-                    )
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"timed out waiting for {what}:\n{self._output_locked()}")
-                self._lock.wait(left)
+    def exited_error(self, message: str) -> AssertionError:
+        return PeerExitedError(message)
 
     @property
     def ready(self) -> dict[str, Any]:
@@ -190,14 +108,6 @@ class PeerProcess:
                 self.process.kill()
                 self.process.wait()
         self._join()
-
-    def _join(self) -> None:
-        self.close_stdin()
-        for reader in self._readers:
-            reader.join(timeout=5)
-        for stream in (self.process.stdout, self.process.stderr):
-            if stream is not None:
-                stream.close()
 
 
 class PeerProcesses:
