@@ -399,6 +399,12 @@ class SessionRuntime:
             inc.admission.turn_preparing()
             self._wake(inc, refresh=True)
 
+    def on_turn_not_started(self) -> None:
+        """A turn announced by ``on_turn_preparing`` will not run (e.g. a slash command)."""
+        if (inc := self._current) is not None:
+            inc.admission.turn_not_started()
+            self._wake(inc, refresh=True)
+
     def on_turn_started(self, source: TurnSource) -> None:
         """A turn started; ``source`` is who started it, if the host knows."""
         if (inc := self._current) is not None:

@@ -390,6 +390,12 @@ class Admission:
         if self._phase is Phase.IDLE:
             self._phase = Phase.PREFLIGHT
 
+    def turn_not_started(self) -> None:
+        """A turn being prepared will not run after all (the prompt was a slash command, say):
+        back to idle, unless a submission of ours is still waiting for its turn."""
+        if self._phase is Phase.PREFLIGHT and self._turn is None and self._awaiting_start is None:
+            self._phase = Phase.IDLE
+
     def turn_started(self, source: TurnSource) -> None:
         """A turn started. A turn that follows our own submission is a peer turn, whatever the
         host says; a host retry inside a running turn keeps the turn's original source."""

@@ -292,7 +292,7 @@ class PiPythonSession:
             commands.PEERS: lambda _args: commands.peers(self.runtime),
             commands.LIST_PI: lambda _args: commands.peers(self.runtime),
             commands.STATUS: lambda args: commands.status(self.runtime, args, self.report()),
-            commands.RESUME: lambda _args: commands.resume(self.runtime),
+            commands.RESUME: lambda _args: self._resume(),
             commands.INBOUND: lambda args: commands.inbound(
                 self.runtime, args, source=self.options.inbound_source, persist=self._persist
             ),
@@ -499,6 +499,14 @@ class PiPythonSession:
             self._preparing = True
             self.runtime.on_turn_preparing()
 
+    def _abandon_preparation(self) -> None:
+        # The ACP agent awaits the turn barriers before it knows a prompt is a slash command, so
+        # the barrier may have announced a turn that never comes: take it back. The command run
+        # itself still keeps the host non-idle (see is_idle), so nothing is submitted meanwhile.
+        if self._preparing:
+            self._preparing = False
+            self.runtime.on_turn_not_started()
+
     def _on_agent_start(self, event: object) -> None:
         try:
             run_id = _field(event, "run_id") or ""
@@ -506,6 +514,7 @@ class PiPythonSession:
                 # A slash command's synthetic run (commands only run while idle): not a turn.
                 if self._run is None:
                     self._command_run = True
+                    self._abandon_preparation()
                 return
             self._run = run_id
             self._preparing = False
@@ -571,6 +580,7 @@ class PiPythonSession:
             run_id = _field(event, "run_id") or ""
             if not run_id and self._command_run:
                 self._command_run = False
+                self._abandon_preparation()
                 return
             # Otherwise this ends the running turn. A run that failed by an exception ends with
             # events the host synthesises without a run id, so an empty one counts too; an end
@@ -649,10 +659,25 @@ class PiPythonSession:
 
     # -- commands --------------------------------------------------------------------------------
 
+    def _resume(self) -> str:
+        # The command's own run is not a turn: for resuming, the session is idle when nothing but
+        # this command runs. The call is synchronous, so nothing can be admitted in between.
+        was_command = self._command_run
+        self._command_run = False
+        try:
+            return commands.resume(self.runtime)
+        finally:
+            self._command_run = was_command
+
     def _command(
         self, name: str, run: Callable[[str], Awaitable[str] | str]
     ) -> Callable[..., Awaitable[None]]:
         async def handler(args: object = "") -> None:
+            # The host runs a command only from a prompt, and then emits the command's synthetic
+            # run; from here on this prompt is a command, not a turn being prepared.
+            if self._run is None:
+                self._command_run = True
+                self._abandon_preparation()
             try:
                 result = run(args if isinstance(args, str) else "")
                 text = await result if inspect.isawaitable(result) else result
