@@ -89,3 +89,17 @@ LIFETIME_BUDGET: Final = 256
 MAX_CACHE_ENTRIES: Final = 512
 #: A peer submission must start a turn within this time, or the inbox latches.
 TURN_START_GRACE_S: Final = 5.0
+
+# -- goals (goal-scoped peer grants, spec/goal-scoped-v1.md) ---------------------------------------
+#: Objective of a goal, utf16: the reference's tool schema (``maxLength`` on a JS string).
+MAX_GOAL_OBJECTIVE_UNITS: Final = 4096
+#: Peers bound to one goal at once, and items in one bind/unbind list (spec §1.7); 64 is allowed.
+MAX_GOAL_PEERS: Final = 64
+#: Sender-side ``<receiver instanceId>:<goalId>`` confirmations kept, oldest evicted (spec §2.4).
+MAX_GOAL_CONFIRMATIONS: Final = 64
+#: Task-ownership evidence kept in memory. The reference keeps it unbounded in the journal; we cap
+#: the in-memory copy like every other cache and count what is evicted, so a consumer can fail
+#: closed once evidence was lost.
+MAX_GOAL_EVIDENCE: Final = MAX_CACHE_ENTRIES
+#: Ids of ended goals remembered so an id can never be reused for a new grant; same cap.
+MAX_ENDED_GOALS: Final = MAX_CACHE_ENTRIES
