@@ -114,7 +114,7 @@ def registration(name: str) -> Registration:
         session_id=f"session-{name}",
         session_name=name,
         instance_id=instance_id,
-        cwd="/work",
+        cwd="/home/dev",
         pid=1000 + int(_hex("pid:" + name, 4), 16) % 30000,
         started_at=START_WALL_MS - 60_000,
         updated_at=START_WALL_MS - 60_000,

@@ -31,7 +31,7 @@ class ScriptedHost:
     """A :class:`~pi_cross_session.plugin.host.HostPort` double driven by the test."""
 
     name: str | None = "receiver"
-    cwd: str = "/work/scripted"
+    cwd: str = "/home/dev/scripted"
     session: str = field(default_factory=lambda: str(uuid.uuid4()))
     #: What :meth:`is_idle` answers.
     idle: bool = True

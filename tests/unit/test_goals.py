@@ -44,7 +44,7 @@ from pi_cross_session.security.goals import (
     is_allowed,
 )
 
-OWNER = Scope(session_id="session-owner", instance_id="f" * 32, cwd="/work/project")
+OWNER = Scope(session_id="session-owner", instance_id="f" * 32, cwd="/home/dev/project")
 ALICE = Member("a" * 32, "session-alice")
 BOB = Member("b" * 32, "session-bob")
 #: Alice's session after a restart: same session id, new runtime id.

@@ -516,7 +516,7 @@ def build(**overrides: Any) -> Registration:
         "session_id": "6ca36b18-705f-4149-8b6b-60fe95514bad",
         "session_name": None,
         "instance_id": INSTANCE,
-        "cwd": "/work/project",
+        "cwd": "/home/dev/project",
         "pid": 4242,
         "started_at": 1795941860116,
         "updated_at": 1795941860116,
@@ -599,7 +599,7 @@ HEAD = "2f1e3d4c5b6a79880716253443526170fedcba98"
 
 
 def test_public_peer_has_no_token_and_the_reference_key_order() -> None:
-    git = GitInfo(worktree="/work/project", branch="main", head=HEAD)
+    git = GitInfo(worktree="/home/dev/project", branch="main", head=HEAD)
     peer = PublicPeer.from_registration(parse(fields()), git)
     assert not hasattr(peer, "token")
     data = peer.to_dict()
@@ -620,7 +620,7 @@ def test_public_peer_has_no_token_and_the_reference_key_order() -> None:
         "git",
     ]
     assert data["ref"] == INSTANCE[:8]
-    assert data["git"] == {"worktree": "/work/project", "branch": "main", "head": HEAD}
+    assert data["git"] == {"worktree": "/home/dev/project", "branch": "main", "head": HEAD}
     assert TOKEN not in jsonwire.dumps(data)
 
 
@@ -665,10 +665,10 @@ def peer_with(git: GitInfo | None = None, **overrides: Any) -> PublicPeer:
 
 
 def test_display_line_with_git() -> None:
-    peer = peer_with(GitInfo(worktree="/work/project", branch="main", head=HEAD))
+    peer = peer_with(GitInfo(worktree="/home/dev/project", branch="main", head=HEAD))
     assert display_line(peer) == (
         "ts-ref [2d06c66b] \u2014 idle \u2014 /tmp/xs-fixture/cwd-ts"
-        " \u2014 git /work/project (main@2f1e3d4c)"
+        " \u2014 git /home/dev/project (main@2f1e3d4c)"
         " \u2014 session 01a22679-d160-738f-81de-3c5ba9cff5c6"
     )
 
