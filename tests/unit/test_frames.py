@@ -401,3 +401,16 @@ def test_non_json_and_non_standard_json_fail_as_frame_errors() -> None:
     assert wire.loads_frame(' {"a":1}\r') == {"a": 1}  # JSON whitespace, CRLF framing
     with pytest.raises(FrameError):
         wire.loads_frame('\ufeff{"a":1}')  # a BOM inside a later frame is not whitespace
+
+
+def test_wire_input_is_read_by_wire_names_only() -> None:
+    # Python attribute names are for our own code; a peer writing them has sent a broken frame.
+    refuses_hello({**without(hello(), "requestId"), "request_id": "req-1"})
+    refuses_hello(hello(target={"id": SESSION, "instance_id": INSTANCE}))
+    sender_as_python_name = {**without(hello(), "from"), "sender": hello()["from"]}
+    assert wire.parse_hello(sender_as_python_name).sender is None  # an unknown field, ignored
+    refuses_request({**without(message(), "sentAt"), "sent_at": 1_795_941_860_117})
+    refuses_request({**without(message(), "messageId"), "message_id": "m"})
+    refuses_response({**without(response(), "requestId"), "request_id": "req-1"})
+    snake_peer = {"id": SESSION, "instance_id": INSTANCE, "pid": 1}
+    assert wire.parse_response(response(peer=snake_peer)).peer_identity() is None

@@ -327,7 +327,7 @@ class Response(_Frame):
         if self.peer is None:
             return None
         try:
-            return PeerIdentity.model_validate(self.peer)
+            return PeerIdentity.model_validate(self.peer, by_alias=True, by_name=False)
         except ValidationError:
             return None
 
@@ -398,7 +398,9 @@ AnyFrame: TypeAlias = Hello | Message | StatusQuery | Response
 
 def _validate(model: type[_FrameT], data: object, *, code: str) -> _FrameT:
     try:
-        return model.model_validate(data)
+        # Wire input is read by wire names only: ``request_id`` or ``sender`` in a frame are not
+        # ``requestId`` or ``from`` (the Python names exist for our own code, not for peers).
+        return model.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "frame"
