@@ -55,11 +55,9 @@ class Outbox:
 
 
 def summary_for(summary: str | None, text: str) -> str:
-    """The wire summary: the caller's, else the first non-blank line, folded to 200 code points."""
-    if summary is not None and not is_blank(summary):
-        source = summary
-    else:
-        source = next((line for line in text.splitlines() if not is_blank(line)), "")
+    """The wire summary: the caller's, else the text's first line, folded to 200 code points,
+    else ``message`` — as the reference builds it, so both show the same preview."""
+    source = summary if summary is not None and not is_blank(summary) else text.split("\n", 1)[0]
     return clean_line(source, MAX_SUMMARY_CODE_POINTS) or "message"
 
 

@@ -46,6 +46,7 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
     PublicPeer,
     Registration,
+    Status,
     build_registration,
     default_name,
     inbound_from_flag,
@@ -55,7 +56,6 @@ from pi_cross_session.security.admission import (
     Admission,
     Clock,
     Delivery,
-    Phase,
     ResumeOutcome,
     Row,
     Snapshot,
@@ -114,6 +114,9 @@ class _Incarnation:
     wake: anyio.Event = field(default_factory=anyio.Event)
     flush_due: bool = False
     refresh_due: bool = False
+    #: The published ``status``: ``busy`` from a turn's start to its end, as the contract says
+    #: (spec §1.3), whatever the admission phase does in between (preflight, flushes).
+    status: Status = "idle"
     outbound: set[anyio.CancelScope] = field(default_factory=set)
     failure: BaseException | None = None
 
@@ -169,6 +172,7 @@ class SessionRuntime:
                         await incarnation.registrar.register()
                         await group.start(incarnation.registrar.run_heartbeat)
                         group.start_soon(self._maintain, incarnation)
+                        group.start_soon(self._initial_listing, incarnation)
                         self.incarnations += 1
                         self._ready.set()
                         if not reported:
@@ -288,7 +292,7 @@ class SessionRuntime:
         started_at = clock.wall_ms()
 
         def snapshot() -> Registration:
-            return self._registration(identity, started_at, admission)
+            return self._registration(identity, started_at, holder[0].status if holder else "idle")
 
         def on_failure(exc: BaseException) -> None:
             self.last_error = exc
@@ -319,7 +323,7 @@ class SessionRuntime:
         return incarnation
 
     def _registration(
-        self, identity: LocalIdentity, started_at: int, admission: Admission
+        self, identity: LocalIdentity, started_at: int, status: Status
     ) -> Registration:
         return build_registration(
             session_id=identity.session_id,
@@ -329,7 +333,7 @@ class SessionRuntime:
             pid=identity.pid,
             started_at=started_at,
             updated_at=self.options.clock.wall_ms(),
-            status="idle" if admission.phase is Phase.IDLE else "busy",
+            status=status,
             inbound=self._inbound,
             socket_path=self.locations.socket_path(identity.instance_id),
             token=identity.token,
@@ -349,6 +353,20 @@ class SessionRuntime:
         except CrossSessionError as exc:
             logger.warning("could not remove our socket: %s", exc)
 
+    async def _initial_listing(self, incarnation: _Incarnation) -> None:
+        """One listing right after start-up (spec §1.5), so that registrations of sessions that
+        died are reaped early rather than at the next send; its result is not needed."""
+        try:
+            await list_peers(
+                self.locations,
+                fs,
+                incarnation.exchanger.is_live,
+                self_instance_id=incarnation.identity.instance_id,
+                with_git=False,
+            )
+        except CrossSessionError as exc:
+            logger.info("the start-up listing failed: %s", exc)
+
     async def _maintain(self, incarnation: _Incarnation) -> None:
         """Expire, flush and refresh when due; sleeps until the next deadline or a wake-up."""
         admission = incarnation.admission
@@ -361,14 +379,13 @@ class SessionRuntime:
             with anyio.move_on_after(delay):
                 await incarnation.wake.wait()
             incarnation.wake = anyio.Event()
-            before = admission.phase
             admission.tick()
             if incarnation.flush_due or admission.flush_owed:
                 # Retried on every pass until the host is idle: a settle seen while the host
                 # still looked busy must not strand the queue.
                 incarnation.flush_due = False
                 admission.flush_one()
-            if incarnation.refresh_due or admission.phase is not before:
+            if incarnation.refresh_due:
                 incarnation.refresh_due = False
                 try:
                     await incarnation.registrar.refresh()
@@ -397,18 +414,18 @@ class SessionRuntime:
         """A turn is about to start."""
         if (inc := self._current) is not None:
             inc.admission.turn_preparing()
-            self._wake(inc, refresh=True)
 
     def on_turn_not_started(self) -> None:
         """A turn announced by ``on_turn_preparing`` will not run (e.g. a slash command)."""
         if (inc := self._current) is not None:
             inc.admission.turn_not_started()
-            self._wake(inc, refresh=True)
+            self._wake(inc)
 
     def on_turn_started(self, source: TurnSource) -> None:
         """A turn started; ``source`` is who started it, if the host knows."""
         if (inc := self._current) is not None:
             inc.admission.turn_started(source)
+            inc.status = "busy"
             self._wake(inc, refresh=True)
 
     def on_turn_identified(self, source: TurnSource) -> None:
@@ -431,6 +448,7 @@ class SessionRuntime:
         """A turn ended; a safe end lets one queued message through, on the next loop pass."""
         if (inc := self._current) is not None:
             flush = inc.admission.turn_ended(ending)
+            inc.status = "idle"
             self._wake(inc, flush=flush, refresh=True)
 
     def on_session_info_changed(self) -> None:
@@ -483,7 +501,7 @@ class SessionRuntime:
         inc = self._current
         if inc is None:
             return None
-        return self._registration(inc.identity, inc.started_at, inc.admission)
+        return self._registration(inc.identity, inc.started_at, inc.status)
 
     # -- model tools -----------------------------------------------------------------------------
 
@@ -514,7 +532,7 @@ class SessionRuntime:
         inc = self._current
         if inc is None or self._stop_requested:
             return None
-        registration = self._registration(inc.identity, inc.started_at, inc.admission)
+        registration = self._registration(inc.identity, inc.started_at, inc.status)
         return outbound.Outbox(
             sender=Sender(
                 id=inc.identity.session_id,
