@@ -20,6 +20,7 @@ from pi_cross_session.protocol.frames import Message, Response, StatusQuery
 from pi_cross_session.protocol.registration import Registration, build_registration
 from pi_cross_session.security.admission import Admission, Clock, Delivery, Row
 from pi_cross_session.security.auth import Caller, LocalIdentity
+from pi_cross_session.security.goals import LOCAL_COMMAND, Goals, Member, Scope
 from pi_cross_session.security.limits import (
     LifetimeBudget,
     MessageIdLedger,
@@ -310,3 +311,16 @@ class Kit:
             assert reply.status == Code.QUEUED, reply
             ids.append(message_id)
         return ids
+
+
+def goals_with(*members: str, goal_id: str = "goal-1") -> Goals:
+    """A receiver's :class:`Goals` with an active goal ``goal_id`` binding the named senders
+    (each by the exact instance id and session id of :func:`registration`)."""
+    goals = Goals(
+        Scope(RECEIVER.session_id, RECEIVER.instance_id, "/home/dev"), new_id=lambda: goal_id
+    )
+    goals.start("ship the release", authority=LOCAL_COMMAND)
+    if members:
+        bound = [Member(registration(m).instance_id, registration(m).id) for m in members]
+        goals.bind(goal_id, bound, authority=LOCAL_COMMAND)
+    return goals

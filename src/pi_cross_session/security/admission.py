@@ -19,11 +19,24 @@ step  check                                         refusal
 5     the abort latch is open                       ``stopped``
 6     ``sentAt`` within 30 s back, 5 s ahead        ``expired``
 7     not a bridge envelope                         ``invalid_bridge`` / ``unsupported``
+7a    with goals: no ``goalId`` on a bridge         ``invalid_goal``
+7b    with goals: the sender is a goal member       ``goal_not_authorized``
 8     submittable now, or queueable for this sender ``busy``
 9     fewer than 50 queued                          ``queue_full``
-10    lifetime budget left                          ``budget_exhausted``
+10    lifetime budget left (not for members)        ``budget_exhausted``
 11    new message id, new text, a rate token        ``duplicate`` / ``rate_limited``
 ====  ============================================  =========================
+
+**Goal scope** (goal-scoped-v1 §2.3-§2.4) is off unless a :class:`Goals` is given; without one a
+``goalId`` only separates the text-dedup key. With one, an invalid envelope still answers
+``invalid_bridge`` first (§2.3 step 8); a valid envelope carrying a ``goalId`` answers
+``invalid_goal`` (step 10) before our own ``unsupported`` for bridges. Then membership (step 11,
+before ``busy``): a ``goalId`` that is not the active goal bound to this exact sender (instance id
+and session id) goes through step 11 of the table above; if it passes, the id, the text and one
+rate token are committed, no budget is spent, no row is made, and the answer is
+``goal_not_authorized``. A member's scoped message is neither blocked by nor charged to the
+lifetime budget; every other bound applies. :meth:`Admission.revoke_goal` ends the queued messages
+of a revoked goal as ``dropped_goal_revoked``.
 
 Then the admission is **committed** (id and text remembered, one token and one budget unit spent,
 a row ``accepted`` created) before anything else can happen, and resolved: submitted into the host
@@ -67,6 +80,7 @@ from pi_cross_session.protocol.limits import (
 )
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.auth import Caller, LocalIdentity
+from pi_cross_session.security.goals import Goals
 from pi_cross_session.security.limits import (
     LifetimeBudget,
     MessageIdLedger,
@@ -230,6 +244,7 @@ class Admission:
         max_rows: int = MAX_CACHE_ENTRIES,
         on_latch: Callable[[str], None] | None = None,
         on_row: Callable[[Row], None] | None = None,
+        goals: Goals | None = None,
     ) -> None:
         self._identity = identity
         self._clock = clock
@@ -249,6 +264,7 @@ class Admission:
         self._max_rows = max_rows
         self._on_latch = on_latch
         self._on_row = on_row
+        self._goals = goals
 
         self._phase = Phase.IDLE
         self._turn: _Turn | None = None
@@ -288,10 +304,30 @@ class Admission:
         bridge = classify_bridge(message.text, now_ms=now_ms)
         if bridge is BridgeKind.INVALID:
             return self._refuse(message.request_id, Code.INVALID_BRIDGE)
+        goals = self._goals
+        goal_id = message.goal_id if goals is not None else None
         if bridge is BridgeKind.VALID:
+            if goal_id is not None:  # goal-scoped-v1 §2.3 step 10
+                return self._refuse(message.request_id, Code.INVALID_GOAL)
             # We run no in-process bridge listener: such text is never given to a model.
             return self._refuse(message.request_id, Code.UNSUPPORTED)
         now = self._clock.monotonic()
+        sender_id = sender.instance_id
+        text_key = TextDedup.key(sender_id, message.text, message.goal_id)
+        if (
+            goals is not None
+            and goal_id is not None
+            and not goals.is_member(goal_id, sender_id, sender.id)
+        ):
+            # §2.3 step 11: a forged or stale goal id still costs the sender its dedup entries
+            # and a rate token (committed), but never the budget, and it makes no row.
+            stale = self._stale(sender_id, message.message_id, text_key, now)
+            if stale is not None:
+                return self._refuse(message.request_id, stale)
+            self._commit_fresh(sender_id, message.message_id, text_key, now)
+            return self._refuse(message.request_id, Code.GOAL_NOT_AUTHORIZED)
+        # A member's scoped message neither needs nor spends the lifetime budget (§2.4).
+        charged = goal_id is None
         self._expire(now)  # a full queue of stale entries must not refuse a fresh message
         # While older messages wait for their flush, a new one never jumps ahead of them.
         can_submit = self.can_submit() and not self._queue
@@ -299,24 +335,16 @@ class Admission:
             return self._refuse(message.request_id, Code.BUSY)
         if len(self._queue) >= self._max_queued:
             return self._refuse(message.request_id, Code.QUEUE_FULL)
-        if not self._budget.can_spend():
+        if charged and not self._budget.can_spend():
             return self._refuse(message.request_id, Code.BUDGET_EXHAUSTED)
-        sender_id = sender.instance_id
-        text_key = TextDedup.key(sender_id, message.text, message.goal_id)
-        seen_id = (
-            self._ids.seen(sender_id, message.message_id)
-            or (sender_id, message.message_id) in self._rows
-        )
-        if seen_id or self._texts.is_duplicate(text_key, now):
-            return self._refuse(message.request_id, Code.DUPLICATE)
-        if not self._rate.allows(sender_id, now):
-            return self._refuse(message.request_id, Code.RATE_LIMITED)
+        stale = self._stale(sender_id, message.message_id, text_key, now)
+        if stale is not None:
+            return self._refuse(message.request_id, stale)
 
         # Commit: from here on the message is ours to account for, whatever happens next.
-        self._ids.commit(sender_id, message.message_id)
-        self._texts.commit(text_key, now)
-        self._rate.commit(sender_id, now)
-        self._budget.spend()
+        self._commit_fresh(sender_id, message.message_id, text_key, now)
+        if charged:
+            self._budget.spend()
         self._counters.admitted += 1
         delivery = Delivery(
             message_id=message.message_id,
@@ -521,6 +549,26 @@ class Admission:
         self._latch_reason = None
         return ResumeOutcome(True, dropped)
 
+    def revoke_goal(self, goal_id: str) -> int:
+        """A goal ended (see :meth:`Goals.revoke`): its queued messages end
+        ``dropped_goal_revoked``; other queued messages stay. Returns how many were dropped."""
+        kept: deque[_Queued] = deque()
+        dropped = 0
+        for entry in self._queue:
+            if entry.delivery.goal_id == goal_id:
+                self._set_state(
+                    entry.delivery,
+                    Code.DROPPED_GOAL_REVOKED,
+                    "Dropped because its goal was revoked",
+                )
+                dropped += 1
+            else:
+                kept.append(entry)
+        self._queue = kept
+        if not kept:
+            self._flush_owed = False
+        return dropped
+
     def shutdown(self) -> int:
         """The incarnation ends: every pending message ends ``dropped_shutdown``."""
         self._shut_down = True
@@ -592,6 +640,24 @@ class Admission:
         diagnostic = CONFIRMED if self._confirmed_while_submitting else NOT_YET_CONFIRMED
         self._set_state(delivery, Code.SUBMITTED, diagnostic)
         return Code.SUBMITTED
+
+    def _stale(
+        self, sender_id: str, message_id: str, text_key: tuple[str, str, str], now: float
+    ) -> Code | None:
+        """Step 11's refusal (a seen id or text, or no rate token), or None when it passes."""
+        seen_id = self._ids.seen(sender_id, message_id) or (sender_id, message_id) in self._rows
+        if seen_id or self._texts.is_duplicate(text_key, now):
+            return Code.DUPLICATE
+        if not self._rate.allows(sender_id, now):
+            return Code.RATE_LIMITED
+        return None
+
+    def _commit_fresh(
+        self, sender_id: str, message_id: str, text_key: tuple[str, str, str], now: float
+    ) -> None:
+        self._ids.commit(sender_id, message_id)
+        self._texts.commit(text_key, now)
+        self._rate.commit(sender_id, now)
 
     def _latch(self, reason: LatchReason) -> None:
         self._flush_owed = False
