@@ -15,13 +15,8 @@ import anyio.lowlevel
 import filelock
 import pytest
 
-from pi_cross_session.protocol.discovery import (
-    PROBE_GUARD_MARGIN_S,
-    REAP_LOCK_NAME,
-    Listing,
-    list_peers,
-)
-from pi_cross_session.protocol.limits import PROBE_DEADLINE_S
+from pi_cross_session.protocol.discovery import REAP_LOCK_NAME, Listing, list_peers
+from pi_cross_session.protocol.limits import PROBE_DEADLINE_S, PROBE_GUARD_MARGIN_S
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import GitInfo, Registration, serialize
 from pi_cross_session.security import fs

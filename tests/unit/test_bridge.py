@@ -9,15 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol.bridge import (
+from pi_cross_session.protocol.bridge import BRIDGE_PREFIX, BridgeKind, classify_bridge
+from pi_cross_session.protocol.limits import (
     BRIDGE_MAX_BUDGET,
     BRIDGE_MAX_HOPS,
     BRIDGE_MAX_TTL_MS,
-    BRIDGE_PREFIX,
-    BridgeKind,
-    classify_bridge,
+    MAX_SAFE_INTEGER,
 )
-from pi_cross_session.protocol.limits import MAX_SAFE_INTEGER
 
 NOW = 1_700_000_000_000
 OMIT = object()

@@ -14,13 +14,15 @@ from typing import Final
 
 from pi_cross_session.protocol import jsonwire
 from pi_cross_session.protocol.errors import FrameError
-from pi_cross_session.protocol.limits import MAX_ID_CHARS, MAX_SAFE_INTEGER
+from pi_cross_session.protocol.limits import (
+    BRIDGE_MAX_BUDGET,
+    BRIDGE_MAX_HOPS,
+    BRIDGE_MAX_TTL_MS,
+    MAX_ID_CHARS,
+    MAX_SAFE_INTEGER,
+)
 
 BRIDGE_PREFIX: Final = "cross-session:bridge:v1\n"
-#: An envelope may live at most this long after it is checked.
-BRIDGE_MAX_TTL_MS: Final = 30_000
-BRIDGE_MAX_HOPS: Final = 4
-BRIDGE_MAX_BUDGET: Final = 256
 
 _ID: Final = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_ID_CHARS}}}")
 

@@ -59,6 +59,9 @@ from pi_cross_session.protocol.limits import (
     MAX_LISTED_REGISTRATIONS,
     MAX_REGISTRATION_BYTES,
     PROBE_DEADLINE_S,
+    PROBE_GUARD_MARGIN_S,
+    REAP_LOCK_TIMEOUT_S,
+    WRITE_WAIT_S,
 )
 from pi_cross_session.protocol.paths import Locations, instance_id_from_filename
 from pi_cross_session.protocol.registration import (
@@ -72,10 +75,7 @@ from pi_cross_session.protocol.registration import (
 )
 
 __all__ = [
-    "PROBE_GUARD_MARGIN_S",
     "REAP_LOCK_NAME",
-    "REAP_LOCK_TIMEOUT_S",
-    "WRITE_WAIT_S",
     "GitResolver",
     "Listing",
     "Probe",
@@ -88,15 +88,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: A probe enforces its own 350 ms deadline; this much more and the listing stops waiting for it,
-#: so a probe that ignores its deadline cannot stall a listing.
-PROBE_GUARD_MARGIN_S: Final = 0.15
-#: How long a lister waits for the reap lock before leaving the reaping to whoever holds it.
-REAP_LOCK_TIMEOUT_S: Final = 0.05
 #: The lock file in the peers dir that serialises reaping between processes.
 REAP_LOCK_NAME: Final = ".reap.lock"
-#: How long a write (or an unregister) waits for the write in flight before it gives up.
-WRITE_WAIT_S: Final = 5.0
 
 #: ``probe(registration)`` is True when the peer answered ``ready`` within its own deadline.
 Probe = Callable[[Registration], Awaitable[bool]]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Final, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -45,20 +45,17 @@ from pi_cross_session.protocol.frames import (
     parse_request,
 )
 from pi_cross_session.protocol.limits import (
+    ACCEPT_BACKOFF_S,
     CONNECTION_DEADLINE_S,
     IDLE_AFTER_HELLO_S,
     MAX_CONNECTIONS,
     MAX_FRAME_BYTES,
+    READ_CHUNK_BYTES,
 )
 
 logger = logging.getLogger(__name__)
 
 SessionT = TypeVar("SessionT")
-
-#: Bytes asked of the socket per read.
-READ_CHUNK_BYTES: Final = 65_536
-#: Pause after a failed ``accept`` (e.g. out of file descriptors) so the loop cannot spin.
-ACCEPT_BACKOFF_S: Final = 0.05
 
 
 class SocketFiles(Protocol):

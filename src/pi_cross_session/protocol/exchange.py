@@ -29,7 +29,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -62,13 +62,17 @@ from pi_cross_session.protocol.frames import (
     loads_frame,
     parse_response,
 )
-from pi_cross_session.protocol.limits import MAX_FRAME_BYTES, PROBE_DEADLINE_S, SEND_DEADLINE_S
+from pi_cross_session.protocol.limits import (
+    MAX_FRAME_BYTES,
+    PROBE_DEADLINE_S,
+    READ_CHUNK_BYTES,
+    SEND_DEADLINE_S,
+)
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 
 logger = logging.getLogger(__name__)
 
-READ_CHUNK_BYTES: Final = 65_536
 
 Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
 

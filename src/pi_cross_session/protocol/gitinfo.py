@@ -63,11 +63,17 @@ from typing import Final
 import anyio
 from anyio.abc import ByteReceiveStream
 
-from pi_cross_session.protocol.limits import GIT_OUTPUT_CAP_BYTES, GIT_TIMEOUT_S
+from pi_cross_session.protocol.limits import (
+    GIT_OUTPUT_CAP_BYTES,
+    GIT_TIMEOUT_S,
+    MAX_GIT_CONFIG_BYTES,
+    MAX_GIT_PACKED_REFS_BYTES,
+    MAX_GIT_SMALL_FILE_BYTES,
+    MAX_GIT_SUBPROCESSES,
+)
 from pi_cross_session.protocol.registration import GitInfo, parse_git_output
 
 __all__ = [
-    "MAX_GIT_SUBPROCESSES",
     "NeedsGit",
     "git_rev_parse",
     "read_git_files",
@@ -76,14 +82,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Fallback ``git`` processes run at once; a registry full of odd repositories must not fork-bomb.
-MAX_GIT_SUBPROCESSES: Final = 4
-#: ``HEAD``, a loose ref, a ``.git`` file or ``commondir``: one line naming a ref or a path.
-MAX_SMALL_FILE_BYTES: Final = 4_096
-#: A repository config larger than this is left to git.
-MAX_CONFIG_BYTES: Final = 262_144
-#: A ``packed-refs`` larger than this (monorepos with huge tag sets) is left to git.
-MAX_PACKED_REFS_BYTES: Final = 16_777_216
 
 #: The reader stops taking cwds at the deadline; the thread is abandoned only this much later.
 _THREAD_GRACE_S: Final = 0.25
@@ -210,7 +208,7 @@ class _Config:
 
 
 def _common_dir(gitdir: str) -> str:
-    raw = _read_capped(os.path.join(gitdir, "commondir"), MAX_SMALL_FILE_BYTES)
+    raw = _read_capped(os.path.join(gitdir, "commondir"), MAX_GIT_SMALL_FILE_BYTES)
     if raw is None:
         return gitdir
     text = os.fsdecode(raw.rstrip(b"\r\n"))
@@ -227,7 +225,7 @@ def _looks_like_head(gitdir: str) -> bool:
         return False
     if stat.S_ISLNK(st.st_mode):
         raise _UnsureError("HEAD is a symbolic link")
-    raw = _read_capped(head, MAX_SMALL_FILE_BYTES)
+    raw = _read_capped(head, MAX_GIT_SMALL_FILE_BYTES)
     if raw is None:
         return False
     if raw.startswith(b"ref:"):
@@ -245,7 +243,7 @@ def _is_git_directory(gitdir: str) -> bool:
 
 def _read_gitfile(path: str) -> str:
     """The git dir a ``.git`` file points to; anything but a plain ``gitdir: <path>`` is unsure."""
-    raw = _read_capped(path, MAX_SMALL_FILE_BYTES)
+    raw = _read_capped(path, MAX_GIT_SMALL_FILE_BYTES)
     if raw is None or not raw.startswith(b"gitdir: "):
         raise _UnsureError(".git file is not 'gitdir: <path>'")
     target = raw[len(b"gitdir: ") :].rstrip(b"\r\n")
@@ -309,7 +307,7 @@ def _read_config(commondir: str) -> _Config:
     A deliberately small reader: a line it cannot split plainly into ``key = value`` inside a
     section that matters (quotes, continuations, includes) makes it give up.
     """
-    raw = _read_capped(os.path.join(commondir, "config"), MAX_CONFIG_BYTES)
+    raw = _read_capped(os.path.join(commondir, "config"), MAX_GIT_CONFIG_BYTES)
     if raw is None:
         return _Config(_HEX_LENGTH["sha1"], None)
     try:
@@ -404,7 +402,7 @@ def _loose_ref(commondir: str, name: bytes, hex_length: int) -> str | None:
         return None
     if not stat.S_ISREG(st.st_mode):
         raise _UnsureError("a ref that is not a regular file (a symlink?)")
-    raw = _read_capped(path, MAX_SMALL_FILE_BYTES)
+    raw = _read_capped(path, MAX_GIT_SMALL_FILE_BYTES)
     if raw is None:
         return None
     if raw.startswith(b"ref:"):
@@ -414,7 +412,7 @@ def _loose_ref(commondir: str, name: bytes, hex_length: int) -> str | None:
 
 def _packed_refs(commondir: str, names: Iterable[bytes], hex_length: int) -> dict[bytes, str]:
     """Object ids of ``names`` found in ``packed-refs`` (each line: ``<hex> SP <name> LF``)."""
-    raw = _read_capped(os.path.join(commondir, "packed-refs"), MAX_PACKED_REFS_BYTES)
+    raw = _read_capped(os.path.join(commondir, "packed-refs"), MAX_GIT_PACKED_REFS_BYTES)
     found: dict[bytes, str] = {}
     if raw is None:
         return found
@@ -450,7 +448,7 @@ def _shadowing_refs(short: bytes) -> tuple[bytes, ...]:
 
 def _branch_and_head(repo: _Repo, config: _Config) -> tuple[str | None, str] | None:
     head_path = os.path.join(repo.gitdir, "HEAD")
-    raw = _read_capped(head_path, MAX_SMALL_FILE_BYTES)
+    raw = _read_capped(head_path, MAX_GIT_SMALL_FILE_BYTES)
     if raw is None:
         raise _UnsureError("HEAD vanished")
     if not raw.startswith(b"ref:"):

@@ -58,6 +58,33 @@ HEARTBEAT_INTERVAL_S: Final = 30.0
 #: Git metadata per cwd: wall time and output size.
 GIT_TIMEOUT_S: Final = 1.5
 GIT_OUTPUT_CAP_BYTES: Final = 131_072
+#: Fallback ``git`` processes run at once; a registry full of odd repositories must not fork-bomb.
+MAX_GIT_SUBPROCESSES: Final = 4
+#: ``HEAD``, a loose ref, a ``.git`` file or ``commondir``: one line naming a ref or a path.
+MAX_GIT_SMALL_FILE_BYTES: Final = 4_096
+#: A repository config larger than this is left to git.
+MAX_GIT_CONFIG_BYTES: Final = 262_144
+#: A ``packed-refs`` larger than this (monorepos with huge tag sets) is left to git.
+MAX_GIT_PACKED_REFS_BYTES: Final = 16_777_216
+#: A probe enforces its own 350 ms deadline; this much more and a listing stops waiting for it,
+#: so a probe that ignores its deadline cannot stall a listing.
+PROBE_GUARD_MARGIN_S: Final = 0.15
+#: How long a lister waits for the reap lock before leaving the reaping to whoever holds it.
+REAP_LOCK_TIMEOUT_S: Final = 0.05
+#: How long a registration write (or an unregister) waits for the write in flight.
+WRITE_WAIT_S: Final = 5.0
+
+# -- bridge envelopes (spec §8.4; recognised only to refuse them) ----------------------------------
+#: An envelope may live at most this long after it is checked.
+BRIDGE_MAX_TTL_MS: Final = 30_000
+BRIDGE_MAX_HOPS: Final = 4
+BRIDGE_MAX_BUDGET: Final = 256
+
+# -- sockets ---------------------------------------------------------------------------------------
+#: Bytes asked of a socket per read, by the endpoint and the exchange alike.
+READ_CHUNK_BYTES: Final = 65_536
+#: Pause after a failed ``accept`` (e.g. out of file descriptors) so the loop cannot spin.
+ACCEPT_BACKOFF_S: Final = 0.05
 
 # -- connections and deadlines ---------------------------------------------------------------------
 MAX_CONNECTIONS: Final = 64
