@@ -290,7 +290,7 @@ async def _serve_inbox(printer: _InboxPrinter, host: HeadlessHost, runtime: Sess
             assert registration is not None
             printer.emit(
                 "ready",
-                f"inbox {render.address_of(registration)} listening as session "
+                f"inbox {render.address(registration)} listening as session "
                 f"{registration.id} (pid {os.getpid()}); Ctrl-C to stop",
                 name=registration.name,
                 sessionId=registration.id,

@@ -58,13 +58,8 @@ def listing(me: PublicPeer | None, peers: Sequence[PublicPeer]) -> str:
     return "\n".join([first, *peer_lines(peers)])
 
 
-def address(peer: PublicPeer) -> str:
-    """How to name a peer unambiguously: ``name [ref]``."""
-    return address_of(peer)
-
-
-def address_of(peer: PublicPeer | Registration) -> str:
-    """``name [ref]`` for a public peer or a full registration."""
+def address(peer: PublicPeer | Registration) -> str:
+    """How to name a peer unambiguously: ``name [ref]`` (from its public view or registration)."""
     return f"{clean_line(peer.name)} [{peer.ref}]"
 
 
@@ -453,7 +448,6 @@ __all__ = [
     "STATUS_USAGE",
     "SendReport",
     "address",
-    "address_of",
     "command_failed",
     "hook_failed",
     "host_status_text",
