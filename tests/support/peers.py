@@ -11,7 +11,12 @@ from dataclasses import dataclass
 
 import anyio
 
-from pi_cross_session.protocol.endpoint import Endpoint, EndpointConfig
+from pi_cross_session.protocol.endpoint import (
+    Endpoint,
+    EndpointConfig,
+    PeerCredentialsReader,
+    read_peer_credentials,
+)
 from pi_cross_session.protocol.exchange import Exchanger
 from pi_cross_session.protocol.frames import Message, Sender
 from pi_cross_session.protocol.paths import Locations
@@ -76,6 +81,7 @@ class PeerHandle:
     registration: Registration
     inbox: MemoryInbox
     endpoint: Endpoint[object]
+    authenticator: Authenticator
 
     @property
     def sender(self) -> Sender:
@@ -108,9 +114,16 @@ def make_message(text: str, **fields: object) -> Message:
 
 @asynccontextmanager
 async def running_peer(
-    locations: Locations, name: str, *, config: EndpointConfig | None = None
+    locations: Locations,
+    name: str,
+    *,
+    config: EndpointConfig | None = None,
+    peer_credentials: PeerCredentialsReader = read_peer_credentials,
 ) -> AsyncIterator[PeerHandle]:
-    """Publish a registration and serve an inbox until the block ends, then clean up."""
+    """Publish a registration and serve an inbox until the block ends, then clean up.
+
+    ``peer_credentials`` replaces the kernel's answer to "who connected" (tests play other uids
+    and platforms without peer credentials with it)."""
     registration = make_registration(locations, name)
     identity = LocalIdentity(
         session_id=registration.id,
@@ -118,18 +131,22 @@ async def running_peer(
         token=registration.token,
         pid=registration.pid,
     )
-    inbox = MemoryInbox(Authenticator(identity, locations))
+    # The ready reply advertises what the endpoint's config says (tests play older receivers).
+    capabilities = (config or EndpointConfig()).capabilities
+    authenticator = Authenticator(identity, locations, capabilities=capabilities)
+    inbox = MemoryInbox(authenticator)
     endpoint: Endpoint[object] = Endpoint(
         registration.socket_path,
         inbox,  # type: ignore[arg-type]
         files=fs,
         config=config,
+        peer_credentials=peer_credentials,
     )
     async with anyio.create_task_group() as tg:
         await tg.start(endpoint.serve)
         publish(locations, registration)
         try:
-            yield PeerHandle(locations, registration, inbox, endpoint)
+            yield PeerHandle(locations, registration, inbox, endpoint, authenticator)
         finally:
             # Let clients that already closed be seen as closed before cancelling: cancelling a
             # read in the same loop pass as the peer's close makes asyncio log a stray error.

@@ -18,13 +18,25 @@ receiving anything.
 
 ``on_request`` is synchronous on purpose: admission must be atomic with respect to every other
 connection (spec §3.2), and a function without ``await`` cannot be interleaved.
+
+Before any of that, the endpoint asks the kernel who connected (:func:`read_peer_credentials`:
+``SO_PEERCRED`` on Linux, ``LOCAL_PEERCRED``/``LOCAL_PEERPID`` on macOS). A connection from
+another uid is closed before a byte is read or written; the connecting pid is handed to
+:meth:`InboundHandler.on_hello` so that the handler can hold an authenticated sender to the pid its
+registration names. Where the platform tells nothing, nothing is enforced and the connection is
+counted as unverified (see ``docs/security-model.md``, "Kernel-checked peers").
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import struct
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -71,6 +83,91 @@ class SocketFiles(Protocol):
         """After bind: check the socket is ours and set it to 0600."""
 
 
+@dataclass(frozen=True, slots=True)
+class PeerCredentials:
+    """Who the kernel says opened a connection, as of its ``connect()``.
+
+    A field is ``None`` when the platform does not report it; nothing is enforced on a ``None``.
+    """
+
+    pid: int | None
+    uid: int | None
+    gid: int | None
+
+
+#: Reads the peer credentials of an accepted Unix socket: ``None`` when the platform exposes none;
+#: raises ``OSError`` when it should but the call failed (the endpoint then closes the connection).
+PeerCredentialsReader = Callable[[socket.socket], PeerCredentials | None]
+
+# <sys/un.h> on macOS: the option level for local sockets and its two options. CPython does not
+# export them, and they are part of the stable kernel ABI.
+_SOL_LOCAL: Final = 0
+_LOCAL_PEERCRED: Final = 0x001
+_LOCAL_PEERPID: Final = 0x002
+#: ``struct xucred``: ``u_int cr_version; uid_t cr_uid; short cr_ngroups; gid_t cr_groups[16]``.
+_XUCRED: Final = struct.Struct("=IIh2x16I")
+_XUCRED_VERSION: Final = 0
+#: ``struct ucred`` of Linux: ``pid_t pid; uid_t uid; gid_t gid``.
+_UCRED: Final = struct.Struct("=3i")
+
+
+def _linux_credentials(sock: socket.socket) -> PeerCredentials:
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    pid, uid, gid = _UCRED.unpack(raw)
+    return PeerCredentials(pid=pid, uid=uid, gid=gid)
+
+
+def parse_xucred(raw: bytes) -> tuple[int, int | None]:
+    """``(uid, first gid)`` from a macOS ``struct xucred``; ``ValueError`` if it is not one."""
+    if len(raw) < _XUCRED.size:
+        raise ValueError(f"xucred of {len(raw)} bytes, expected {_XUCRED.size}")
+    version, uid, ngroups, *groups = _XUCRED.unpack_from(raw)
+    if version != _XUCRED_VERSION:
+        raise ValueError(f"xucred version {version}")
+    return uid, (groups[0] if ngroups > 0 else None)
+
+
+def _darwin_credentials(sock: socket.socket) -> PeerCredentials:
+    raw = sock.getsockopt(_SOL_LOCAL, _LOCAL_PEERCRED, _XUCRED.size)
+    try:
+        uid, gid = parse_xucred(raw)
+    except ValueError as exc:
+        raise OSError(f"unreadable peer credentials: {exc}") from exc
+    try:
+        pid: int | None = sock.getsockopt(_SOL_LOCAL, _LOCAL_PEERPID)
+    except OSError:
+        pid = None  # macOS before 10.8 reports the uid only
+    return PeerCredentials(pid=pid, uid=uid, gid=gid)
+
+
+def _no_credentials(sock: socket.socket) -> None:
+    del sock
+
+
+def _platform_reader() -> tuple[str, PeerCredentialsReader]:
+    if sys.platform.startswith("linux"):
+        return "SO_PEERCRED", _linux_credentials
+    if sys.platform == "darwin":
+        return "LOCAL_PEERCRED", _darwin_credentials
+    # Other BSDs have getpeereid() but Python does not expose it, and their structs differ from
+    # both of the above; we would rather enforce nothing than misread a uid.
+    return "unavailable", _no_credentials
+
+
+_SOURCE_AND_READER: Final = _platform_reader()
+#: How this platform's peer credentials are read (``"unavailable"``: not at all), for status.
+PEER_CREDENTIALS_SOURCE: Final = _SOURCE_AND_READER[0]
+
+
+def read_peer_credentials(sock: socket.socket) -> PeerCredentials | None:
+    """The kernel's record of who connected to ``sock`` (an accepted ``AF_UNIX`` stream).
+
+    ``None`` on a platform that exposes no peer credentials (:data:`PEER_CREDENTIALS_SOURCE` is
+    ``"unavailable"``); ``OSError`` when the call fails.
+    """
+    return _SOURCE_AND_READER[1](sock)
+
+
 class InboundHandler(Protocol[SessionT]):
     """Every decision of a connection, made outside the endpoint.
 
@@ -78,8 +175,14 @@ class InboundHandler(Protocol[SessionT]):
     frame (typically the authenticated sender, or a marker for a probe-only connection).
     """
 
-    async def on_hello(self, hello: Hello) -> tuple[Response, SessionT | None]:
-        """Judge a hello. Return the reply and a session; ``None`` ends the connection."""
+    async def on_hello(
+        self, hello: Hello, *, peer: PeerCredentials | None = None
+    ) -> tuple[Response, SessionT | None]:
+        """Judge a hello. Return the reply and a session; ``None`` ends the connection.
+
+        ``peer`` is what the kernel reported about the connecting process (``None`` when the
+        platform reports nothing); the endpoint has already refused other uids.
+        """
         ...
 
     def on_request(self, session: SessionT, request: Message | StatusQuery) -> Response:
@@ -109,6 +212,12 @@ class EndpointStatistics:
     deadline_cuts: int
     idle_cuts: int
     faults: int
+    #: Closed without a byte because another uid connected (not counted in ``accepted``).
+    foreign_uid_closed: int
+    #: Closed without a byte because the peer credentials could not be read.
+    credentials_unreadable: int
+    #: Accepted without peer credentials, because the platform exposes none (nothing enforced).
+    unverified: int
 
 
 @dataclass(slots=True)
@@ -120,12 +229,16 @@ class _Counters:
     deadline_cuts: int = 0
     idle_cuts: int = 0
     faults: int = 0
+    foreign_uid: int = 0
+    unreadable: int = 0
+    unverified: int = 0
 
 
 @dataclass(slots=True)
 class _Connection(Generic[SessionT]):
     """Per-connection progress: how many frames were handled and what the hello produced."""
 
+    peer: PeerCredentials | None = None
     frames: int = 0
     session: SessionT | None = None
     finished: bool = False
@@ -133,7 +246,11 @@ class _Connection(Generic[SessionT]):
 
 
 class Endpoint(Generic[SessionT]):
-    """A listener at one socket path serving one handler."""
+    """A listener at one socket path serving one handler.
+
+    ``peer_credentials`` reads who connected (the default asks the kernel); tests inject another
+    reader to play a connection from another uid, which they cannot open without root.
+    """
 
     def __init__(
         self,
@@ -142,11 +259,16 @@ class Endpoint(Generic[SessionT]):
         *,
         files: SocketFiles,
         config: EndpointConfig | None = None,
+        peer_credentials: PeerCredentialsReader = read_peer_credentials,
     ) -> None:
         self.path = path
         self._handler = handler
         self._files = files
         self._config = config or EndpointConfig()
+        self._peer_credentials = peer_credentials
+        # The effective uid is what the kernel compares file modes against, so it is the uid
+        # that owns our 0700 dir and 0600 socket: the only one allowed to talk to us.
+        self._uid = os.geteuid()
         self._counters = _Counters()
 
     def statistics(self) -> EndpointStatistics:
@@ -160,6 +282,9 @@ class Endpoint(Generic[SessionT]):
             deadline_cuts=c.deadline_cuts,
             idle_cuts=c.idle_cuts,
             faults=c.faults,
+            foreign_uid_closed=c.foreign_uid,
+            credentials_unreadable=c.unreadable,
+            unverified=c.unverified,
         )
 
     async def serve(
@@ -192,6 +317,12 @@ class Endpoint(Generic[SessionT]):
                 logger.warning("accept failed on %s: %s", self.path, exc)
                 await anyio.sleep(ACCEPT_BACKOFF_S)
                 continue
+            # Before the capacity check, so another user can neither hold a slot nor be counted
+            # as a connection of ours.
+            admitted, peer = self._vet_peer(stream)
+            if not admitted:
+                await anyio.aclose_forcefully(stream)
+                continue
             if counters.open >= self._config.max_connections:
                 counters.refused += 1
                 await anyio.aclose_forcefully(stream)
@@ -199,10 +330,36 @@ class Endpoint(Generic[SessionT]):
             counters.open += 1
             counters.accepted += 1
             counters.peak = max(counters.peak, counters.open)
-            connections.start_soon(self._serve_connection, stream)
+            if peer is None:
+                counters.unverified += 1
+            connections.start_soon(self._serve_connection, stream, peer)
 
-    async def _serve_connection(self, stream: anyio.abc.SocketStream) -> None:
-        state: _Connection[SessionT] = _Connection()
+    def _vet_peer(self, stream: anyio.abc.SocketStream) -> tuple[bool, PeerCredentials | None]:
+        """Whether the connection may be served at all, and who the kernel says is on it."""
+        try:
+            peer = self._peer_credentials(stream.extra(anyio.abc.SocketAttribute.raw_socket))
+        except OSError as exc:
+            # The platform has credentials but would not give them (typically the peer is
+            # already gone): refuse rather than serve someone we could not check.
+            self._counters.unreadable += 1
+            logger.info("peer credentials unreadable on %s: %s", self.path, exc)
+            return False, None
+        if peer is not None and peer.uid is not None and peer.uid != self._uid:
+            self._counters.foreign_uid += 1
+            logger.warning(
+                "closed a connection to %s from uid %d (pid %s): only uid %d may connect",
+                self.path,
+                peer.uid,
+                peer.pid,
+                self._uid,
+            )
+            return False, None
+        return True, peer
+
+    async def _serve_connection(
+        self, stream: anyio.abc.SocketStream, peer: PeerCredentials | None
+    ) -> None:
+        state: _Connection[SessionT] = _Connection(peer=peer)
         try:
             with anyio.move_on_after(self._config.connection_deadline_s) as deadline:
                 await self._converse(stream, state)
@@ -266,7 +423,7 @@ class Endpoint(Generic[SessionT]):
             await self._send_fault(stream, Code.AUTHENTICATION_FAILED)
             state.finished = True
             return
-        reply, session = await self._handler.on_hello(hello)
+        reply, session = await self._handler.on_hello(hello, peer=state.peer)
         await self._send(stream, reply)
         if session is None:
             state.finished = True

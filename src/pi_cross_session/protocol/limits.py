@@ -88,6 +88,9 @@ ACCEPT_BACKOFF_S: Final = 0.05
 
 # -- connections and deadlines ---------------------------------------------------------------------
 MAX_CONNECTIONS: Final = 64
+#: Recent authentication refusals kept as diagnostics for our status (counts by cause are kept
+#: apart and are bounded by the causes): enough to see a pattern, too few to matter as memory.
+AUTH_DIAGNOSTICS_KEPT: Final = 20
 #: Absolute life of one inbound connection, from accept.
 CONNECTION_DEADLINE_S: Final = 30.0
 #: Inactivity allowed after a successful hello.
@@ -130,3 +133,5 @@ MAX_GOAL_CONFIRMATIONS: Final = 64
 MAX_GOAL_EVIDENCE: Final = MAX_CACHE_ENTRIES
 #: Ids of ended goals remembered so an id can never be reused for a new grant; same cap.
 MAX_ENDED_GOALS: Final = MAX_CACHE_ENTRIES
+#: Longest tool call id a goal journal note may carry (host ids are far shorter).
+MAX_CALL_ID_CHARS: Final = 512

@@ -9,20 +9,34 @@ A hello opens one of two kinds of connection:
 
 Both kinds must present *our* token and name *this* incarnation exactly. The cheap checks (token,
 target) run first, so a caller without our token never makes us read a file.
+
+When the endpoint knows the connecting pid (kernel peer credentials), an authenticated hello must
+also come from the pid the sender's registration names: a token copied by another process of the
+same user is then worthless on its own. Probes are not held to a pid, because any process of ours
+that has our token may ask who we are (the reference's listing probes from whatever process runs
+it). Every refusal is counted by cause and the most recent ones are kept as one-line diagnostics
+for our status (:meth:`Authenticator.diagnostics`); the caller only ever sees
+:data:`AUTH_FAILED_TEXT`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
 from typing import Protocol
 
 import anyio
 
 from pi_cross_session.protocol.capabilities import ADVERTISED, can_queue
 from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.endpoint import PeerCredentials
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.frames import Hello, PeerIdentity, Response
+from pi_cross_session.protocol.limits import AUTH_DIAGNOSTICS_KEPT
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration, parse_registration
 from pi_cross_session.security import fs
@@ -33,6 +47,33 @@ logger = logging.getLogger(__name__)
 #: The text of every authentication refusal: deliberately the same for every cause, so a caller
 #: cannot learn which part of its claim was wrong.
 AUTH_FAILED_TEXT = "Authentication failed: token, target or sender registration did not match"
+
+
+class RefusalCause(StrEnum):
+    """Why a hello was refused; for our own status only, never told to the caller."""
+
+    #: The token is not ours, or the target is not this incarnation.
+    CLAIM = "token_or_target"
+    #: The hello names our own instance as its sender.
+    OWN_INSTANCE = "own_instance"
+    #: The sender's registration is missing, unsafe or malformed.
+    REGISTRATION = "registration_unreadable"
+    #: The registration exists but its session id or token differs from the claim.
+    SENDER = "sender_mismatch"
+    #: The kernel says another process connected than the one the registration names.
+    PID = "pid_mismatch"
+
+
+@dataclass(frozen=True, slots=True)
+class AuthDiagnostics:
+    """A snapshot of the refusals an authenticator has made, for status displays.
+
+    ``refusals`` counts every refusal since start by :class:`RefusalCause` value (causes never
+    seen are absent); ``recent`` holds the last few as one-line texts, oldest first.
+    """
+
+    refusals: Mapping[str, int]
+    recent: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,16 +131,36 @@ class Authenticator:
         *,
         files: RegistrationReader = fs,
         capabilities: tuple[str, ...] = ADVERTISED,
+        diagnostics_kept: int = AUTH_DIAGNOSTICS_KEPT,
     ) -> None:
         self._identity = identity
         self._locations = locations
         self._files = files
         self._capabilities = capabilities
+        # Bounded by construction: the keys are RefusalCause values, the texts a fixed-size deque.
+        self._refusals: dict[str, int] = {}
+        self._recent: deque[str] = deque(maxlen=diagnostics_kept)
 
     @property
     def identity(self) -> LocalIdentity:
         """The incarnation this authenticator speaks for."""
         return self._identity
+
+    def diagnostics(self) -> AuthDiagnostics:
+        """Refusals so far: counts by cause and the most recent diagnostics (read-only copy)."""
+        return AuthDiagnostics(
+            refusals=MappingProxyType(dict(self._refusals)), recent=tuple(self._recent)
+        )
+
+    def _refuse(self, hello: Hello, cause: RefusalCause, detail: str) -> tuple[Response, None]:
+        self._refusals[cause.value] = self._refusals.get(cause.value, 0) + 1
+        who = f"hello from {hello.sender.instance_id}" if hello.sender is not None else "probe"
+        text = f"{who} refused: {detail}"
+        self._recent.append(text)
+        # A pid mismatch means someone holds a real sender token: worth a warning. The rest is
+        # the ordinary noise of stale registrations and confused clients.
+        logger.log(logging.WARNING if cause is RefusalCause.PID else logging.INFO, "%s", text)
+        return self._reply(hello.request_id, ok=False), None
 
     def _reply(self, request_id: str, *, ok: bool) -> Response:
         if ok:
@@ -118,8 +179,15 @@ class Authenticator:
             capabilities=self._capabilities,
         )
 
-    async def on_hello(self, hello: Hello) -> tuple[Response, Caller | None]:
-        """``ready`` and the caller, or ``authentication_failed`` and ``None``."""
+    async def on_hello(
+        self, hello: Hello, *, peer: PeerCredentials | None = None
+    ) -> tuple[Response, Caller | None]:
+        """``ready`` and the caller, or ``authentication_failed`` and ``None``.
+
+        ``peer`` is the kernel's word on who connected; when it carries a pid, an authenticated
+        hello must come from the pid in the sender's registration. Without it (or without a pid)
+        that check is skipped: the platform gives us nothing to check against.
+        """
         me = self._identity
         claims_us = (
             tokens_match(hello.token, me.token)
@@ -127,12 +195,13 @@ class Authenticator:
             and hello.target.instance_id == me.instance_id
         )
         if not claims_us:
-            return self._reply(hello.request_id, ok=False), None
+            return self._refuse(hello, RefusalCause.CLAIM, "token or target did not match")
         sender: Registration | None = None
         if hello.sender is not None:
-            sender = await self._verify_sender(hello)
-            if sender is None:
-                return self._reply(hello.request_id, ok=False), None
+            verified = await self._verify_sender(hello, peer)
+            if isinstance(verified, tuple):
+                return self._refuse(hello, *verified)
+            sender = verified
         caller = Caller(
             request_id=hello.request_id,
             sender=sender,
@@ -140,11 +209,15 @@ class Authenticator:
         )
         return self._reply(hello.request_id, ok=True), caller
 
-    async def _verify_sender(self, hello: Hello) -> Registration | None:
+    async def _verify_sender(
+        self, hello: Hello, peer: PeerCredentials | None
+    ) -> Registration | tuple[RefusalCause, str]:
+        """The sender's verified registration, or why it is refused."""
         claim = hello.sender
         assert claim is not None
         if claim.instance_id == self._identity.instance_id:
-            return None  # a session never talks to itself through its own socket
+            # A session never talks to itself through its own socket.
+            return RefusalCause.OWN_INSTANCE, "it names this instance as its sender"
         try:
             path = self._locations.registration_path(claim.instance_id)
             expected_socket = self._locations.socket_path(claim.instance_id)
@@ -153,8 +226,14 @@ class Authenticator:
                 raw, file_stem=claim.instance_id, expected_socket_path=expected_socket
             )
         except (CrossSessionError, ValueError) as exc:
-            logger.info("hello from %s refused: %s", claim.instance_id, exc)
-            return None
+            return RefusalCause.REGISTRATION, f"its registration cannot be used ({exc})"
         if registration.id != claim.id or not tokens_match(claim.token, registration.token):
-            return None
+            return RefusalCause.SENDER, "session id or token differs from its registration"
+        if peer is not None and peer.pid is not None and peer.pid != registration.pid:
+            # Every other check passed, so the caller holds the sender's real token: it is either
+            # the registered session connecting from another process, or someone who read its file.
+            return (
+                RefusalCause.PID,
+                f"connecting pid {peer.pid} is not the registered pid {registration.pid}",
+            )
         return registration

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pi_cross_session.protocol.codes import Code, refusal_text
+from pi_cross_session.protocol.endpoint import PeerCredentials
 from pi_cross_session.protocol.frames import (
     UNKNOWN_REQUEST_ID,
     Hello,
@@ -62,9 +63,11 @@ class MemoryInbox:
         """Admissions left before every message is refused."""
         return self._budget - len(self.entries)
 
-    async def on_hello(self, hello: Hello) -> tuple[Response, Caller | None]:
-        """Delegate to the authenticator."""
-        return await self._auth.on_hello(hello)
+    async def on_hello(
+        self, hello: Hello, *, peer: PeerCredentials | None = None
+    ) -> tuple[Response, Caller | None]:
+        """Delegate to the authenticator, with what the kernel said about the caller."""
+        return await self._auth.on_hello(hello, peer=peer)
 
     def on_request(self, session: Caller, request: Message | StatusQuery) -> Response:
         """Admit a message or answer a status query; never awaits, so it is atomic."""

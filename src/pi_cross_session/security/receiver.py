@@ -14,6 +14,7 @@ endpoint makes. The routing rules of the contract live here:
 from __future__ import annotations
 
 from pi_cross_session.protocol.codes import Code, refusal_text
+from pi_cross_session.protocol.endpoint import PeerCredentials
 from pi_cross_session.protocol.frames import (
     UNKNOWN_REQUEST_ID,
     Hello,
@@ -32,9 +33,16 @@ class SessionReceiver:
         self.authenticator = authenticator
         self.admission = admission
 
-    async def on_hello(self, hello: Hello) -> tuple[Response, Caller | None]:
-        """Authenticate the caller (reads the sender's registration when it claims one)."""
-        return await self.authenticator.on_hello(hello)
+    async def on_hello(
+        self, hello: Hello, *, peer: PeerCredentials | None = None
+    ) -> tuple[Response, Caller | None]:
+        """Authenticate the caller (reads the sender's registration when it claims one, and holds
+        it to the connecting pid when ``peer`` carries one)."""
+        if peer is None:
+            # Nothing to add; calling without the keyword also serves authenticator stand-ins
+            # written before peer credentials existed.
+            return await self.authenticator.on_hello(hello)
+        return await self.authenticator.on_hello(hello, peer=peer)
 
     def on_request(self, session: Caller, request: Message | StatusQuery) -> Response:
         """Route the second frame; synchronous, so admission stays atomic."""
