@@ -38,6 +38,7 @@ import pytest
 from pi_cross_session.plugin import outbound, render
 from pi_cross_session.plugin.render import SendReport
 from pi_cross_session.protocol import discovery
+from pi_cross_session.protocol.capabilities import GOAL_SCOPED_PEER
 from pi_cross_session.protocol.exchange import ExchangeConfig, Exchanger
 from pi_cross_session.protocol.frames import Sender
 from pi_cross_session.protocol.paths import Locations
@@ -70,7 +71,9 @@ pytestmark = pytest.mark.anyio
 IDLE_AFTER_HELLO_S: Final = 0.5
 #: Our sender's deadline for the silent-receiver scenario (the contract's is 5 s).
 SHORT_SEND_DEADLINE_S: Final = 0.3
-CAPABILITIES: Final = ["cancel-safe-queue-v1"]
+#: What our sender advertises in its hello: the reference's capability plus goal scope (the
+#: reference 2.2.1 predates goal grants; a receiver ignores capabilities it does not know).
+CAPABILITIES: Final = ["cancel-safe-queue-v1", "goal-scoped-peer-v1"]
 HELLO_KEYS: Final = ["v", "type", "capabilities", "requestId", "token", "target"]
 MESSAGE_KEYS: Final = ["v", "type", "requestId", "messageId", "text", "summary", "sentAt"]
 
@@ -172,6 +175,10 @@ async def replay_connection(
             ours = json.loads(raw)
             expected = ids.map(record.body)
             where = f"{transcript.name} seq {record.seq}"
+            if "capabilities" in expected:
+                # We advertise goal scope after the reference's list; nothing else may differ.
+                assert ours["capabilities"] == [*expected["capabilities"], GOAL_SCOPED_PEER]
+                expected = {**expected, "capabilities": ours["capabilities"]}
             assert reply_shape(ours) == reply_shape(expected), where
             assert request_id_rule(ours, sent_request) == request_id_rule(
                 record.body, recorded_request
@@ -412,6 +419,9 @@ async def test_our_sender_writes_what_the_reference_sender_writes(
     for our_frames, recorded_frames in zip(connections, case.connections, strict=True):
         assert len(our_frames) == len(recorded_frames)
         for mine, theirs in zip(our_frames, recorded_frames, strict=True):
+            if theirs.get("type") == "hello":
+                # Our hello lists goal scope after the reference's capabilities.
+                theirs = {**theirs, "capabilities": [*theirs["capabilities"], GOAL_SCOPED_PEER]}
             assert json.dumps(normalized(mine, ids)) == json.dumps(normalized(theirs, ids))
     probe, send = connections
     now_ms = time.time_ns() // 1_000_000

@@ -47,7 +47,7 @@ async def test_probe_without_from_gets_ready_with_peer_and_capabilities(
             await client.send(line(hello(reg, request_id="probe-1")))
             reply = await client.read_reply()
             assert (reply.ok, reply.status, reply.request_id) == (True, "ready", "probe-1")
-            assert reply.capabilities == ("cancel-safe-queue-v1",)
+            assert reply.capabilities == ("cancel-safe-queue-v1", "goal-scoped-peer-v1")
             assert reply.peer == {"id": reg.id, "instanceId": reg.instance_id, "pid": os.getpid()}
             assert reply.error is None
             # A probe-only connection waits for an optional second frame; EOF ends it quietly.
@@ -118,7 +118,9 @@ async def test_first_frame_not_json_is_invalid_frame_shaped_like_reference_09(
         recorded = reference_reply("09-invalid-json", 0)
         assert list(ours) == list(recorded)
         for key in REPLY_KEYS:
-            if key != "next":  # guidance wording is ours
+            if key == "capabilities":  # we list goal scope after the reference's capabilities
+                assert ours[key] == [*recorded[key], "goal-scoped-peer-v1"]
+            elif key != "next":  # guidance wording is ours
                 assert ours[key] == recorded[key], key
         assert beta.endpoint.statistics().faults == 1
         await assert_still_serving(locations, beta.registration)

@@ -12,7 +12,9 @@ import socket
 import anyio
 import pytest
 
+from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
 from pi_cross_session.protocol.codes import SenderState
+from pi_cross_session.protocol.endpoint import EndpointConfig
 from pi_cross_session.protocol.exchange import ExchangeConfig, ExchangeError, Exchanger, Receipt
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
@@ -82,7 +84,7 @@ async def test_probe_send_and_status_against_a_real_endpoint(locations: Location
 
         probe = await ex.probe(target)
         assert (probe.status, probe.reply, probe.frames_written) == ("ready", None, 1)
-        assert probe.peer_capabilities == ("cancel-safe-queue-v1",)
+        assert probe.peer_capabilities == ("cancel-safe-queue-v1", "goal-scoped-peer-v1")
         identity = probe.ready.peer_identity()
         assert identity is not None
         assert (identity.id, identity.instance_id, identity.pid) == (
@@ -164,7 +166,8 @@ async def test_goal_scoped_message_to_a_receiver_without_goal_scope_is_unsupport
     locations: Locations,
 ) -> None:
     alpha = published_sender(locations)
-    async with settled_peer(locations, "beta") as beta:
+    older = EndpointConfig(capabilities=(CANCEL_SAFE_QUEUE,))  # a receiver without goal scope
+    async with settled_peer(locations, "beta", config=older) as beta:
         with pytest.raises(ExchangeError) as caught:
             await exchanger(locations).send(
                 beta.registration,

@@ -14,7 +14,7 @@ from typing import Any
 
 from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
-from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
+from pi_cross_session.protocol.capabilities import ADVERTISED, CANCEL_SAFE_QUEUE
 from pi_cross_session.protocol.codes import RETRYABLE, Code
 from pi_cross_session.protocol.frames import Message, Response, StatusQuery
 from pi_cross_session.protocol.registration import Registration, build_registration
@@ -195,7 +195,7 @@ def check_reply(reply: Response, *, request_id: str) -> None:
     assert reply.request_id == request_id
     assert reply.code == reply.state == reply.status
     assert reply.retryable is ((not reply.ok) and reply.status in RETRYABLE)
-    assert tuple(reply.capabilities or ()) == (CANCEL_SAFE_QUEUE,)
+    assert tuple(reply.capabilities or ()) == ADVERTISED
     assert reply.next
     if reply.ok:
         assert reply.peer == {

@@ -354,7 +354,7 @@ def test_built_responses_follow_the_wire_rules() -> None:
     assert ready["retryable"] is False
     assert "error" not in ready
     assert ready["peer"] == {"id": SESSION, "instanceId": INSTANCE, "pid": 7}
-    assert ready["capabilities"] == ["cancel-safe-queue-v1"]
+    assert ready["capabilities"] == ["cancel-safe-queue-v1", "goal-scoped-peer-v1"]
 
     refused = wire.Response.build(request_id="r3", ok=False, status=Code.DUPLICATE).to_wire()
     assert refused["retryable"] is False

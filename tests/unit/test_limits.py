@@ -419,6 +419,18 @@ def test_an_empty_budget_is_possible_and_never_refills() -> None:
     assert not budget.can_spend()
     with pytest.raises(RuntimeError):
         budget.spend()
-    # There is no API to refund or refill: the only way back up is a new incarnation.
+    # No refill: the one way back is ``refund``, which a confirmed goal-scoped send uses to
+    # give back the unit it spent, and it never lifts the budget above what it started with.
     public = {name for name in dir(budget) if not name.startswith("_")}
-    assert public == {"can_spend", "remaining", "spend", "total"}
+    assert public == {"can_spend", "refund", "remaining", "spend", "total"}
+    budget.refund()
+    assert budget.remaining == 0
+
+
+def test_a_refund_returns_a_spent_unit_and_never_exceeds_the_total() -> None:
+    budget = LifetimeBudget(units=2)
+    budget.spend()
+    budget.refund()
+    assert budget.remaining == 2
+    budget.refund()
+    assert budget.remaining == 2

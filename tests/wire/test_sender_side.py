@@ -67,7 +67,7 @@ def _check_one_message_written(fake: FakeReceiver, report: SendReport, sender_id
     # One authenticated connection: no retry, not even on another connection.
     (send_hello,) = [hello for hello in _hellos(fake) if hello.get("from") is not None]
     assert send_hello["from"]["instanceId"] == sender_id
-    assert send_hello["capabilities"] == ["cancel-safe-queue-v1"]
+    assert send_hello["capabilities"] == ["cancel-safe-queue-v1", "goal-scoped-peer-v1"]
 
 
 @pytest.mark.parametrize(

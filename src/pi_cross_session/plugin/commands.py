@@ -93,6 +93,8 @@ def status_data(runtime: SessionRuntime, report: HostReport) -> dict[str, Any]:
             "problems": list(report.problems),
         }
     )
+    view = runtime.goal_view()
+    data.update(render.goal_data(view.status, view.last_end, view.confirmations))
     return data
 
 
@@ -110,7 +112,13 @@ def status(runtime: SessionRuntime, args: str, report: HostReport) -> str:
         inbound_source=report.inbound_source,
         warnings=report.warnings,
         problems=report.problems,
+        goal=_goal_lines(runtime),
     )
+
+
+def _goal_lines(runtime: SessionRuntime) -> list[str]:
+    view = runtime.goal_view()
+    return render.goal_lines(view.status, view.last_end, view.confirmations)
 
 
 def resume(runtime: SessionRuntime) -> str:

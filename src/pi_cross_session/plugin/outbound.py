@@ -6,8 +6,15 @@ Shared by the session runtime (the model's ``send_pi_message``) and the command 
 2. list the live peers and resolve the target among them — ``not_found`` / ``ambiguous`` /
    ``invalid_target`` for a self-send;
 3. build the frame and check its size *before* spending anything — ``message_too_large``;
-4. spend one unit of the lifetime budget, if the sender has one — ``budget_exhausted``;
-5. exchange, under the caller's cancel scope, and classify the ending.
+4. reserve the attempt against the lifetime budget, if the sender has one — ``budget_exhausted``;
+5. exchange, under the caller's cancel scope, and classify the ending;
+6. settle a goal-scoped reservation: a ``submitted``/``queued`` receipt refunds the unit and
+   confirms the (receiver, goal) pair; any other ending keeps the charge and forgets the pair
+   (goal-scoped-v1 §2.4, :class:`~pi_cross_session.security.goals.GoalConfirmations`).
+
+A goal-scoped send (``goal_id``) is never downgraded: a malformed goal id or a bridge envelope
+with a goal id is ``invalid_goal`` before anything happens, and a receiver that did not advertise
+goal scope ends it as ``unsupported`` before the message frame is written.
 
 Nothing is retried. The report says whether the message frame was ever written, so "certainly not
 delivered" is never confused with "unknown".
@@ -23,12 +30,13 @@ import anyio
 
 from pi_cross_session.plugin.render import SendReport
 from pi_cross_session.protocol.addressing import AddressError, resolve_target
+from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
 from pi_cross_session.protocol.codec import encode_frame
 from pi_cross_session.protocol.codes import Code, classify
 from pi_cross_session.protocol.discovery import Listing
 from pi_cross_session.protocol.errors import FrameTooLargeError
 from pi_cross_session.protocol.exchange import ExchangeError, Exchanger, Progress, Receipt
-from pi_cross_session.protocol.frames import WIRE_VERSION, Message, Sender, dumps_frame
+from pi_cross_session.protocol.frames import ID_RE, WIRE_VERSION, Message, Sender, dumps_frame
 from pi_cross_session.protocol.limits import (
     MAX_FRAME_BYTES,
     MAX_SUMMARY_CODE_POINTS,
@@ -38,6 +46,7 @@ from pi_cross_session.protocol.limits import (
 )
 from pi_cross_session.protocol.registration import PublicPeer
 from pi_cross_session.protocol.text import clean_line, is_blank, is_well_formed, utf16_length
+from pi_cross_session.security.goals import GoalConfirmations, Reservation
 from pi_cross_session.security.limits import LifetimeBudget
 
 
@@ -52,6 +61,8 @@ class Outbox:
     budget: LifetimeBudget | None = None
     #: Our own public view, so that a self-send is refused as such rather than as "not found".
     me: PublicPeer | None = None
+    #: Receiver/goal pairs confirmed by scoped receipts (sessions with a budget only).
+    confirmations: GoalConfirmations | None = None
 
 
 def summary_for(summary: str | None, text: str) -> str:
@@ -61,7 +72,9 @@ def summary_for(summary: str | None, text: str) -> str:
     return clean_line(source, MAX_SUMMARY_CODE_POINTS) or "message"
 
 
-def check_input(target: str, text: str, summary: str | None) -> tuple[str, str] | None:
+def check_input(
+    target: str, text: str, summary: str | None, goal_id: str | None = None
+) -> tuple[str, str] | None:
     """The first problem with a caller's input as ``(code, detail)``, or ``None``."""
     if not is_well_formed(target) or is_blank(target) or utf16_length(target) > MAX_TARGET_UNITS:
         return (Code.INVALID_TARGET, f"the target must be 1 to {MAX_TARGET_UNITS} characters")
@@ -80,6 +93,11 @@ def check_input(target: str, text: str, summary: str | None) -> tuple[str, str] 
             Code.INVALID_MESSAGE,
             f"the summary must be 1 to {MAX_TOOL_SUMMARY_UNITS} characters",
         )
+    if goal_id is not None:
+        if not isinstance(goal_id, str) or ID_RE.fullmatch(goal_id) is None:
+            return (Code.INVALID_GOAL, "a goal id is 1 to 128 of A-Z, a-z, 0-9, _ and -")
+        if text.startswith(BRIDGE_PREFIX):
+            return (Code.INVALID_GOAL, "a bridge envelope cannot be scoped to a goal")
     return None
 
 
@@ -134,10 +152,12 @@ async def send(
     text: str,
     *,
     summary: str | None = None,
+    goal_id: str | None = None,
     scope: anyio.CancelScope | None = None,
 ) -> SendReport:
-    """Send one message and report exactly what is known about its fate."""
-    problem = check_input(target, text, summary)
+    """Send one message (scoped to ``goal_id``, if given) and report exactly what is known
+    about its fate."""
+    problem = check_input(target, text, summary, goal_id)
     if problem is not None:
         return local_failure(*problem)
     resolved = await resolve(outbox, target)
@@ -152,17 +172,58 @@ async def send(
         text=text,
         summary=summary_for(summary, text),
         sent_at=outbox.wall_ms(),
+        goal_id=goal_id,
     )
     try:
         encode_frame(dumps_frame(message), max_frame_bytes=MAX_FRAME_BYTES)
     except FrameTooLargeError as exc:
         return local_failure(Code.MESSAGE_TOO_LARGE, str(exc), target=peer)
+    reservation = _reserve(outbox, peer, goal_id)
+    if isinstance(reservation, SendReport):
+        return reservation
+    report = await _exchange(outbox, peer, listing, message, scope)
+    if reservation is not None and outbox.confirmations is not None:
+        refund = outbox.confirmations.settle(reservation, report.status if report.ok else "")
+        if refund and outbox.budget is not None:
+            outbox.budget.refund()
+    return report
+
+
+def _reserve(
+    outbox: Outbox, peer: PublicPeer, goal_id: str | None
+) -> Reservation | SendReport | None:
+    """Claim the budget for one attempt: a reservation, a refusal, or ``None`` (no budget)."""
     budget = outbox.budget
-    if budget is not None:
+    if budget is None:
+        return None
+    exhausted = "this session incarnation has used its whole message budget"
+    confirmations = outbox.confirmations
+    if confirmations is None:
         if not budget.can_spend():
-            detail = "this session incarnation has used its whole message budget"
-            return local_failure(Code.BUDGET_EXHAUSTED, detail, target=peer)
+            return local_failure(Code.BUDGET_EXHAUSTED, exhausted, target=peer)
         budget.spend()
+        return None
+    reservation = confirmations.reserve(peer.instance_id, goal_id, budget.remaining)
+    if isinstance(reservation, Code):
+        if reservation is Code.BUDGET_EXHAUSTED and goal_id is not None:
+            exhausted += (
+                ", and no earlier scoped receipt from this session confirmed this goal "
+                "(or one such send is already in flight)"
+            )
+        detail = exhausted if reservation is Code.BUDGET_EXHAUSTED else "invalid goal scope"
+        return local_failure(reservation, detail, target=peer)
+    if reservation.charged:
+        budget.spend()
+    return reservation
+
+
+async def _exchange(
+    outbox: Outbox,
+    peer: PublicPeer,
+    listing: Listing,
+    message: Message,
+    scope: anyio.CancelScope | None,
+) -> SendReport:
     receipt: Receipt | None = None
     scope = scope or anyio.CancelScope()
     progress = Progress()

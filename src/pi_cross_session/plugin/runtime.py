@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -63,6 +63,21 @@ from pi_cross_session.security.admission import (
     TurnSource,
 )
 from pi_cross_session.security.auth import Authenticator, LocalIdentity
+from pi_cross_session.security.gate import PeerClaim
+from pi_cross_session.security.goals import (
+    NO_GOAL,
+    Authority,
+    GoalConfirmations,
+    GoalEnd,
+    GoalError,
+    GoalErrorCode,
+    Goals,
+    GoalStatus,
+    Member,
+    RevokeReason,
+    Scope,
+    TaskHandle,
+)
 from pi_cross_session.security.limits import LifetimeBudget
 from pi_cross_session.security.receiver import SessionReceiver
 from pi_cross_session.security.tokens import new_instance_id, new_token
@@ -96,6 +111,16 @@ class RuntimeOptions:
     with_git: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class GoalView:
+    """The goal part of a status display."""
+
+    status: GoalStatus
+    last_end: GoalEnd | None
+    confirmations: int
+    evidence: int
+
+
 class NotReadyError(CrossSessionError):
     """The runtime has no running incarnation (not started yet, or stopped)."""
 
@@ -111,6 +136,8 @@ class _Incarnation:
     endpoint: Endpoint[object]
     registrar: Registrar
     exchanger: Exchanger
+    goals: Goals
+    confirmations: GoalConfirmations
     wake: anyio.Event = field(default_factory=anyio.Event)
     flush_due: bool = False
     refresh_due: bool = False
@@ -131,9 +158,12 @@ class SessionRuntime:
         locations: Locations | None = None,
         options: RuntimeOptions | None = None,
         on_row: Callable[[Row], None] | None = None,
+        on_goal_evidence: Callable[[Mapping[str, object]], None] | None = None,
     ) -> None:
         self.host = host
         self._on_row = on_row
+        # Where task ownership evidence is journaled (the host's session journal), if anywhere.
+        self._on_goal_evidence = on_goal_evidence
         self.locations = locations or paths.resolve()
         self.options = options or RuntimeOptions()
         self._inbound = inbound_from_flag(self.options.inbound)
@@ -147,6 +177,9 @@ class SessionRuntime:
         self.last_error: BaseException | None = None
         self.incarnations = 0
         self._last_snapshot: Snapshot | None = None
+        # Task ownership evidence carried from one incarnation to the next (never a grant).
+        self._evidence: tuple[Mapping[str, object], ...] = ()
+        self._last_goal_end: GoalEnd | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -260,12 +293,15 @@ class SessionRuntime:
         )
         clock = self.options.clock
         budget = LifetimeBudget(units=self.options.budget)
+        goals = Goals(
+            Scope(identity.session_id, instance_id, self.host.cwd),
+            on_record=self._journal_evidence,
+        )
+        goals.import_evidence(self._evidence)
         holder: list[_Incarnation] = []
 
         def on_latch(reason: str) -> None:
-            self._notify(
-                f"Cross-session inbox closed: {reason}. Run /cross-session-resume to reopen."
-            )
+            self._notify(render.inbox_latched(reason, goals.last_end))
             if holder:
                 self._wake(holder[0], refresh=True)
 
@@ -278,6 +314,7 @@ class SessionRuntime:
             host_idle=self.host.is_idle,
             on_latch=on_latch,
             on_row=self._on_row,
+            goals=goals,
             **self.options.admission,  # type: ignore[arg-type]
         )
         receiver = SessionReceiver(
@@ -318,6 +355,8 @@ class SessionRuntime:
             endpoint=endpoint,
             registrar=registrar,
             exchanger=exchanger,
+            goals=goals,
+            confirmations=GoalConfirmations(),
         )
         holder.append(incarnation)
         return incarnation
@@ -343,8 +382,12 @@ class SessionRuntime:
         """Cleanup in the contract's order: fence, drop pending, registration, socket."""
         for scope in list(incarnation.outbound):
             scope.cancel()
-        incarnation.admission.shutdown()
+        reason = RevokeReason.RELOAD if self._reload_requested else RevokeReason.SHUTDOWN
+        incarnation.admission.shutdown(reason)
+        incarnation.confirmations.clear()
+        self._evidence = incarnation.goals.export_evidence()
         self._last_snapshot = incarnation.admission.snapshot()
+        self._last_goal_end = incarnation.goals.last_end
         await incarnation.registrar.unregister()
         try:
             await anyio.to_thread.run_sync(
@@ -400,7 +443,17 @@ class SessionRuntime:
         incarnation.wake.set()
 
     def _submit_to_host(self, delivery: Delivery) -> None:
-        self.host.submit(delivery, render.peer_message(delivery))
+        inc = self._current
+        goal = None if inc is None or delivery.goal_id is None else inc.goals.status()
+        self.host.submit(delivery, render.peer_message(delivery, goal))
+
+    def _journal_evidence(self, entry: dict[str, object]) -> None:
+        if self._on_goal_evidence is None:
+            return
+        try:
+            self._on_goal_evidence(entry)
+        except Exception:  # the evidence stays in memory; only its copy in the journal failed
+            logger.exception("could not journal goal evidence")
 
     def _notify(self, text: str) -> None:
         try:
@@ -438,6 +491,15 @@ class SessionRuntime:
         if (inc := self._current) is not None:
             inc.admission.message_started(message_id, sender_instance_id)
 
+    def peer_claim(self, message_id: str, sender_instance_id: str) -> PeerClaim | None:
+        """What admission submitted as this message: its goal id and authenticated sender, or
+        ``None`` when this incarnation submitted no such message (a forged or stale one)."""
+        inc = self._current
+        row = None if inc is None else inc.admission.row(sender_instance_id, message_id)
+        if row is None or row.state != Code.SUBMITTED:
+            return None
+        return PeerClaim(row.goal_id, (row.sender_instance_id, row.sender_session_id))
+
     def on_turn_aborted(self) -> None:
         """The running turn was aborted."""
         if (inc := self._current) is not None:
@@ -452,8 +514,13 @@ class SessionRuntime:
             self._wake(inc, flush=flush, refresh=True)
 
     def on_session_info_changed(self) -> None:
-        """Name or cwd changed: republish."""
+        """Name or cwd changed: republish. A goal is scoped to the cwd it started in, so a cwd
+        change ends it (rather than leaving a goal nobody can use or end)."""
         if (inc := self._current) is not None:
+            owner = inc.goals.status().owner
+            if owner is not None and owner.cwd != self.host.cwd:
+                inc.admission.end_goal(RevokeReason.SCOPE_CHANGED)
+                self._notify(render.goal_ended(inc.goals.last_end))
             self._wake(inc, refresh=True)
 
     # -- local user ------------------------------------------------------------------------------
@@ -503,6 +570,109 @@ class SessionRuntime:
             return None
         return self._registration(inc.identity, inc.started_at, inc.status)
 
+    # -- goals -----------------------------------------------------------------------------------
+
+    def goal_status(self) -> GoalStatus:
+        """The active goal's view (``{goalId: null}`` without one); anyone may ask."""
+        inc = self._current
+        return NO_GOAL if inc is None else inc.goals.status()
+
+    def goal_view(self) -> GoalView:
+        """Everything ``/cross-session-status`` shows about goals."""
+        inc = self._current
+        if inc is None:
+            return GoalView(NO_GOAL, self._last_goal_end, 0, 0)
+        return GoalView(
+            inc.goals.status(),
+            inc.goals.last_end,
+            len(inc.confirmations),
+            inc.goals.evidence_count,
+        )
+
+    def goal_start(self, objective: str, *, authority: Authority) -> GoalStatus:
+        """Start a goal; only a genuine local user turn may (raises :class:`GoalError`)."""
+        return self._goals().start(objective, authority=authority)
+
+    async def goal_bind(
+        self,
+        goal_id: str,
+        peer_ids: Sequence[str] = (),
+        *,
+        tasks: Sequence[TaskHandle] = (),
+        authority: Callable[[], Authority],
+    ) -> GoalStatus:
+        """Bind live peers (by instance id) and task handles to the active goal.
+
+        Each peer id must be the instance id of a live session now; its session id as seen now
+        is what membership will require. ``authority`` is asked before and again after the
+        listing, because the turn may have been cancelled meanwhile.
+        """
+        inc = self._require_current()
+        goals = inc.goals
+        goals.check_bind(goal_id, authority=authority())
+        members: list[Member] = []
+        if peer_ids:
+            listing = await self.list_peers()
+            live = {peer.instance_id: peer for peer in listing.peers}
+            for peer_id in peer_ids:
+                peer = live.get(peer_id)
+                if peer is None:
+                    raise GoalError(
+                        GoalErrorCode.INVALID, f"{peer_id} is not the runtime id of a live peer"
+                    )
+                members.append(Member(peer.instance_id, peer.id))
+        if self._current is not inc:
+            raise NotReadyError("the session was reloaded while binding")
+        return goals.bind(goal_id, members, tasks=tasks, authority=authority())
+
+    def goal_unbind(
+        self, goal_id: str, peer_ids: Sequence[str], *, authority: Authority
+    ) -> GoalStatus:
+        """Unbind peers; their queued scoped messages end ``dropped_goal_revoked``."""
+        inc = self._require_current()
+        status = inc.goals.unbind(goal_id, peer_ids, authority=authority)
+        inc.admission.drop_unbound()
+        return status
+
+    def goal_complete(self, goal_id: str, *, authority: Authority) -> str:
+        """End the goal as done (local authority or a turn scoped to it)."""
+        inc = self._require_current()
+        ended = inc.goals.complete(goal_id, authority=authority)
+        inc.admission.revoke_goal(ended)
+        return ended
+
+    def goal_cancel(self, goal_id: str, *, authority: Authority) -> str:
+        """End the goal as abandoned (local authority only)."""
+        inc = self._require_current()
+        ended = inc.goals.cancel(goal_id, authority=authority)
+        inc.admission.revoke_goal(ended)
+        return ended
+
+    @property
+    def goals(self) -> Goals | None:
+        """The running incarnation's goal state (for the host's gate and provenance)."""
+        inc = self._current
+        return None if inc is None else inc.goals
+
+    def seed_goal_evidence(self, entries: Iterable[Mapping[str, object]]) -> int:
+        """Task ownership evidence restored from the host's journal at session start: kept for
+        every incarnation of this runtime. Never restores a goal. Returns the entries taken."""
+        entries = tuple(entries)
+        self._evidence = (*self._evidence, *entries)
+        inc = self._current
+        if inc is not None and inc.goals.active_id is None:
+            return inc.goals.import_evidence(entries).imported
+        return 0
+
+    def _goals(self) -> Goals:
+        return self._require_current().goals
+
+    def _require_current(self) -> _Incarnation:
+        inc = self._current
+        if inc is None or self._stop_requested:
+            raise NotReadyError("the cross-session inbox is not running")
+        return inc
+
     # -- model tools -----------------------------------------------------------------------------
 
     async def me(self) -> PublicPeer | None:
@@ -544,23 +714,27 @@ class SessionRuntime:
             wall_ms=self.options.clock.wall_ms,
             budget=inc.budget,
             me=PublicPeer.from_registration(registration),
+            confirmations=inc.confirmations,
         )
 
     async def send(
-        self, target: str, text: str, *, summary: str | None = None
+        self, target: str, text: str, *, summary: str | None = None, goal_id: str | None = None
     ) -> render.SendReport:
-        """Send one message and report exactly what is known about its fate."""
+        """Send one message (scoped to ``goal_id`` if given) and report exactly what is known
+        about its fate."""
         outbox = self.outbox()
         inc = self._current
         if outbox is None or inc is None:
-            problem = outbound.check_input(target, text, summary)
+            problem = outbound.check_input(target, text, summary, goal_id)
             if problem is not None:
                 return outbound.local_failure(*problem)
             return outbound.local_failure(Code.NOT_READY, "the cross-session inbox is not running")
         scope = anyio.CancelScope()
         inc.outbound.add(scope)
         try:
-            return await outbound.send(outbox, target, text, summary=summary, scope=scope)
+            return await outbound.send(
+                outbox, target, text, summary=summary, goal_id=goal_id, scope=scope
+            )
         finally:
             inc.outbound.discard(scope)
 
@@ -572,4 +746,4 @@ class SessionRuntime:
         return await outbound.query_status(outbox, target, message_id)
 
 
-__all__ = ["SYSTEM_CLOCK", "NotReadyError", "RuntimeOptions", "SessionRuntime"]
+__all__ = ["SYSTEM_CLOCK", "GoalView", "NotReadyError", "RuntimeOptions", "SessionRuntime"]

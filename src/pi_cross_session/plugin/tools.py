@@ -1,4 +1,7 @@
-"""The model's two tools, independent of any host: parameters, descriptions, and what they do.
+"""The model's tools, independent of any host: parameters, descriptions, and what they do.
+
+``list_pi`` and ``send_pi_message`` are the contract's two tools; ``peer_goal`` manages the
+session's goal-scoped grant (goal-scoped-v1 §1).
 
 A host adapter turns each :class:`ToolSpec` into its own tool definition and calls
 :func:`run_list_pi` / :func:`run_send_pi_message`, which return a :class:`ToolOutput`: the text the
@@ -14,23 +17,41 @@ the contract's code (``invalid_target`` / ``invalid_message``) in its error, whi
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from pi_cross_session.plugin import render
-from pi_cross_session.plugin.runtime import SessionRuntime
+from pi_cross_session.plugin.runtime import NotReadyError, SessionRuntime
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.limits import (
+    MAX_GOAL_OBJECTIVE_UNITS,
+    MAX_GOAL_PEERS,
+    MAX_ID_CHARS,
     MAX_TARGET_UNITS,
     MAX_TEXT_UNITS,
     MAX_TOOL_SUMMARY_UNITS,
 )
 from pi_cross_session.protocol.text import utf16_length
+from pi_cross_session.security.gate import PEER_GOAL_TOOL
+from pi_cross_session.security.goals import (
+    Authority,
+    GoalError,
+    GoalErrorCode,
+    TaskHandle,
+    TaskKind,
+)
 
 LIST_PI: Final = "list_pi"
 SEND_PI_MESSAGE: Final = "send_pi_message"
+PEER_GOAL: Final = PEER_GOAL_TOOL
+
+#: Schema patterns (advertised and enforced by pydantic).
+_ID_PATTERN: Final = rf"^[A-Za-z0-9_-]{{1,{MAX_ID_CHARS}}}$"
+_INSTANCE_ID_PATTERN: Final = r"^[0-9a-f]{32}$"
 
 
 def _within(code: str, what: str, limit: int) -> AfterValidator:
@@ -82,6 +103,99 @@ class SendPiMessageParams(BaseModel):
         ]
         | None
     ) = Field(default=None, description=render.SEND_SUMMARY_DESCRIPTION)
+    goal_id: str | None = Field(
+        default=None,
+        alias="goalId",
+        pattern=_ID_PATTERN,
+        description=render.SEND_GOAL_DESCRIPTION,
+    )
+
+
+_GoalId = Annotated[str, Field(pattern=_ID_PATTERN)]
+_PeerId = Annotated[str, Field(pattern=_INSTANCE_ID_PATTERN)]
+
+
+class PeerGoalParams(BaseModel):
+    """``peer_goal``: one action on the session's goal, with the parameters that action takes."""
+
+    model_config = ConfigDict(extra="forbid", title="peer_goal")
+
+    action: Literal["start", "bind", "unbind", "complete", "cancel", "status"] = Field(
+        description=render.GOAL_ACTION_DESCRIPTION
+    )
+    goal_id: _GoalId | None = Field(
+        default=None, alias="goalId", description=render.GOAL_ID_DESCRIPTION
+    )
+    objective: (
+        Annotated[
+            str,
+            Field(json_schema_extra=_bounds(MAX_GOAL_OBJECTIVE_UNITS)),
+            _within(Code.INVALID_GOAL, "objective", MAX_GOAL_OBJECTIVE_UNITS),
+        ]
+        | None
+    ) = Field(default=None, description=render.GOAL_OBJECTIVE_DESCRIPTION)
+    peer_ids: list[_PeerId] | None = Field(
+        default=None,
+        alias="peerIds",
+        min_length=1,
+        max_length=MAX_GOAL_PEERS,
+        description=render.GOAL_PEER_IDS_DESCRIPTION,
+    )
+    run_ids: list[_GoalId] | None = Field(
+        default=None,
+        alias="runIds",
+        min_length=1,
+        max_length=MAX_GOAL_PEERS,
+        description=render.GOAL_RUN_IDS_DESCRIPTION,
+    )
+    agent_ids: list[_GoalId] | None = Field(
+        default=None,
+        alias="agentIds",
+        min_length=1,
+        max_length=MAX_GOAL_PEERS,
+        description=render.GOAL_AGENT_IDS_DESCRIPTION,
+    )
+
+    def misuse(self) -> str | None:
+        """Why these parameters do not fit the action (spec §1.3), or ``None``."""
+        given = {
+            name
+            for name, value in (
+                ("goalId", self.goal_id),
+                ("objective", self.objective),
+                ("peerIds", self.peer_ids),
+                ("runIds", self.run_ids),
+                ("agentIds", self.agent_ids),
+            )
+            if value is not None
+        }
+        allowed, required = _ACTION_PARAMS[self.action]
+        extra = sorted(given - allowed)
+        if extra:
+            return f"{self.action} does not take {', '.join(extra)}"
+        missing = sorted(required - given)
+        if missing:
+            return f"{self.action} needs {', '.join(missing)}"
+        if self.action == "bind" and not given & {"peerIds", "runIds", "agentIds"}:
+            return "bind needs peerIds, runIds or agentIds"
+        return None
+
+    def tasks(self) -> list[TaskHandle]:
+        """The task handles named by ``runIds`` and ``agentIds``."""
+        return [TaskHandle(TaskKind.RUN, i) for i in self.run_ids or ()] + [
+            TaskHandle(TaskKind.AGENT, i) for i in self.agent_ids or ()
+        ]
+
+
+#: Per action: the parameters it accepts, and those it requires.
+_ACTION_PARAMS: Final[dict[str, tuple[set[str], set[str]]]] = {
+    "start": ({"objective"}, {"objective"}),
+    "bind": ({"goalId", "peerIds", "runIds", "agentIds"}, {"goalId"}),
+    "unbind": ({"goalId", "peerIds"}, {"goalId", "peerIds"}),
+    "complete": ({"goalId"}, {"goalId"}),
+    "cancel": ({"goalId"}, {"goalId"}),
+    "status": ({"goalId", "objective", "peerIds", "runIds", "agentIds"}, set()),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +239,19 @@ SEND_PI_MESSAGE_SPEC: Final = ToolSpec(
     guidelines=render.SEND_GUIDELINES,
 )
 
-TOOL_SPECS: Final = (LIST_PI_SPEC, SEND_PI_MESSAGE_SPEC)
+#: Not read-only (most actions change the goal), but it destroys nothing and reaches no other
+#: session, so a host's permission layer need not ask: the tool checks who is asking itself.
+PEER_GOAL_SPEC: Final = ToolSpec(
+    name=PEER_GOAL,
+    label=render.GOAL_LABEL,
+    description=render.GOAL_DESCRIPTION,
+    snippet=render.GOAL_SNIPPET,
+    parameters=PeerGoalParams,
+    guidelines=render.GOAL_GUIDELINES,
+    open_world=False,
+)
+
+TOOL_SPECS: Final = (LIST_PI_SPEC, SEND_PI_MESSAGE_SPEC, PEER_GOAL_SPEC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +292,9 @@ async def run_send_pi_message(runtime: SessionRuntime, params: SendPiMessagePara
     ``code``, ``state``, ``retryable`` and ``next``, and the output is marked as an error.
     """
     try:
-        report = await runtime.send(params.target, params.message, summary=params.summary)
+        report = await runtime.send(
+            params.target, params.message, summary=params.summary, goal_id=params.goal_id
+        )
     except Exception as exc:  # the runtime reports every known ending; this is a bug of ours
         return ToolOutput(
             render.tool_failure(SEND_PI_MESSAGE, exc),
@@ -179,16 +307,64 @@ async def run_send_pi_message(runtime: SessionRuntime, params: SendPiMessagePara
     return ToolOutput(render.send_result(report), details, is_error=not report.ok)
 
 
+async def run_peer_goal(
+    runtime: SessionRuntime, params: PeerGoalParams, authority: Callable[[], Authority]
+) -> ToolOutput:
+    """Take one goal action; every outcome returns the goal's current view.
+
+    ``authority`` says who is asking *now* (the host re-reads its turn state each time, since a
+    bind awaits a listing in between). Refusals are errors with a code: ``goal_not_authorized``,
+    ``invalid_goal``, ``goal_already_active``, ``goal_too_many_peers``, ``goal_task_owned``,
+    ``not_ready``.
+    """
+    try:
+        problem = params.misuse()
+        if problem is not None:
+            raise GoalError(GoalErrorCode.INVALID, problem)
+        goal_id = params.goal_id or ""
+        if params.action == "start":
+            runtime.goal_start(params.objective or "", authority=authority())
+        elif params.action == "bind":
+            await runtime.goal_bind(
+                goal_id, params.peer_ids or (), tasks=params.tasks(), authority=authority
+            )
+        elif params.action == "unbind":
+            runtime.goal_unbind(goal_id, params.peer_ids or (), authority=authority())
+        elif params.action == "complete":
+            runtime.goal_complete(goal_id, authority=authority())
+        elif params.action == "cancel":
+            runtime.goal_cancel(goal_id, authority=authority())
+    except GoalError as exc:
+        return _goal_output(runtime, params.action, exc.code.value, exc.message)
+    except NotReadyError as exc:
+        return _goal_output(runtime, params.action, Code.NOT_READY, str(exc))
+    return _goal_output(runtime, params.action)
+
+
+def _goal_output(
+    runtime: SessionRuntime, action: str, code: str | None = None, error: str | None = None
+) -> ToolOutput:
+    view = runtime.goal_status().as_dict()
+    if code is None:
+        return ToolOutput(json.dumps(view, ensure_ascii=False), view)
+    details = {"ok": False, "code": code, "error": error, **view}
+    return ToolOutput(render.goal_refused(action, code, error or ""), details, is_error=True)
+
+
 __all__ = [
     "LIST_PI",
     "LIST_PI_SPEC",
+    "PEER_GOAL",
+    "PEER_GOAL_SPEC",
     "SEND_PI_MESSAGE",
     "SEND_PI_MESSAGE_SPEC",
     "TOOL_SPECS",
     "ListPiParams",
+    "PeerGoalParams",
     "SendPiMessageParams",
     "ToolOutput",
     "ToolSpec",
     "run_list_pi",
+    "run_peer_goal",
     "run_send_pi_message",
 ]

@@ -15,10 +15,11 @@ CANCEL_SAFE_QUEUE: Final = "cancel-safe-queue-v1"
 #: Goal-scoped peer grants (``goalId`` on message frames).
 GOAL_SCOPED_PEER: Final = "goal-scoped-peer-v1"
 
-#: What this implementation advertises, in the order it is written on the wire. Goal scope joins
-#: this list only when the receiver enforces goal grants: advertising a capability we do not honour
-#: would invite scoped traffic that we would then treat as unscoped.
-ADVERTISED: Final[tuple[str, ...]] = (CANCEL_SAFE_QUEUE,)
+#: What this implementation advertises, in the order it is written on the wire (the sender in its
+#: hello, the receiver in every response). Every session enforces goal grants (membership,
+#: revocation, the gate), so goal scope is advertised by all of them; a receiver with no goal
+#: answers every scoped message ``goal_not_authorized``.
+ADVERTISED: Final[tuple[str, ...]] = (CANCEL_SAFE_QUEUE, GOAL_SCOPED_PEER)
 
 
 def supports(capabilities: Iterable[str] | None, name: str) -> bool:

@@ -36,7 +36,9 @@ and session id) goes through step 11 of the table above; if it passes, the id, t
 rate token are committed, no budget is spent, no row is made, and the answer is
 ``goal_not_authorized``. A member's scoped message is neither blocked by nor charged to the
 lifetime budget; every other bound applies. :meth:`Admission.revoke_goal` ends the queued messages
-of a revoked goal as ``dropped_goal_revoked``.
+of a revoked goal as ``dropped_goal_revoked``; the latch, an unsafe end and :meth:`shutdown` revoke
+the goal themselves (:meth:`Admission.end_goal`), and a queued scoped message is checked for
+membership again right before it is submitted.
 
 Then the admission is **committed** (id and text remembered, one token and one budget unit spent,
 a row ``accepted`` created) before anything else can happen, and resolved: submitted into the host
@@ -80,7 +82,7 @@ from pi_cross_session.protocol.limits import (
 )
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.auth import Caller, LocalIdentity
-from pi_cross_session.security.goals import Goals
+from pi_cross_session.security.goals import Goals, RevokeReason
 from pi_cross_session.security.limits import (
     LifetimeBudget,
     MessageIdLedger,
@@ -169,6 +171,8 @@ class Row:
     updated_at_ms: int
     diagnostic: str | None = None
     goal_id: str | None = None
+    #: The sender's session id as authenticated (with the instance id, its goal membership key).
+    sender_session_id: str = ""
 
     @property
     def final(self) -> bool:
@@ -364,6 +368,7 @@ class Admission:
                 admitted_at_ms=now_ms,
                 updated_at_ms=now_ms,
                 goal_id=message.goal_id,
+                sender_session_id=sender.id,
             )
         )
         if can_submit:
@@ -507,9 +512,17 @@ class Admission:
             self._flush_owed = False
             return None
         self._flush_owed = False
-        entry = self._queue.popleft()
-        self._deliver(entry.delivery)
-        return self._rows.get(_key(entry.delivery))
+        while self._queue:
+            entry = self._queue.popleft()
+            if not self._still_member(entry.delivery):
+                # Re-checked before it runs (goal-scoped-v1 §2.3): a goal that ended or a peer
+                # unbound since it was queued never reaches the model. The owed submission goes
+                # to the next live message instead.
+                self._drop_revoked(entry.delivery)
+                continue
+            self._deliver(entry.delivery)
+            return self._rows.get(_key(entry.delivery))
+        return None
 
     # -- time ------------------------------------------------------------------------------------
 
@@ -552,27 +565,29 @@ class Admission:
     def revoke_goal(self, goal_id: str) -> int:
         """A goal ended (see :meth:`Goals.revoke`): its queued messages end
         ``dropped_goal_revoked``; other queued messages stay. Returns how many were dropped."""
-        kept: deque[_Queued] = deque()
-        dropped = 0
-        for entry in self._queue:
-            if entry.delivery.goal_id == goal_id:
-                self._set_state(
-                    entry.delivery,
-                    Code.DROPPED_GOAL_REVOKED,
-                    "Dropped because its goal was revoked",
-                )
-                dropped += 1
-            else:
-                kept.append(entry)
-        self._queue = kept
-        if not kept:
-            self._flush_owed = False
-        return dropped
+        return self._drop_queued(lambda delivery: delivery.goal_id == goal_id)
 
-    def shutdown(self) -> int:
-        """The incarnation ends: every pending message ends ``dropped_shutdown``."""
+    def drop_unbound(self) -> int:
+        """Peers were unbound: queued scoped messages whose sender is no longer a member of
+        their goal end ``dropped_goal_revoked``. Returns how many were dropped."""
+        return self._drop_queued(lambda delivery: not self._still_member(delivery))
+
+    def end_goal(self, reason: RevokeReason) -> str | None:
+        """End the active goal, if any, and drop its queued messages; returns its id."""
+        goals = self._goals
+        if goals is None:
+            return None
+        goal_id = goals.revoke(reason)
+        if goal_id is not None:
+            self.revoke_goal(goal_id)
+        return goal_id
+
+    def shutdown(self, reason: RevokeReason = RevokeReason.SHUTDOWN) -> int:
+        """The incarnation ends (``reason``: shutdown or reload): the goal is revoked, its queued
+        messages end ``dropped_goal_revoked`` and every other pending one ``dropped_shutdown``."""
         self._shut_down = True
         self._awaiting_start = None
+        self.end_goal(reason)
         return self._drop_all(Code.DROPPED_SHUTDOWN, "Dropped because the session shut down")
 
     # -- inspection ------------------------------------------------------------------------------
@@ -661,12 +676,43 @@ class Admission:
 
     def _latch(self, reason: LatchReason) -> None:
         self._flush_owed = False
+        # The latch ends the goal too (goal-scoped-v1 §1.6): its queued messages are dropped as
+        # revoked first, then every other pending message as cancelled.
+        self.end_goal(
+            RevokeReason.UNSAFE_END if reason is LatchReason.UNSAFE_END else RevokeReason.LATCH
+        )
         if not self._stopped:
             self._stopped = True
             self._latch_reason = reason.value
             if self._on_latch is not None:
                 self._on_latch(reason.value)
         self._drop_all(Code.DROPPED_CANCELLED, f"Dropped: {reason.value}")
+
+    def _still_member(self, delivery: Delivery) -> bool:
+        goals = self._goals
+        if goals is None or delivery.goal_id is None:
+            return True
+        sender = delivery.sender
+        return goals.is_member(delivery.goal_id, sender.instance_id, sender.id)
+
+    def _drop_revoked(self, delivery: Delivery) -> None:
+        self._set_state(
+            delivery, Code.DROPPED_GOAL_REVOKED, "Dropped because its goal grant was revoked"
+        )
+
+    def _drop_queued(self, doomed: Callable[[Delivery], bool]) -> int:
+        kept: deque[_Queued] = deque()
+        dropped = 0
+        for entry in self._queue:
+            if doomed(entry.delivery):
+                self._drop_revoked(entry.delivery)
+                dropped += 1
+            else:
+                kept.append(entry)
+        self._queue = kept
+        if not kept:
+            self._flush_owed = False
+        return dropped
 
     def _drop_all(self, state: str, diagnostic: str) -> int:
         dropped = 0

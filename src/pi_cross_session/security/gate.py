@@ -43,10 +43,19 @@ AGENTS.md / agent.toml" — fails loudly instead of depending on the model's jud
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Final
+
+from pi_cross_session.security.goals import TaskHandle
+from pi_cross_session.security.task_rules import (
+    DEFAULT_TASK_RULES,
+    TaskRules,
+    forbidden,
+    named_handle,
+    rule_for,
+)
 
 
 class Provenance(StrEnum):
@@ -71,17 +80,30 @@ class Category(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class TurnAuthority:
-    """What the gate knows of the running turn: who started it, and whether it was cancelled."""
+    """What the gate knows of the running turn: who started it, whether it was cancelled, and
+    whether it names a goal (a bound peer's goal id, or notifications of goal-owned tasks)."""
 
     provenance: Provenance
     cancelled: bool = False
+    goal_bound: bool = False
 
     @property
     def restricted(self) -> bool:
-        """True when gated tools are refused: peer, unknown, or any cancelled turn."""
+        """True when gated tools are refused: peer, unknown, any cancelled turn, and any
+        notification turn that names goal-owned tasks (it gets the goal's grant at most)."""
         if self.cancelled:
             return True
+        if self.provenance is Provenance.NOTIFICATION and self.goal_bound:
+            return True
         return self.provenance in (Provenance.PEER, Provenance.UNKNOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class GoalGrant:
+    """The grant a goal-scoped turn holds: the goal's id and who owns each task handle."""
+
+    goal_id: str
+    owner_of: Callable[[TaskHandle], str | None]
 
 
 #: Outside any turn (a call made by a background sub-agent while the session is idle, say) there
@@ -136,6 +158,11 @@ MESH_READ_ONLY_ACTIONS: Final = frozenset(
     {"list_agents", "status", "list", "handoff_list", "message_inbox", "message_ack", "growth_list"}
 )
 
+#: The goal tool: every action but ``status`` changes the goal, so restricted turns are refused
+#: (a goal-scoped turn may still ``complete`` its own goal).
+PEER_GOAL_TOOL: Final = "peer_goal"
+PEER_GOAL_READ_ONLY_ACTIONS: Final = frozenset({"status"})
+
 #: File tools and the argument that names the file they change.
 DEFAULT_FILE_TOOLS: Final[Mapping[str, str]] = {"edit": "path", "write": "path"}
 
@@ -166,6 +193,7 @@ class GatePolicy:
     protected_files: frozenset[str] = DEFAULT_PROTECTED_FILES
     protected_roots: tuple[str, ...] = ()
     cwd: str | None = None
+    task_rules: TaskRules = field(default_factory=lambda: dict(DEFAULT_TASK_RULES))
 
     def with_tools(
         self,
@@ -203,6 +231,8 @@ class GatePolicy:
             return category
         arguments = tool_input or {}
         action = arguments.get("action")
+        if tool_name == PEER_GOAL_TOOL and action not in PEER_GOAL_READ_ONLY_ACTIONS:
+            return Category.TASKS
         if tool_name == "mesh" and action not in self.mesh_read_only_actions:
             return Category.DELEGATE
         if tool_name == "mesh_control" and action == "grow":
@@ -213,6 +243,26 @@ class GatePolicy:
             if isinstance(path, str) and self._protects(path):
                 return Category.CONFIG_FILE
         return None
+
+    def grant_allows(
+        self, grant: GoalGrant, tool_name: str, tool_input: Mapping[str, object] | None
+    ) -> bool:
+        """True when a turn scoped to ``grant``'s goal may make this gated call (spec §3 step 2):
+        create a task, drive a task the goal owns, or complete the goal itself."""
+        arguments = tool_input or {}
+        if tool_name == PEER_GOAL_TOOL:
+            return arguments.get("action") == "complete" and arguments.get("goalId") == (
+                grant.goal_id
+            )
+        if self.tools.get(tool_name) not in (None, Category.DELEGATE):
+            return False  # settings, acting as the user, the user's own goals: never granted
+        rule = rule_for(self.task_rules, tool_name, arguments)
+        if rule is None or forbidden(rule, arguments):
+            return False
+        handle = named_handle(rule, arguments)
+        if isinstance(handle, TaskHandle):
+            return grant.owner_of(handle) == grant.goal_id
+        return handle == "" and rule.creates
 
     def _protects(self, path: str) -> bool:
         # Lexical only (no filesystem access, so the gate stays pure and fast): "~" is taken as a
@@ -246,6 +296,11 @@ def block_reason(turn: TurnAuthority, tool_name: str, category: Category) -> str
     """The text the model reads as the blocked call's result: what happened and what to do."""
     if turn.cancelled:
         why = "this turn was cancelled"
+    elif turn.goal_bound:
+        why = (
+            "this turn acts for a goal, whose grant covers only creating that goal's tasks and "
+            "driving the tasks it owns (and completing it), and only while the goal is active"
+        )
     elif turn.provenance is Provenance.PEER:
         why = "this turn was started by a message from another agent session, not by your user"
     else:
@@ -265,12 +320,24 @@ def decide(
     tool_input: Mapping[str, object] | None = None,
     *,
     policy: GatePolicy = DEFAULT_POLICY,
+    grant: GoalGrant | None = None,
 ) -> Verdict:
-    """The verdict for one tool call in ``turn``. An unrestricted turn is never refused."""
+    """The verdict for one tool call in ``turn``. An unrestricted turn is never refused.
+
+    ``grant`` is the goal grant of a goal-scoped turn (the caller decides that the turn is scoped
+    to the *current* goal, so once the goal ends the same turn has none): it lets through the
+    gated calls :meth:`GatePolicy.grant_allows` names, and only in a turn not cancelled.
+    """
     if not turn.restricted:
         return ALLOW
     category = policy.classify(tool_name, tool_input)
     if category is None:
+        return ALLOW
+    if (
+        grant is not None
+        and not turn.cancelled
+        and policy.grant_allows(grant, tool_name, tool_input)
+    ):
         return ALLOW
     return Verdict(False, block_reason(turn, tool_name, category), category)
 
@@ -288,11 +355,34 @@ _RANK: Final = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class PeerClaim:
+    """A peer message that opened a turn, as admission submitted it: its goal id (if scoped)
+    and the sender's (instance id, session id)."""
+
+    goal_id: str | None
+    sender: tuple[str, str]
+
+
 @dataclass(slots=True)
 class _LedgerTurn:
     provenance: Provenance = Provenance.UNKNOWN
     opening: bool = True
     cancelled: bool = False
+    claims: set[PeerClaim] = field(default_factory=set)
+    handles: set[TaskHandle] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFacts:
+    """What the opening of the running turn said, for goal decisions (see :mod:`.goals`)."""
+
+    provenance: Provenance
+    cancelled: bool
+    #: The peer messages that opened it (a peer turn has at least one).
+    claims: frozenset[PeerClaim]
+    #: Task handles named by the notifications that opened it.
+    handles: frozenset[TaskHandle]
 
 
 class TurnLedger:
@@ -345,13 +435,38 @@ class TurnLedger:
         """
         self._turn = _LedgerTurn(Provenance.PEER if peer else Provenance.UNKNOWN)
 
-    def observe(self, provenance: Provenance) -> bool:
-        """An opening message of the given provenance; returns True when the turn's changed."""
+    def observe(
+        self,
+        provenance: Provenance,
+        *,
+        claim: PeerClaim | None = None,
+        handles: Iterable[TaskHandle] = (),
+    ) -> bool:
+        """An opening message of the given provenance; returns True when the turn's changed.
+
+        ``claim`` describes a peer message; ``handles`` are the tasks a notification names.
+        Both are only taken from the opening: later messages never change what a turn is for.
+        """
         turn = self._turn
-        if turn is None or not turn.opening or _RANK[provenance] <= _RANK[turn.provenance]:
+        if turn is None or not turn.opening:
+            return False
+        if claim is not None:
+            turn.claims.add(claim)
+        turn.handles.update(handles)
+        if _RANK[provenance] <= _RANK[turn.provenance]:
             return False
         turn.provenance = provenance
         return True
+
+    @property
+    def facts(self) -> TurnFacts | None:
+        """The running turn's opening facts, or ``None`` outside a turn."""
+        turn = self._turn
+        if turn is None:
+            return None
+        return TurnFacts(
+            turn.provenance, turn.cancelled, frozenset(turn.claims), frozenset(turn.handles)
+        )
 
     def close_opening(self) -> None:
         """The model replied: the provenance is settled for the rest of the turn."""
@@ -379,10 +494,14 @@ __all__ = [
     "DEFAULT_PROTECTED_FILES",
     "MESH_READ_ONLY_ACTIONS",
     "NO_TURN",
+    "PEER_GOAL_TOOL",
     "Category",
     "GatePolicy",
+    "GoalGrant",
+    "PeerClaim",
     "Provenance",
     "TurnAuthority",
+    "TurnFacts",
     "TurnLedger",
     "Verdict",
     "block_reason",

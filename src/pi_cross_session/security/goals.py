@@ -52,6 +52,7 @@ from typing import Final
 from pi_cross_session.protocol.codes import OK_RECEIPTS, Code
 from pi_cross_session.protocol.frames import ID_RE, INSTANCE_ID_RE
 from pi_cross_session.protocol.limits import (
+    MAX_CALL_ID_CHARS,
     MAX_ENDED_GOALS,
     MAX_GOAL_CONFIRMATIONS,
     MAX_GOAL_EVIDENCE,
@@ -180,6 +181,8 @@ class RevokeReason(StrEnum):
     #: ``session_start``: reload or session replacement.
     RELOAD = "reload"
     SHUTDOWN = "shutdown"
+    #: The session's working directory changed: the goal's scope no longer holds.
+    SCOPE_CHANGED = "scope_changed"
 
 
 # -- values ----------------------------------------------------------------------------------------
@@ -260,6 +263,14 @@ class GoalStatus:
 
 
 NO_GOAL: Final = GoalStatus(None)
+
+
+@dataclass(frozen=True, slots=True)
+class GoalEnd:
+    """How a goal ended: its id and the reason."""
+
+    goal_id: str
+    reason: RevokeReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,8 +357,11 @@ class Goals:
         max_peers: int = MAX_GOAL_PEERS,
         max_evidence: int = MAX_GOAL_EVIDENCE,
         max_ended: int = MAX_ENDED_GOALS,
+        on_record: Callable[[dict[str, object]], None] | None = None,
     ) -> None:
         self._owner = owner
+        # Told every new piece of evidence (a journal entry), never what was imported.
+        self._on_record = on_record
         self._new_id = new_id
         self._max_objective_units = max_objective_units
         self._max_peers = max_peers
@@ -358,6 +372,9 @@ class Goals:
         self._ended: OrderedDict[str, None] = OrderedDict()
         self._evidence: OrderedDict[TaskHandle, TaskOwnership] = OrderedDict()
         self._evicted_evidence = 0
+        # Task-creating calls noted before they ran: call id -> the goal active then.
+        self._calls: OrderedDict[str, str] = OrderedDict()
+        self._last_end: GoalEnd | None = None
 
     # -- queries ----------------------------------------------------------------------------------
 
@@ -389,6 +406,16 @@ class Goals:
         with no known owner may have belonged to an old goal: consumers should then treat an
         unowned handle named by a notification as scoped (restricted), not as unscoped."""
         return self._evicted_evidence
+
+    @property
+    def evidence_count(self) -> int:
+        """Task handles with recorded ownership (at most the evidence bound)."""
+        return len(self._evidence)
+
+    @property
+    def last_end(self) -> GoalEnd | None:
+        """How the most recent goal of this session ended, if one did."""
+        return self._last_end
 
     def was_ended(self, goal_id: str) -> bool:
         """True when ``goal_id`` ended (or came from imported evidence) and is still remembered."""
@@ -454,6 +481,12 @@ class Goals:
             raise GoalError(GoalErrorCode.INVALID, "the goal id source returned an unusable id")
         self._goal = _Goal(goal_id, js_trim(objective), self._owner, {})
         return self.status()
+
+    def check_bind(self, goal_id: str, *, authority: Authority) -> None:
+        """Raise what :meth:`bind` would for the caller and the goal id, changing nothing
+        (so a caller can refuse before it lists live peers)."""
+        self._authorize(Action.BIND, authority)
+        self._require_goal(Action.BIND, goal_id)
 
     def bind(
         self,
@@ -521,13 +554,13 @@ class Goals:
         """End the goal as done: local authority, or a turn scoped to this very goal."""
         self._authorize(Action.COMPLETE, authority)
         self._require_goal(Action.COMPLETE, goal_id)
-        return self._end(Action.COMPLETE)
+        return self._end(Action.COMPLETE, RevokeReason.COMPLETED)
 
     def cancel(self, goal_id: str, *, authority: Authority) -> str:
         """End the goal as abandoned: local authority only (a scoped turn cannot)."""
         self._authorize(Action.CANCEL, authority)
         self._require_goal(Action.CANCEL, goal_id)
-        return self._end(Action.CANCEL)
+        return self._end(Action.CANCEL, RevokeReason.CANCELLED)
 
     def revoke(self, reason: RevokeReason) -> str | None:
         """End the active goal for ``reason`` (latch, unsafe end, reload, shutdown …).
@@ -535,10 +568,10 @@ class Goals:
         Returns the revoked id, so admission can drop queued messages scoped to it as
         ``dropped_goal_revoked``; ``None`` when no goal was active. Final: nothing restores it.
         """
-        del reason  # every reason has the same effect; the caller logs and renders it
         if self._goal is None:
             return None
-        return self._end(Action.CANCEL)
+        # Every reason has the same effect; it is kept for the status display only.
+        return self._end(Action.CANCEL, reason)
 
     # -- task ownership evidence ----------------------------------------------------------------
 
@@ -569,7 +602,55 @@ class Goals:
             return None
         if not known.confirmed:
             self._evidence[handle] = TaskOwnership(handle, known.goal_id, confirmed=True)
+            self._tell(ownership_entry(self._evidence[handle]))
         return known.goal_id
+
+    def note_call(self, call_id: str) -> str | None:
+        """Note, before a task-creating call runs, that what it creates belongs to the active
+        goal. The handle is not known yet; :meth:`settle_call` attributes it from the result.
+
+        Returns the goal noted, or ``None`` when no goal is active (nothing is noted then).
+        """
+        if (
+            self._goal is None
+            or not isinstance(call_id, str)
+            or not 0 < len(call_id) <= MAX_CALL_ID_CHARS
+        ):
+            return None
+        self._calls[call_id] = self._goal.id
+        self._calls.move_to_end(call_id)
+        while len(self._calls) > self._max_evidence:
+            self._calls.popitem(last=False)
+        self._tell(call_entry(call_id, self._goal.id))
+        return self._goal.id
+
+    def noted_goal(self, call_id: str) -> str | None:
+        """The goal a pending task-creating call was noted under, if any."""
+        return self._calls.get(call_id)
+
+    def settle_call(self, call_id: str, handle: TaskHandle | None) -> str | None:
+        """A noted call finished; ``handle`` is what it created (``None``: it failed or created
+        nothing). The handle is attributed to the goal noted before the call ran, even when that
+        goal has ended since (evidence, never a grant). Returns the handle's owner."""
+        goal_id = self._calls.pop(call_id, None)
+        if goal_id is None or handle is None:
+            return None
+        return self.attribute(handle, goal_id)
+
+    def attribute(self, handle: TaskHandle, goal_id: str) -> str:
+        """Record confirmed evidence that ``handle`` belongs to ``goal_id``; the first owner on
+        record wins. Returns the owner."""
+        self._check_handle(handle)
+        if not _valid_id(goal_id):
+            raise GoalError(GoalErrorCode.INVALID, "a goal id is malformed")
+        known = self._evidence.get(handle)
+        if known is not None:
+            if not known.confirmed and known.goal_id == goal_id:
+                self._evidence[handle] = TaskOwnership(handle, goal_id, confirmed=True)
+                self._tell(ownership_entry(self._evidence[handle]))
+            return known.goal_id
+        self._remember(TaskOwnership(handle, goal_id, confirmed=True))
+        return goal_id
 
     def owner_of(self, handle: TaskHandle) -> str | None:
         """The goal ``handle`` was created under (pending or confirmed), or ``None``."""
@@ -581,15 +662,12 @@ class Goals:
         return self._evidence.get(handle)
 
     def export_evidence(self) -> tuple[dict[str, object], ...]:
-        """All evidence as plain data for the session journal, oldest first."""
-        return tuple(
-            {
-                "kind": o.handle.kind.value,
-                "id": o.handle.id,
-                "goalId": o.goal_id,
-                "confirmed": o.confirmed,
-            }
-            for o in self._evidence.values()
+        """All evidence as plain data for the session journal, oldest first: ownership
+        entries (:func:`ownership_entry`), then the notes of calls whose result is still due
+        (:func:`call_entry`), so that a late result after a reload is still attributed."""
+        return (
+            *(ownership_entry(o) for o in self._evidence.values()),
+            *(call_entry(call_id, goal_id) for call_id, goal_id in self._calls.items()),
         )
 
     def import_evidence(self, data: Iterable[Mapping[str, object]]) -> EvidenceImport:
@@ -603,13 +681,22 @@ class Goals:
             raise GoalError(GoalErrorCode.INVALID, "evidence is imported only with no goal active")
         imported = rejected = 0
         for entry in data:
+            note = _parse_call_note(entry)
+            if note is not None:
+                call_id, goal_id = note
+                self._mark_ended(goal_id)
+                self._calls.setdefault(call_id, goal_id)
+                while len(self._calls) > self._max_evidence:
+                    self._calls.popitem(last=False)
+                imported += 1
+                continue
             parsed = _parse_evidence(entry)
             if parsed is None:
                 rejected += 1
                 continue
             self._mark_ended(parsed.goal_id)
             if parsed.handle not in self._evidence:
-                self._remember(parsed)
+                self._remember(parsed, imported=True)
             imported += 1
         return EvidenceImport(imported, rejected)
 
@@ -647,13 +734,14 @@ class Goals:
         if not isinstance(handle, TaskHandle) or not _valid_id(handle.id):
             raise GoalError(GoalErrorCode.INVALID, "a task handle id is malformed")
 
-    def _end(self, action: Action) -> str:
+    def _end(self, action: Action, reason: RevokeReason) -> str:
         goal = self._goal
         assert goal is not None  # callers checked the transition
         self._transition(action)
         self._goal = None
         goal.peers.clear()  # members die with the grant; only evidence outlives it
         self._mark_ended(goal.id)
+        self._last_end = GoalEnd(goal.id, reason)
         return goal.id
 
     def _mark_ended(self, goal_id: str) -> None:
@@ -665,10 +753,16 @@ class Goals:
     def _owned_by(self, goal_id: str) -> bool:
         return any(o.goal_id == goal_id for o in self._evidence.values())
 
-    def _remember(self, ownership: TaskOwnership) -> None:
+    def _remember(self, ownership: TaskOwnership, *, imported: bool = False) -> None:
         self._evidence[ownership.handle] = ownership
         while len(self._evidence) > self._max_evidence:
             self._evict_one()
+        if not imported:
+            self._tell(ownership_entry(ownership))
+
+    def _tell(self, entry: dict[str, object]) -> None:
+        if self._on_record is not None:
+            self._on_record(entry)
 
     def _evict_one(self) -> None:
         # Evict evidence of ended goals first (oldest first): the active goal's records are what
@@ -688,6 +782,34 @@ _REFUSAL_TEXT: Final[Mapping[GoalErrorCode, str]] = {
     GoalErrorCode.TOO_MANY_PEERS: "too many peers for one goal",
     GoalErrorCode.TASK_OWNED: "a task handle belongs to another goal",
 }
+
+
+def ownership_entry(ownership: TaskOwnership) -> dict[str, object]:
+    """The journal entry recording that a task handle belongs to a goal."""
+    return {
+        "kind": ownership.handle.kind.value,
+        "id": ownership.handle.id,
+        "goalId": ownership.goal_id,
+        "confirmed": ownership.confirmed,
+    }
+
+
+def call_entry(call_id: str, goal_id: str) -> dict[str, object]:
+    """The journal entry written before a task-creating call runs: what it creates belongs to
+    ``goal_id`` (the handle follows in an :func:`ownership_entry` once the result names it)."""
+    return {"callId": call_id, "goalId": goal_id}
+
+
+def _parse_call_note(entry: Mapping[str, object]) -> tuple[str, str] | None:
+    if not isinstance(entry, Mapping) or "callId" not in entry:
+        return None
+    call_id, goal_id = entry.get("callId"), entry.get("goalId")
+    if not (isinstance(call_id, str) and 0 < len(call_id) <= MAX_CALL_ID_CHARS):
+        return None
+    if not _valid_id(goal_id):
+        return None
+    assert isinstance(goal_id, str)
+    return call_id, goal_id
 
 
 def _parse_evidence(entry: Mapping[str, object]) -> TaskOwnership | None:
@@ -802,6 +924,7 @@ __all__ = [
     "AuthorityKind",
     "EvidenceImport",
     "GoalConfirmations",
+    "GoalEnd",
     "GoalError",
     "GoalErrorCode",
     "GoalState",
@@ -814,5 +937,7 @@ __all__ = [
     "TaskHandle",
     "TaskKind",
     "TaskOwnership",
+    "call_entry",
     "is_allowed",
+    "ownership_entry",
 ]

@@ -176,3 +176,8 @@ class LifetimeBudget:
         if self._left <= 0:
             raise RuntimeError("the lifetime budget is exhausted")
         self._left -= 1
+
+    def refund(self) -> None:
+        """Give back one unit spent on an outbound attempt that a goal-scoped receipt confirmed
+        (goal-scoped-v1 §2.4); never above the initial amount."""
+        self._left = min(self._total, self._left + 1)

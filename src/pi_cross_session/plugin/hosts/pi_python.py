@@ -81,21 +81,32 @@ from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import PublicPeer
+from pi_cross_session.security import goal_turns
 from pi_cross_session.security.admission import Delivery, TurnEnding, TurnSource
 from pi_cross_session.security.gate import (
     DEFAULT_POLICY,
+    PEER_GOAL_READ_ONLY_ACTIONS,
     Category,
     GatePolicy,
+    PeerClaim,
     Provenance,
     TurnLedger,
     block_reason,
     decide,
+)
+from pi_cross_session.security.goals import Authority
+from pi_cross_session.security.task_rules import (
+    created_handle,
+    notification_handles,
+    rule_for,
 )
 
 logger = logging.getLogger(__name__)
 
 #: The custom message type of an inbound peer message (the reference's, spec §7.1).
 CUSTOM_TYPE: Final = "cross-session"
+#: The session-journal entry type of goal task evidence (ownership, and call notes).
+GOAL_EVIDENCE_TYPE: Final = "cross-session:goal-evidence:v1"
 #: How long ``session_start`` waits for the inbox to register before letting the session go on.
 READY_TIMEOUT_S: Final = 5.0
 #: How long cleanup waits for the inbox to stop before removing its files the hard way.
@@ -182,6 +193,15 @@ def _annotations(spec: tools.ToolSpec) -> ToolAnnotations:
     )
 
 
+def _result_text(event: object) -> str:
+    """The text parts of a tool result's content, joined."""
+    content = _field(event, "content")
+    if not isinstance(content, list):
+        return ""
+    parts = [_field(part, "text") for part in content]
+    return "\n".join(part for part in parts if isinstance(part, str))
+
+
 def _describe(exc: BaseException) -> BaseException:
     # anyio wraps a failing task in a group; the one error inside says more to a user.
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
@@ -248,6 +268,7 @@ class PiPythonSession:
             self,
             locations=self.locations,
             options=replace(runtime_options or RuntimeOptions(), inbound=self.options.inbound),
+            on_goal_evidence=self._journal_goal_evidence,
         )
         self.policy: GatePolicy = DEFAULT_POLICY.with_tools(
             self.options.gated_tools_add, self.options.gated_tools_remove
@@ -275,6 +296,7 @@ class PiPythonSession:
         for spec, execute in (
             (tools.LIST_PI_SPEC, self._execute_list_pi),
             (tools.SEND_PI_MESSAGE_SPEC, self._execute_send),
+            (tools.PEER_GOAL_SPEC, self._execute_peer_goal),
         ):
             api.register_tool(
                 ToolDefinition(
@@ -395,6 +417,9 @@ class PiPythonSession:
         try:
             entries = self._api.get_custom_entries(INBOUND_ENTRY_TYPE)
             self.options = self.options.with_session_choice(session_choice(entries))
+            # Task ownership evidence of earlier goals (never a goal: a reload starts with none).
+            evidence = self._api.get_custom_entries(GOAL_EVIDENCE_TYPE)
+            self.runtime.seed_goal_evidence(e for e in evidence if isinstance(e, Mapping))
             self.runtime.set_inbound(self.options.inbound)
             for warning in self.options.warnings:
                 self.notify(warning)
@@ -540,28 +565,39 @@ class PiPythonSession:
                     self.ledger.close_opening()
                 return
             if role == "custom" and _field(message, "customType") == CUSTOM_TYPE:
-                self._message_of_ours(message)
+                claim = self._message_of_ours(message)
                 if self._opening:
-                    self._identify(Provenance.PEER)
+                    self._identify(Provenance.PEER, claim=claim)
             elif self._opening and role == "user":
                 self._identify(Provenance.USER)
             elif self._opening and role == "custom":
-                self._identify(Provenance.NOTIFICATION)
+                handles = notification_handles(_field(message, "details"))
+                self._identify(Provenance.NOTIFICATION, handles=handles)
         except Exception as exc:
             self._problem("tracking a message", exc)
 
-    def _identify(self, provenance: Provenance) -> None:
-        self.ledger.observe(provenance)
+    def _identify(
+        self,
+        provenance: Provenance,
+        *,
+        claim: PeerClaim | None = None,
+        handles: tuple[Any, ...] = (),
+    ) -> None:
+        self.ledger.observe(provenance, claim=claim, handles=handles)
         # Admission knows user, peer and unknown; a notification turn is the user's own code.
         source = TurnSource.PEER if provenance is Provenance.PEER else TurnSource.USER
         self.runtime.on_turn_identified(source)
 
-    def _message_of_ours(self, message: object) -> None:
+    def _message_of_ours(self, message: object) -> PeerClaim | None:
+        # The goal and sender of a peer turn come from admission's record of what it submitted,
+        # never from the message's details: only the id pair is read from those.
         details = _field(message, "details")
         message_id = _field(details, "messageId")
         sender = _field(_field(details, "from"), "instanceId")
         if isinstance(message_id, str) and isinstance(sender, str):
             self.runtime.on_message_started(message_id, sender)
+            return self.runtime.peer_claim(message_id, sender)
+        return None
 
     def _on_message_end(self, event: object) -> None:
         try:
@@ -610,7 +646,25 @@ class PiPythonSession:
         own_loop = _field(event, "origin") is None
         authority = self.ledger.authority_for_call(own_loop=own_loop)
         try:
-            verdict = decide(authority, tool_name, arguments, policy=self.policy)
+            if (
+                not own_loop
+                and tool_name == tools.PEER_GOAL
+                and arguments.get("action") not in PEER_GOAL_READ_ONLY_ACTIONS
+            ):
+                # Delegated work never manages the goal: only this session's own turns may.
+                reason = block_reason(authority, tool_name, Category.TASKS)
+                return {"block": True, "reason": reason}
+            goals = self.runtime.goals
+            # The goal view of the running turn (calls between turns have none), computed anew
+            # for every call: a goal that ended earlier in this turn grants nothing any more.
+            facts = self.ledger.facts
+            goal_authority = goal_turns.authority_of(facts, goals)
+            grant = None if facts is None else goal_turns.grant_for(goal_authority, goals)
+            if facts is not None and goal_turns.names_goal(goal_authority):
+                authority = replace(authority, goal_bound=True)
+            verdict = decide(authority, tool_name, arguments, policy=self.policy, grant=grant)
+            if verdict.allowed:
+                self._note_task_call(event, tool_name, arguments)
         except Exception as exc:
             self._problem("the tool-call gate", exc)
             if authority.restricted and tool_name in self.policy.gated_names:
@@ -621,6 +675,37 @@ class PiPythonSession:
             return None
         logger.info("cross-session gate blocked %s in a %s turn", tool_name, authority)
         return {"block": True, "reason": verdict.reason}
+
+    def _note_task_call(self, event: object, tool_name: str, arguments: Mapping[str, Any]) -> None:
+        # While a goal is active, what a task call creates belongs to that goal: noted (and
+        # journaled) before the tool runs, attributed from its result (goal-scoped-v1 §3).
+        goals = self.runtime.goals
+        call_id = _field(event, "toolCallId")
+        if goals is None or goals.active_id is None or not isinstance(call_id, str):
+            return
+        if rule_for(self.policy.task_rules, tool_name, arguments) is not None:
+            goals.note_call(call_id)
+
+    def _settle_task_call(self, event: object, call_id: str) -> None:
+        goals = self.runtime.goals
+        if goals is None or goals.noted_goal(call_id) is None:
+            return
+        handle = None
+        tool_name = _field(event, "toolName")
+        tool_input = _field(event, "input")
+        arguments = tool_input if isinstance(tool_input, Mapping) else {}
+        rule = rule_for(self.policy.task_rules, str(tool_name), arguments)
+        if rule is not None and not _field(event, "isError"):
+            handle = created_handle(rule, _field(event, "details"), _result_text(event))
+        goals.settle_call(call_id, handle)
+
+    def _journal_goal_evidence(self, entry: Mapping[str, object]) -> None:
+        self._api.append_entry(GOAL_EVIDENCE_TYPE, dict(entry))
+
+    def _goal_authority(self, signal: object) -> Authority:
+        return goal_turns.authority_of(
+            self.ledger.facts, self.runtime.goals, aborted=bool(getattr(signal, "aborted", False))
+        )
 
     # -- tools -----------------------------------------------------------------------------------
 
@@ -647,9 +732,21 @@ class PiPythonSession:
             params = tools.SendPiMessageParams.model_validate(params)
         return self._result(tool_call_id, await tools.run_send_pi_message(self.runtime, params))
 
+    async def _execute_peer_goal(
+        self, tool_call_id: str, params: object, signal: object = None, on_update: object = None
+    ) -> AgentToolResult:
+        if not isinstance(params, tools.PeerGoalParams):
+            params = tools.PeerGoalParams.model_validate(params)
+        output = await tools.run_peer_goal(
+            self.runtime, params, lambda: self._goal_authority(signal)
+        )
+        return self._result(tool_call_id, output)
+
     def _on_tool_result(self, event: object) -> dict[str, Any] | None:
         try:
             call_id = _field(event, "toolCallId")
+            if isinstance(call_id, str):
+                self._settle_task_call(event, call_id)
             if isinstance(call_id, str) and call_id in self._failed_calls:
                 del self._failed_calls[call_id]
                 return {"is_error": True}
@@ -700,6 +797,7 @@ def activate(api: ExtensionAPI) -> None:
 
 __all__ = [
     "CUSTOM_TYPE",
+    "GOAL_EVIDENCE_TYPE",
     "READY_TIMEOUT_S",
     "STOP_TIMEOUT_S",
     "PiPythonSession",
