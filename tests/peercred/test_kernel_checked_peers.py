@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from pi_cross_session.plugin import commands
 from pi_cross_session.protocol.endpoint import (
     EndpointConfig,
     PeerCredentials,
@@ -201,6 +202,16 @@ async def test_a_session_refuses_a_stolen_sender_identity_and_keeps_serving_the_
         assert (refusal.status, refusal.error) == ("authentication_failed", AUTH_FAILED_TEXT)
         assert rx.host.submitted == []
         assert rx.snapshot().rows == ()
+        # The local user sees why in /cross-session-status (text and --json).
+        data = commands.status_data(rx.runtime, commands.HostReport())
+        checks = data["peerChecks"]
+        assert checks["source"] == "SO_PEERCRED"
+        assert checks["helloRefusals"] == {"pid_mismatch": 1}
+        assert f"connecting pid {thief.pid} is not the registered pid" in checks["recent"][-1]
+        text = commands.status(rx.runtime, "", commands.HostReport())
+        assert "Peer checks: SO_PEERCRED; other uids closed 0; hellos refused: pid_mismatch 1" in (
+            text
+        )
         reply = await alpha.send("the real alpha")
         assert reply.status == "submitted"
         assert [delivery.text for delivery in rx.host.submitted] == ["the real alpha"]

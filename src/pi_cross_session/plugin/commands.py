@@ -95,6 +95,7 @@ def status_data(runtime: SessionRuntime, report: HostReport) -> dict[str, Any]:
     )
     view = runtime.goal_view()
     data.update(render.goal_data(view.status, view.last_end, view.confirmations))
+    data.update(render.peer_check_data(runtime.peer_checks()))
     return data
 
 
@@ -112,13 +113,14 @@ def status(runtime: SessionRuntime, args: str, report: HostReport) -> str:
         inbound_source=report.inbound_source,
         warnings=report.warnings,
         problems=report.problems,
-        goal=_goal_lines(runtime),
+        sections=_status_sections(runtime),
     )
 
 
-def _goal_lines(runtime: SessionRuntime) -> list[str]:
+def _status_sections(runtime: SessionRuntime) -> list[str]:
     view = runtime.goal_view()
-    return render.goal_lines(view.status, view.last_end, view.confirmations)
+    lines = render.goal_lines(view.status, view.last_end, view.confirmations)
+    return [*lines, *render.peer_check_lines(runtime.peer_checks())]
 
 
 def resume(runtime: SessionRuntime) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pi_cross_session.protocol.limits import (
     DISPLAY_DIAGNOSTIC_CODE_POINTS,
@@ -22,6 +22,9 @@ from pi_cross_session.protocol.registration import PublicPeer, Registration, dis
 from pi_cross_session.protocol.text import clean_line
 from pi_cross_session.security.admission import Delivery, ResumeOutcome, Row, Snapshot
 from pi_cross_session.security.goals import GoalEnd, GoalStatus, RevokeReason
+
+if TYPE_CHECKING:  # runtime imports render; the type is only needed for annotations
+    from pi_cross_session.plugin.runtime import PeerChecks
 
 #: The statement appended to every inbound peer message (spec §7.1 lists what it must cover).
 PEER_TEXT_NOTICE: Final = (
@@ -498,6 +501,38 @@ def goal_data(goal: GoalStatus, last_end: GoalEnd | None, confirmations: int) ->
     }
 
 
+def peer_check_lines(checks: PeerChecks | None, *, recent: int = 3) -> list[str]:
+    """The peer-check part of ``/cross-session-status``: the credential source, refusals by
+    cause, and the newest refusal texts."""
+    if checks is None:
+        return []
+    if checks.source == "unavailable":
+        head = "Peer checks: kernel credentials unavailable here (pids and uids not enforced)"
+    else:
+        head = f"Peer checks: {checks.source}; other uids closed {checks.foreign_uid_closed}"
+    refused = ", ".join(f"{cause} {n}" for cause, n in sorted(checks.auth.refusals.items()))
+    lines = [head + (f"; hellos refused: {refused}" if refused else "")]
+    for text in checks.auth.recent[-recent:] if recent > 0 else ():
+        lines.append(f"  {clean_line(text, DISPLAY_DIAGNOSTIC_CODE_POINTS)}")
+    return lines
+
+
+def peer_check_data(checks: PeerChecks | None) -> dict[str, Any]:
+    """The peer-check part of ``/cross-session-status --json``."""
+    if checks is None:
+        return {"peerChecks": None}
+    return {
+        "peerChecks": {
+            "source": checks.source,
+            "foreignUidClosed": checks.foreign_uid_closed,
+            "credentialsUnreadable": checks.credentials_unreadable,
+            "unverified": checks.unverified,
+            "helloRefusals": dict(checks.auth.refusals),
+            "recent": list(checks.auth.recent),
+        }
+    }
+
+
 def inbox_start_failed(error: BaseException | str) -> str:
     """The inbox could not start: the session runs on, unreachable."""
     detail = clean_line(str(error) or type(error).__name__, DISPLAY_DIAGNOSTIC_CODE_POINTS)
@@ -533,12 +568,13 @@ def host_status_text(
     inbound_source: str,
     warnings: Sequence[str] = (),
     problems: Sequence[str] = (),
-    goal: Sequence[str] = (),
+    sections: Sequence[str] = (),
 ) -> str:
-    """The readable ``/cross-session-status`` of a host session: the receiver's state, the goal
-    lines, then the inbound setting and anything that went wrong in the host adapter."""
+    """The readable ``/cross-session-status`` of a host session: the receiver's state, further
+    ``sections`` (the goal, peer checks), then the inbound setting and anything that went wrong
+    in the host adapter."""
     lines = [INBOX_NOT_RUNNING] if snapshot is None else [status_text(snapshot, me=me)]
-    lines.extend(goal)
+    lines.extend(sections)
     where = INBOUND_SOURCES.get(inbound_source, inbound_source)
     lines.append(f"Inbound: {inbound} (set by {where})")
     lines.extend(f"Warning: {warning}" for warning in warnings)
@@ -602,6 +638,8 @@ __all__ = [
     "invalid_inbound_option",
     "listing",
     "message_preview",
+    "peer_check_data",
+    "peer_check_lines",
     "peer_lines",
     "peer_message",
     "resume_text",

@@ -33,7 +33,11 @@ from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.discovery import Listing, Registrar, list_peers
-from pi_cross_session.protocol.endpoint import Endpoint, EndpointConfig
+from pi_cross_session.protocol.endpoint import (
+    PEER_CREDENTIALS_SOURCE,
+    Endpoint,
+    EndpointConfig,
+)
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.exchange import ExchangeConfig, Exchanger
 from pi_cross_session.protocol.frames import Sender
@@ -62,7 +66,7 @@ from pi_cross_session.security.admission import (
     TurnEnding,
     TurnSource,
 )
-from pi_cross_session.security.auth import Authenticator, LocalIdentity
+from pi_cross_session.security.auth import AuthDiagnostics, Authenticator, LocalIdentity
 from pi_cross_session.security.gate import PeerClaim
 from pi_cross_session.security.goals import (
     NO_GOAL,
@@ -121,6 +125,18 @@ class GoalView:
     evidence: int
 
 
+@dataclass(frozen=True, slots=True)
+class PeerChecks:
+    """Who the receiver turned away before admission: by kernel credentials, by hello."""
+
+    #: How peer credentials are read here (``SO_PEERCRED``, ``LOCAL_PEERCRED``, ``unavailable``).
+    source: str
+    auth: AuthDiagnostics
+    foreign_uid_closed: int
+    credentials_unreadable: int
+    unverified: int
+
+
 class NotReadyError(CrossSessionError):
     """The runtime has no running incarnation (not started yet, or stopped)."""
 
@@ -138,6 +154,7 @@ class _Incarnation:
     exchanger: Exchanger
     goals: Goals
     confirmations: GoalConfirmations
+    authenticator: Authenticator
     wake: anyio.Event = field(default_factory=anyio.Event)
     flush_due: bool = False
     refresh_due: bool = False
@@ -317,9 +334,8 @@ class SessionRuntime:
             goals=goals,
             **self.options.admission,  # type: ignore[arg-type]
         )
-        receiver = SessionReceiver(
-            Authenticator(identity, self.locations, capabilities=ADVERTISED), admission
-        )
+        authenticator = Authenticator(identity, self.locations, capabilities=ADVERTISED)
+        receiver = SessionReceiver(authenticator, admission)
         endpoint: Endpoint[object] = Endpoint(
             self.locations.socket_path(instance_id),
             receiver,  # type: ignore[arg-type]
@@ -357,6 +373,7 @@ class SessionRuntime:
             exchanger=exchanger,
             goals=goals,
             confirmations=GoalConfirmations(),
+            authenticator=authenticator,
         )
         holder.append(incarnation)
         return incarnation
@@ -570,6 +587,20 @@ class SessionRuntime:
             return None
         return self._registration(inc.identity, inc.started_at, inc.status)
 
+    def peer_checks(self) -> PeerChecks | None:
+        """What the kernel peer checks and hello authentication refused, for the status."""
+        inc = self._current
+        if inc is None:
+            return None
+        stats = inc.endpoint.statistics()
+        return PeerChecks(
+            source=PEER_CREDENTIALS_SOURCE,
+            auth=inc.authenticator.diagnostics(),
+            foreign_uid_closed=stats.foreign_uid_closed,
+            credentials_unreadable=stats.credentials_unreadable,
+            unverified=stats.unverified,
+        )
+
     # -- goals -----------------------------------------------------------------------------------
 
     def goal_status(self) -> GoalStatus:
@@ -746,4 +777,11 @@ class SessionRuntime:
         return await outbound.query_status(outbox, target, message_id)
 
 
-__all__ = ["SYSTEM_CLOCK", "GoalView", "NotReadyError", "RuntimeOptions", "SessionRuntime"]
+__all__ = [
+    "SYSTEM_CLOCK",
+    "GoalView",
+    "NotReadyError",
+    "PeerChecks",
+    "RuntimeOptions",
+    "SessionRuntime",
+]
