@@ -54,6 +54,9 @@ _AFTER_RECEIPT: Final[dict[str, frozenset[str]]] = {
             Code.DROPPED_CANCELLED,
             Code.DROPPED_SHUTDOWN,
             Code.DROPPED_USER_RESET,
+            # Its goal ended, or its sender was unbound, before its turn came (goal-scoped-v1
+            # §2.3: a queued scoped message is checked for membership again before it runs).
+            Code.DROPPED_GOAL_REVOKED,
             Code.INJECTION_FAILED,
         }
     ),
@@ -396,3 +399,59 @@ async def headless_session(
                 await eventually(lambda: endpoint.statistics().open_connections == 0)
         finally:
             group.cancel_scope.cancel()
+
+
+def last_rows(receiver: Receiver) -> dict[tuple[str, str], Row]:
+    """The last row the runtime reported for every message, over all its incarnations."""
+    last: dict[tuple[str, str], Row] = {}
+    for row in receiver.row_events:
+        last[(row.sender_instance_id, row.message_id)] = row
+    return last
+
+
+def assert_accounted_bounded(receiver: Receiver, *, all_final: bool = False) -> Snapshot:
+    """:func:`assert_accounted` for one incarnation whose status rows hit their bound.
+
+    The snapshot keeps at most 512 rows, so after more admissions it lacks some. Then: every row
+    left belongs to an admitted message and is in a state its receipt allows; the admitted
+    messages without a row are exactly ``evicted_rows`` many, and each was in a final state
+    (per the row events) when it was evicted — a pending row is never evicted.
+    """
+    snapshot = receiver.snapshot()
+    keys = [(row.sender_instance_id, row.message_id) for row in snapshot.rows]
+    assert len(keys) == len(set(keys)), "a message has more than one row"
+    admitted = receiver.ledger.admitted()
+    assert set(keys) <= set(admitted), sorted(set(keys) - set(admitted))
+    assert snapshot.admitted == len(admitted)
+    for row in snapshot.rows:
+        receipt = admitted[(row.sender_instance_id, row.message_id)]
+        assert row.state in _AFTER_RECEIPT[receipt], (receipt, row)
+        if all_final:
+            assert row.final, row
+    evicted = set(admitted) - set(keys)
+    assert len(evicted) == snapshot.evicted_rows, (len(evicted), snapshot.evicted_rows)
+    last = last_rows(receiver)
+    for key in evicted:
+        row = last[key]
+        assert row.final, row
+        assert row.state in _AFTER_RECEIPT[admitted[key]], (admitted[key], row)
+    assert snapshot.refusals == dict(receiver.ledger.refusals())
+    return snapshot
+
+
+def assert_accounted_across(receiver: Receiver, *, all_final: bool = False) -> dict[str, int]:
+    """Accounting that survives a reload: the ledger spans incarnations, the snapshot does not.
+
+    From the row events of every incarnation: each admitted message has rows, the last in a
+    state its receipt allows; no refused message ever had a row. Returns the last states counted.
+    """
+    admitted = receiver.ledger.admitted()
+    last = last_rows(receiver)
+    assert set(last) == set(admitted), (sorted(last), sorted(admitted))
+    for key, receipt in admitted.items():
+        row = last[key]
+        assert row.state in ROW_STATES, row
+        assert row.state in _AFTER_RECEIPT[receipt], (receipt, row)
+        if all_final:
+            assert row.final, row
+    return dict(Counter(row.state for row in last.values()))

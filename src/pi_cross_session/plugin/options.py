@@ -190,16 +190,27 @@ def session_choice(entries: Iterable[object]) -> Inbound | None:
     one is skipped (it cannot have been written by us, and a guess would be worse than none).
     """
     choice: Inbound | None = None
+    for data in entry_data(entries, INBOUND_ENTRY_TYPE):
+        parsed = parse_inbound(data.get("inbound"))
+        if parsed is not None:
+            choice = parsed
+    return choice
+
+
+def entry_data(entries: Iterable[object], custom_type: str) -> list[Mapping[str, object]]:
+    """The ``data`` of each of a session's custom entries of ``custom_type``, in order.
+
+    Entries come from the host as objects or dicts with ``customType`` and ``data``; one whose
+    data is not an object is skipped.
+    """
+    found: list[Mapping[str, object]] = []
     for entry in entries:
-        custom_type = _get(entry, "customType")
-        if custom_type != INBOUND_ENTRY_TYPE:
+        if _get(entry, "customType") != custom_type:
             continue
         data = _get(entry, "data")
         if isinstance(data, Mapping):
-            parsed = parse_inbound(data.get("inbound"))
-            if parsed is not None:
-                choice = parsed
-    return choice
+            found.append(data)
+    return found
 
 
 def session_entry(value: Inbound, *, changed_at_ms: int) -> dict[str, object]:

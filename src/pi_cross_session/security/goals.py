@@ -476,7 +476,12 @@ class Goals:
             )
         self._transition(Action.START)
         goal_id = self._new_id()
-        if not _valid_id(goal_id) or goal_id in self._ended or self._owned_by(goal_id):
+        if (
+            not _valid_id(goal_id)
+            or goal_id in self._ended
+            or self._owned_by(goal_id)
+            or goal_id in self._calls.values()
+        ):
             # An id that ever held a grant or owns evidence must never be minted again.
             raise GoalError(GoalErrorCode.INVALID, "the goal id source returned an unusable id")
         self._goal = _Goal(goal_id, js_trim(objective), self._owner, {})
@@ -619,8 +624,7 @@ class Goals:
             return None
         self._calls[call_id] = self._goal.id
         self._calls.move_to_end(call_id)
-        while len(self._calls) > self._max_evidence:
-            self._calls.popitem(last=False)
+        self._trim_calls()
         self._tell(call_entry(call_id, self._goal.id))
         return self._goal.id
 
@@ -665,7 +669,9 @@ class Goals:
         """All evidence as plain data for the session journal, oldest first: ownership
         entries (:func:`ownership_entry`), then the notes of calls whose result is still due
         (:func:`call_entry`), so that a late result after a reload is still attributed."""
+        lost = () if not self._evicted_evidence else ({"evictedEvidence": self._evicted_evidence},)
         return (
+            *lost,
             *(ownership_entry(o) for o in self._evidence.values()),
             *(call_entry(call_id, goal_id) for call_id, goal_id in self._calls.items()),
         )
@@ -686,8 +692,12 @@ class Goals:
                 call_id, goal_id = note
                 self._mark_ended(goal_id)
                 self._calls.setdefault(call_id, goal_id)
-                while len(self._calls) > self._max_evidence:
-                    self._calls.popitem(last=False)
+                self._trim_calls()
+                imported += 1
+                continue
+            lost = _parse_evicted(entry)
+            if lost is not None:
+                self._evicted_evidence += lost
                 imported += 1
                 continue
             parsed = _parse_evidence(entry)
@@ -760,6 +770,13 @@ class Goals:
         if not imported:
             self._tell(ownership_entry(ownership))
 
+    def _trim_calls(self) -> None:
+        # A forgotten call note is lost evidence like an evicted ownership entry: what its late
+        # result creates will look unowned, so consumers must know to fail closed.
+        while len(self._calls) > self._max_evidence:
+            self._calls.popitem(last=False)
+            self._evicted_evidence += 1
+
     def _tell(self, entry: dict[str, object]) -> None:
         if self._on_record is not None:
             self._on_record(entry)
@@ -798,6 +815,14 @@ def call_entry(call_id: str, goal_id: str) -> dict[str, object]:
     """The journal entry written before a task-creating call runs: what it creates belongs to
     ``goal_id`` (the handle follows in an :func:`ownership_entry` once the result names it)."""
     return {"callId": call_id, "goalId": goal_id}
+
+
+def _parse_evicted(entry: Mapping[str, object]) -> int | None:
+    """The count of an ``{"evictedEvidence": n}`` marker (evidence an earlier copy lost)."""
+    if not isinstance(entry, Mapping) or set(entry) != {"evictedEvidence"}:
+        return None
+    count = entry["evictedEvidence"]
+    return count if type(count) is int and count > 0 else None
 
 
 def _parse_call_note(entry: Mapping[str, object]) -> tuple[str, str] | None:
@@ -868,6 +893,10 @@ class GoalConfirmations:
 
     def __contains__(self, key: object) -> bool:
         return key in self._keys
+
+    def has_goal(self, goal_id: str) -> bool:
+        """True when some receiver confirmed ``goal_id`` (so a send at zero budget may go on)."""
+        return any(key.endswith(f":{goal_id}") for key in self._keys)
 
     @staticmethod
     def key(receiver_instance_id: str, goal_id: str) -> str:

@@ -73,6 +73,7 @@ from pi_cross_session.plugin.options import (
     INBOUND_ENTRY_TYPE,
     Inbound,
     PluginOptions,
+    entry_data,
     load_options,
     session_choice,
     session_entry,
@@ -342,6 +343,9 @@ class PiPythonSession:
             # The extension was loaded again into a session that already ran it: the host sends
             # no second session_start, so the new incarnation starts now and the old one stops.
             was_started = previous.started
+            # No session_start follows, and the host's entry cache is as old as the first load:
+            # take the old runtime's evidence (and its pending call notes) over directly.
+            self.runtime.seed_goal_evidence(previous.runtime.goal_evidence())
             previous.supersede()
             if was_started:
                 self._schedule_start()
@@ -419,7 +423,7 @@ class PiPythonSession:
             self.options = self.options.with_session_choice(session_choice(entries))
             # Task ownership evidence of earlier goals (never a goal: a reload starts with none).
             evidence = self._api.get_custom_entries(GOAL_EVIDENCE_TYPE)
-            self.runtime.seed_goal_evidence(e for e in evidence if isinstance(e, Mapping))
+            self.runtime.seed_goal_evidence(entry_data(evidence, GOAL_EVIDENCE_TYPE))
             self.runtime.set_inbound(self.options.inbound)
             for warning in self.options.warnings:
                 self.notify(warning)
@@ -640,7 +644,9 @@ class PiPythonSession:
         if not isinstance(tool_name, str):
             return None
         tool_input = _field(event, "input")
-        arguments = tool_input if isinstance(tool_input, Mapping) else {}
+        arguments = self._wire_arguments(
+            tool_name, tool_input if isinstance(tool_input, Mapping) else {}
+        )
         # A call from outside this session's own loop (a workflow's sub-agent) is judged by the
         # running turn, or between turns by the last one, which most plausibly started that work.
         own_loop = _field(event, "origin") is None
@@ -675,6 +681,17 @@ class PiPythonSession:
             return None
         logger.info("cross-session gate blocked %s in a %s turn", tool_name, authority)
         return {"block": True, "reason": verdict.reason}
+
+    def _wire_arguments(self, tool_name: str, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        # The host validates our tools' parameters with their pydantic models and hands the hook
+        # the models' field names (goal_id), while the gate reads the wire names (goalId).
+        if tool_name != tools.PEER_GOAL:
+            return arguments
+        fields = tools.PeerGoalParams.model_fields
+        return {
+            (fields[key].alias or key) if key in fields else key: value
+            for key, value in arguments.items()
+        }
 
     def _note_task_call(self, event: object, tool_name: str, arguments: Mapping[str, Any]) -> None:
         # While a goal is active, what a task call creates belongs to that goal: noted (and

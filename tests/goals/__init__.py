@@ -1,0 +1,1 @@
+"""Goal-scoped peer grants at the wire and runtime level (goal-scoped-v1)."""
