@@ -23,7 +23,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, Final, TextIO
+from typing import Any, Final, NoReturn, TextIO
 
 import anyio
 
@@ -35,6 +35,7 @@ from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.codes import Code, SenderState
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.frames import ID_RE, INSTANCE_ID_RE
+from pi_cross_session.protocol.limits import MAX_DELIVERY_WAIT_S
 from pi_cross_session.protocol.registration import PublicPeer
 from pi_cross_session.protocol.text import clean_line
 from pi_cross_session.security.admission import Row
@@ -50,6 +51,18 @@ def _instance_id(value: str) -> str:
     if INSTANCE_ID_RE.fullmatch(value) is None:
         raise argparse.ArgumentTypeError("an instance id is 32 lowercase hex characters")
     return value
+
+
+def _wait_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= MAX_DELIVERY_WAIT_S:  # NaN fails this too
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds above 0 and at most {MAX_DELIVERY_WAIT_S:g}"
+        )
+    return seconds
 
 
 def _message_id(value: str) -> str:
@@ -68,9 +81,17 @@ def _positive_seconds(value: str) -> float:
     return seconds
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on a usage error, which here means "refused": exit 1 instead."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_LOCAL, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; exposed so tests and docs can inspect it."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pi-cross-session",
         description="Discover and message agent sessions on this machine.",
     )
@@ -128,6 +149,16 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("target")
     send.add_argument("message")
     send.add_argument("--summary", help="a one-line preview (default: the first line)")
+    send.add_argument(
+        "--wait",
+        type=_wait_seconds,
+        default=0.0,
+        metavar="S",
+        help=(
+            "after a good receipt, wait up to S seconds (at most 30) for the receiver to confirm "
+            "the message entered its conversation; reports delivered or not confirmed"
+        ),
+    )
     send.add_argument("--json", action="store_true", help="print one JSON object")
 
     status = commands.add_parser(
@@ -356,7 +387,9 @@ async def _send(args: argparse.Namespace) -> int:
         report = outbound.local_failure(*problem)
     else:
         async with cli_identity.publishing(paths.resolve()) as outbox:
-            report = await outbound.send(outbox, args.target, args.message, summary=args.summary)
+            report = await outbound.send(
+                outbox, args.target, args.message, summary=args.summary, wait_s=args.wait
+            )
     _print_report(report, as_json=args.json, text=render.send_result(report))
     return _exit_code(report)
 
@@ -408,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runner = runners.get(args.command)
     if runner is None:
         parser.print_help(sys.stderr)
-        return EXIT_LOCAL + 1
+        return EXIT_LOCAL
     try:
         return anyio.run(runner, args)
     except CrossSessionError as exc:

@@ -43,18 +43,20 @@ def test_status_of_a_message_sent_by_an_earlier_invocation_and_of_a_random_one(
     assert sent.returncode == 0, sent
     message_id = sent.message_id()
     inbox.wait_event("state", messageId=message_id, state="submitted")
+    # The inbox's simulated turn shows the message, so this command line (which understands
+    # delivery receipts) is told it was delivered.
 
     asked = cli("status", "receiver", message_id)
     assert asked.returncode == 0, asked
     ref = inbox.wait_event("ready")["ref"]
-    assert asked.stdout.startswith(f"Message {message_id} at receiver [{ref}]: submitted — ")
+    assert asked.stdout.startswith(f"Message {message_id} at receiver [{ref}]: delivered — ")
     assert "not a sign it was read or acted on" in asked.stdout
 
     as_json = cli("status", "receiver", message_id, "--json")
     assert as_json.returncode == 0, as_json
     report = as_json.json()
     assert report["ok"] is True
-    assert report["status"] == "submitted"
+    assert report["status"] == "delivered"
     assert report["messageId"] == message_id
     assert report["target"]["ref"] == ref
     # The receiver's own diagnostic of the row comes along.

@@ -45,7 +45,7 @@ async def test_status_text_and_json(
     assert lines[0] == f"Inbox: {registration.name} [{registration.ref}]"
     assert lines[1] == "Phase: idle; inbox open"
     assert lines[2].startswith("Budget: 255 of 256 left; queue 0/50; admitted 1")
-    assert "submitted" in text
+    assert "delivered" in text  # a submitted row the host confirmed
     assert "from beta [" in text
     assert "Inbound: accept (set by the default)" in text
 

@@ -38,7 +38,7 @@ import pytest
 from pi_cross_session.plugin import outbound, render
 from pi_cross_session.plugin.render import SendReport
 from pi_cross_session.protocol import discovery
-from pi_cross_session.protocol.capabilities import GOAL_SCOPED_PEER
+from pi_cross_session.protocol.capabilities import DELIVERY_RECEIPTS, GOAL_SCOPED_PEER
 from pi_cross_session.protocol.exchange import ExchangeConfig, Exchanger
 from pi_cross_session.protocol.frames import Sender
 from pi_cross_session.protocol.paths import Locations
@@ -71,9 +71,12 @@ pytestmark = pytest.mark.anyio
 IDLE_AFTER_HELLO_S: Final = 0.5
 #: Our sender's deadline for the silent-receiver scenario (the contract's is 5 s).
 SHORT_SEND_DEADLINE_S: Final = 0.3
-#: What our sender advertises in its hello: the reference's capability plus goal scope (the
-#: reference 2.2.1 predates goal grants; a receiver ignores capabilities it does not know).
-CAPABILITIES: Final = ["cancel-safe-queue-v1", "goal-scoped-peer-v1"]
+#: What our sender advertises in its hello: the reference's capability, then goal scope and
+#: delivery receipts (the reference 2.2.1 has neither; a receiver ignores capabilities it does not
+#: know).
+CAPABILITIES: Final = ["cancel-safe-queue-v1", "goal-scoped-peer-v1", "delivery-receipts-v1"]
+#: What we add after the reference's list.
+OURS_BEYOND_REFERENCE: Final = [GOAL_SCOPED_PEER, DELIVERY_RECEIPTS]
 HELLO_KEYS: Final = ["v", "type", "capabilities", "requestId", "token", "target"]
 MESSAGE_KEYS: Final = ["v", "type", "requestId", "messageId", "text", "summary", "sentAt"]
 
@@ -177,7 +180,7 @@ async def replay_connection(
             where = f"{transcript.name} seq {record.seq}"
             if "capabilities" in expected:
                 # We advertise goal scope after the reference's list; nothing else may differ.
-                assert ours["capabilities"] == [*expected["capabilities"], GOAL_SCOPED_PEER]
+                assert ours["capabilities"] == [*expected["capabilities"], *OURS_BEYOND_REFERENCE]
                 expected = {**expected, "capabilities": ours["capabilities"]}
             assert reply_shape(ours) == reply_shape(expected), where
             assert request_id_rule(ours, sent_request) == request_id_rule(
@@ -421,7 +424,8 @@ async def test_our_sender_writes_what_the_reference_sender_writes(
         for mine, theirs in zip(our_frames, recorded_frames, strict=True):
             if theirs.get("type") == "hello":
                 # Our hello lists goal scope after the reference's capabilities.
-                theirs = {**theirs, "capabilities": [*theirs["capabilities"], GOAL_SCOPED_PEER]}
+                caps = [*theirs["capabilities"], *OURS_BEYOND_REFERENCE]
+                theirs = {**theirs, "capabilities": caps}
             assert json.dumps(normalized(mine, ids)) == json.dumps(normalized(theirs, ids))
     probe, send = connections
     now_ms = time.time_ns() // 1_000_000

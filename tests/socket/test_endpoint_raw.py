@@ -14,6 +14,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.paths import Locations
 from tests.shared_paths import REFERENCE
 from tests.support.raw_client import (
@@ -47,7 +48,7 @@ async def test_probe_without_from_gets_ready_with_peer_and_capabilities(
             await client.send(line(hello(reg, request_id="probe-1")))
             reply = await client.read_reply()
             assert (reply.ok, reply.status, reply.request_id) == (True, "ready", "probe-1")
-            assert reply.capabilities == ("cancel-safe-queue-v1", "goal-scoped-peer-v1")
+            assert reply.capabilities == ADVERTISED
             assert reply.peer == {"id": reg.id, "instanceId": reg.instance_id, "pid": os.getpid()}
             assert reply.error is None
             # A probe-only connection waits for an optional second frame; EOF ends it quietly.
@@ -119,7 +120,7 @@ async def test_first_frame_not_json_is_invalid_frame_shaped_like_reference_09(
         assert list(ours) == list(recorded)
         for key in REPLY_KEYS:
             if key == "capabilities":  # we list goal scope after the reference's capabilities
-                assert ours[key] == [*recorded[key], "goal-scoped-peer-v1"]
+                assert ours[key] == [*recorded[key], *ADVERTISED[1:]]
             elif key != "next":  # guidance wording is ours
                 assert ours[key] == recorded[key], key
         assert beta.endpoint.statistics().faults == 1

@@ -12,7 +12,7 @@ import socket
 import anyio
 import pytest
 
-from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
+from pi_cross_session.protocol.capabilities import ADVERTISED, CANCEL_SAFE_QUEUE
 from pi_cross_session.protocol.codes import SenderState
 from pi_cross_session.protocol.endpoint import EndpointConfig
 from pi_cross_session.protocol.exchange import ExchangeConfig, ExchangeError, Exchanger, Receipt
@@ -84,7 +84,7 @@ async def test_probe_send_and_status_against_a_real_endpoint(locations: Location
 
         probe = await ex.probe(target)
         assert (probe.status, probe.reply, probe.frames_written) == ("ready", None, 1)
-        assert probe.peer_capabilities == ("cancel-safe-queue-v1", "goal-scoped-peer-v1")
+        assert probe.peer_capabilities == ADVERTISED
         identity = probe.ready.peer_identity()
         assert identity is not None
         assert (identity.id, identity.instance_id, identity.pid) == (

@@ -35,7 +35,7 @@ REPLY_KEYS: Final = (
 )
 RETRYABLE_STATUSES: Final = frozenset({"busy", "queue_full", "rate_limited"})
 #: What our receivers advertise in every response (the reference 2.2.1 lists only the first).
-CAPABILITIES: Final = ["cancel-safe-queue-v1", "goal-scoped-peer-v1"]
+CAPABILITIES: Final = ["cancel-safe-queue-v1", "goal-scoped-peer-v1", "delivery-receipts-v1"]
 #: How long a test waits for a reply or an EOF that must come.
 READ_TIMEOUT_S: Final = 3.0
 BOM: Final = b"\xef\xbb\xbf"

@@ -64,10 +64,10 @@ def test_paths_does_not_create_anything(private_agent_dir: Path) -> None:
 def test_a_bad_instance_id_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:
         main(["paths", "--instance-id", "ABC"])
-    assert caught.value.code == 2
+    assert caught.value.code == 1  # a usage error; 2 would mean "refused" to a script
     assert "32 lowercase hex" in capsys.readouterr().err
 
 
 def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([]) == 2
+    assert main([]) == 1
     assert "paths" in capsys.readouterr().err

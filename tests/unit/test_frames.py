@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from pi_cross_session.protocol import frames as wire
+from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import FrameError, FrameValidationError
 from pi_cross_session.protocol.limits import (
@@ -354,7 +355,7 @@ def test_built_responses_follow_the_wire_rules() -> None:
     assert ready["retryable"] is False
     assert "error" not in ready
     assert ready["peer"] == {"id": SESSION, "instanceId": INSTANCE, "pid": 7}
-    assert ready["capabilities"] == ["cancel-safe-queue-v1", "goal-scoped-peer-v1"]
+    assert ready["capabilities"] == list(ADVERTISED)
 
     refused = wire.Response.build(request_id="r3", ok=False, status=Code.DUPLICATE).to_wire()
     assert refused["retryable"] is False

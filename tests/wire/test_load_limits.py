@@ -92,8 +92,9 @@ async def test_item13_a_small_budget_is_spent_then_exhausted_and_nothing_refills
         rx.advance(3600)
         assert (await rx.sender("fresh").send()).status == "budget_exhausted"
         assert rx.runtime.remaining_budget() == 0
-        # Status queries are free and still answered.
-        assert (await alpha.status("m-0")).status == "submitted"
+        # Status queries are free and still answered (the host confirmed m-0: delivered, which
+        # this sender understands).
+        assert (await alpha.status("m-0")).status == "delivered"
         snapshot = assert_accounted(rx, all_final=True)
         assert len(snapshot.rows) == 5
 

@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.exchange import ExchangeConfig
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
@@ -67,7 +68,7 @@ def _check_one_message_written(fake: FakeReceiver, report: SendReport, sender_id
     # One authenticated connection: no retry, not even on another connection.
     (send_hello,) = [hello for hello in _hellos(fake) if hello.get("from") is not None]
     assert send_hello["from"]["instanceId"] == sender_id
-    assert send_hello["capabilities"] == ["cancel-safe-queue-v1", "goal-scoped-peer-v1"]
+    assert send_hello["capabilities"] == list(ADVERTISED)
 
 
 @pytest.mark.parametrize(

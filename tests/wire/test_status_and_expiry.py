@@ -75,7 +75,8 @@ async def test_item14_a_submitted_row_reports_its_diagnostic_in_error_with_ok_tr
         assert "not yet confirmed" in before.error
         rx.turns.settle_submissions()  # the host shows the message: confirmed
         after = await alpha.status("m-1")
-        assert (after.ok, after.status) == (True, "submitted")
+        # A sender with delivery receipts is told ``delivered``; the row itself stays submitted.
+        assert (after.ok, after.status) == (True, "delivered")
         assert after.error is not None
         assert "confirmed" in after.error
         assert after.error != before.error

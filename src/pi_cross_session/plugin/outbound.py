@@ -8,7 +8,9 @@ Shared by the session runtime (the model's ``send_pi_message``) and the command 
 3. build the frame and check its size *before* spending anything — ``message_too_large``;
 4. reserve the attempt against the lifetime budget, if the sender has one — ``budget_exhausted``;
 5. exchange, under the caller's cancel scope, and classify the ending;
-6. settle a goal-scoped reservation: a ``submitted``/``queued`` receipt refunds the unit and
+6. optionally wait (bounded) for a delivery receipt, asking the receiver's status until it says
+   ``delivered`` — only of a receiver that advertises ``delivery-receipts-v1``;
+7. settle a goal-scoped reservation: a ``submitted``/``queued`` receipt refunds the unit and
    confirms the (receiver, goal) pair; any other ending keeps the charge and forgets the pair
    (goal-scoped-v1 §2.4, :class:`~pi_cross_session.security.goals.GoalConfirmations`).
 
@@ -24,27 +26,30 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import anyio
 
 from pi_cross_session.plugin.render import SendReport
 from pi_cross_session.protocol.addressing import AddressError, resolve_target
 from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
+from pi_cross_session.protocol.capabilities import can_report_delivery
 from pi_cross_session.protocol.codec import encode_frame
-from pi_cross_session.protocol.codes import Code, classify
+from pi_cross_session.protocol.codes import PENDING_ROW_STATES, Code, classify
 from pi_cross_session.protocol.discovery import Listing
 from pi_cross_session.protocol.errors import FrameTooLargeError
 from pi_cross_session.protocol.exchange import ExchangeError, Exchanger, Progress, Receipt
 from pi_cross_session.protocol.frames import ID_RE, WIRE_VERSION, Message, Sender, dumps_frame
 from pi_cross_session.protocol.limits import (
+    DELIVERY_POLL_S,
+    MAX_DELIVERY_WAIT_S,
     MAX_FRAME_BYTES,
     MAX_SUMMARY_CODE_POINTS,
     MAX_TARGET_UNITS,
     MAX_TEXT_UNITS,
     MAX_TOOL_SUMMARY_UNITS,
 )
-from pi_cross_session.protocol.registration import PublicPeer
+from pi_cross_session.protocol.registration import PublicPeer, Registration
 from pi_cross_session.protocol.text import clean_line, is_blank, is_well_formed, utf16_length
 from pi_cross_session.security.goals import GoalConfirmations, Reservation
 from pi_cross_session.security.limits import LifetimeBudget
@@ -154,12 +159,17 @@ async def send(
     summary: str | None = None,
     goal_id: str | None = None,
     scope: anyio.CancelScope | None = None,
+    wait_s: float = 0.0,
 ) -> SendReport:
     """Send one message (scoped to ``goal_id``, if given) and report exactly what is known
-    about its fate."""
+    about its fate; with ``wait_s`` > 0 (at most 30), also wait that long for the receiver to
+    confirm delivery (see :attr:`SendReport.delivery`)."""
     problem = check_input(target, text, summary, goal_id)
     if problem is not None:
         return local_failure(*problem)
+    if _certainly_exhausted(outbox, goal_id):
+        # Refused before any connection, even the listing's probes (goal-scoped-v1 §2.4).
+        return local_failure(Code.BUDGET_EXHAUSTED, _EXHAUSTED)
     resolved = await resolve(outbox, target)
     if isinstance(resolved, SendReport):
         return resolved
@@ -181,12 +191,70 @@ async def send(
     reservation = _reserve(outbox, peer, goal_id)
     if isinstance(reservation, SendReport):
         return reservation
-    report = await _exchange(outbox, peer, listing, message, scope)
+    # One cancel scope covers the exchange and the wait for delivery: the caller (the runtime at
+    # shutdown) can stop either, and what was known by then is still reported.
+    scope = scope or anyio.CancelScope()
+    progress = Progress()
+    outcome: list[tuple[SendReport, Receipt | None]] = []
+    delivery: str | None = None
+    with scope:
+        outcome.append(await _exchange(outbox, peer, listing, message, progress))
+        receipt = outcome[0][1]
+        if receipt is not None and wait_s > 0:
+            delivery = "not_confirmed"  # what is known if the wait is cut short
+            registration = listing.registrations[peer.instance_id]
+            delivery = await wait_for_delivery(outbox, registration, receipt, message, wait_s)
+    if outcome:
+        report = outcome[0][0]
+        if delivery is not None:
+            report = replace(report, delivery=delivery)
+    else:
+        report = _cancelled(message, peer, progress)
     if reservation is not None and outbox.confirmations is not None:
         refund = outbox.confirmations.settle(reservation, report.status if report.ok else "")
         if refund and outbox.budget is not None:
             outbox.budget.refund()
     return report
+
+
+async def wait_for_delivery(
+    outbox: Outbox,
+    registration: Registration,
+    receipt: Receipt,
+    message: Message,
+    wait_s: float,
+) -> str:
+    """Ask the receiver about ``message`` until it is delivered, can no longer be, or the wait
+    (at most 30 s) is over; returns the delivery outcome. Never resends anything."""
+    if not can_report_delivery(receipt.peer_capabilities):
+        return "unconfirmable"
+    with anyio.move_on_after(min(wait_s, MAX_DELIVERY_WAIT_S)):
+        while True:
+            await anyio.sleep(DELIVERY_POLL_S)
+            try:
+                answer = await outbox.exchanger.query_status(
+                    registration, sender=outbox.sender, message_id=message.message_id
+                )
+            except ExchangeError:
+                continue  # a failed question says nothing about the message; ask again
+            status = answer.status
+            if status in (Code.DELIVERED, Code.UNKNOWN):
+                return status
+            if status != Code.SUBMITTED and status not in PENDING_ROW_STATES:
+                return status  # it ended another way and will never be delivered
+    return "not_confirmed"
+
+
+_EXHAUSTED = "this session incarnation has used its whole message budget"
+
+
+def _certainly_exhausted(outbox: Outbox, goal_id: str | None) -> bool:
+    """The budget is spent and no confirmed scoped pair could let this send through."""
+    budget = outbox.budget
+    if budget is None or budget.can_spend():
+        return False
+    confirmations = outbox.confirmations
+    return goal_id is None or confirmations is None or not confirmations.has_goal(goal_id)
 
 
 def _reserve(
@@ -196,7 +264,7 @@ def _reserve(
     budget = outbox.budget
     if budget is None:
         return None
-    exhausted = "this session incarnation has used its whole message budget"
+    exhausted = _EXHAUSTED
     confirmations = outbox.confirmations
     if confirmations is None:
         if not budget.can_spend():
@@ -222,40 +290,39 @@ async def _exchange(
     peer: PublicPeer,
     listing: Listing,
     message: Message,
-    scope: anyio.CancelScope | None,
-) -> SendReport:
-    receipt: Receipt | None = None
-    scope = scope or anyio.CancelScope()
-    progress = Progress()
+    progress: Progress,
+) -> tuple[SendReport, Receipt | None]:
     try:
-        with scope:
-            receipt = await outbox.exchanger.send(
-                listing.registrations[peer.instance_id],
-                sender=outbox.sender,
-                message=message,
-                progress=progress,
-            )
-    except ExchangeError as exc:
-        return exchange_failure(exc, message.message_id, peer)
-    if receipt is None:
-        verdict = classify(Code.CANCELLED)
-        return SendReport(
-            ok=False,
-            status=Code.CANCELLED,
-            message_id=message.message_id,
-            target=peer,
-            state=verdict.state,
-            retryable=False,
-            next=verdict.next,
-            detail="the sender stopped while the message was in flight",
-            message_written=progress.message_written,
+        receipt = await outbox.exchanger.send(
+            listing.registrations[peer.instance_id],
+            sender=outbox.sender,
+            message=message,
+            progress=progress,
         )
-    return SendReport(
+    except ExchangeError as exc:
+        return exchange_failure(exc, message.message_id, peer), None
+    report = SendReport(
         ok=True,
         status=receipt.status,
         message_id=message.message_id,
         target=peer,
         message_written=True,
+    )
+    return report, receipt
+
+
+def _cancelled(message: Message, peer: PublicPeer, progress: Progress) -> SendReport:
+    verdict = classify(Code.CANCELLED)
+    return SendReport(
+        ok=False,
+        status=Code.CANCELLED,
+        message_id=message.message_id,
+        target=peer,
+        state=verdict.state,
+        retryable=False,
+        next=verdict.next,
+        detail="the sender stopped while the message was in flight",
+        message_written=progress.message_written,
     )
 
 

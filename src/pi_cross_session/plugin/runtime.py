@@ -404,7 +404,7 @@ class SessionRuntime:
         incarnation.confirmations.clear()
         self._evidence = incarnation.goals.export_evidence()
         self._last_snapshot = incarnation.admission.snapshot()
-        self._last_goal_end = incarnation.goals.last_end
+        self._last_goal_end = incarnation.goals.last_end or self._last_goal_end
         await incarnation.registrar.unregister()
         try:
             await anyio.to_thread.run_sync(
@@ -615,7 +615,7 @@ class SessionRuntime:
             return GoalView(NO_GOAL, self._last_goal_end, 0, 0)
         return GoalView(
             inc.goals.status(),
-            inc.goals.last_end,
+            inc.goals.last_end or self._last_goal_end,
             len(inc.confirmations),
             inc.goals.evidence_count,
         )
@@ -695,6 +695,12 @@ class SessionRuntime:
             return inc.goals.import_evidence(entries).imported
         return 0
 
+    def goal_evidence(self) -> tuple[Mapping[str, object], ...]:
+        """All task ownership evidence this runtime holds (and the notes of calls whose result is
+        due), in the journal's format: the running incarnation's, else what the last one left."""
+        inc = self._current
+        return self._evidence if inc is None else inc.goals.export_evidence()
+
     def _goals(self) -> Goals:
         return self._require_current().goals
 
@@ -749,10 +755,16 @@ class SessionRuntime:
         )
 
     async def send(
-        self, target: str, text: str, *, summary: str | None = None, goal_id: str | None = None
+        self,
+        target: str,
+        text: str,
+        *,
+        summary: str | None = None,
+        goal_id: str | None = None,
+        wait_s: float = 0.0,
     ) -> render.SendReport:
         """Send one message (scoped to ``goal_id`` if given) and report exactly what is known
-        about its fate."""
+        about its fate; ``wait_s`` waits (at most 30 s) for a delivery receipt."""
         outbox = self.outbox()
         inc = self._current
         if outbox is None or inc is None:
@@ -764,7 +776,7 @@ class SessionRuntime:
         inc.outbound.add(scope)
         try:
             return await outbound.send(
-                outbox, target, text, summary=summary, goal_id=goal_id, scope=scope
+                outbox, target, text, summary=summary, goal_id=goal_id, scope=scope, wait_s=wait_s
             )
         finally:
             inc.outbound.discard(scope)

@@ -28,6 +28,7 @@ from pi_cross_session.plugin import render
 from pi_cross_session.plugin.runtime import NotReadyError, SessionRuntime
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.limits import (
+    MAX_DELIVERY_WAIT_S,
     MAX_GOAL_OBJECTIVE_UNITS,
     MAX_GOAL_PEERS,
     MAX_ID_CHARS,
@@ -108,6 +109,14 @@ class SendPiMessageParams(BaseModel):
         alias="goalId",
         pattern=_ID_PATTERN,
         description=render.SEND_GOAL_DESCRIPTION,
+    )
+    wait_seconds: float | None = Field(
+        default=None,
+        alias="waitSeconds",
+        gt=0,
+        le=MAX_DELIVERY_WAIT_S,
+        allow_inf_nan=False,
+        description=render.SEND_WAIT_DESCRIPTION,
     )
 
 
@@ -293,7 +302,11 @@ async def run_send_pi_message(runtime: SessionRuntime, params: SendPiMessagePara
     """
     try:
         report = await runtime.send(
-            params.target, params.message, summary=params.summary, goal_id=params.goal_id
+            params.target,
+            params.message,
+            summary=params.summary,
+            goal_id=params.goal_id,
+            wait_s=params.wait_seconds or 0.0,
         )
     except Exception as exc:  # the runtime reports every known ending; this is a bug of ours
         return ToolOutput(

@@ -15,11 +15,16 @@ CANCEL_SAFE_QUEUE: Final = "cancel-safe-queue-v1"
 #: Goal-scoped peer grants (``goalId`` on message frames).
 GOAL_SCOPED_PEER: Final = "goal-scoped-peer-v1"
 
+#: Delivery receipts (ours, not the reference's): a status query may answer ``delivered`` once the
+#: receiving host confirmed the message entered its conversation. Only asked of receivers that
+#: advertise it, and only given to senders that advertised it: everyone else sees v1 words only.
+DELIVERY_RECEIPTS: Final = "delivery-receipts-v1"
+
 #: What this implementation advertises, in the order it is written on the wire (the sender in its
-#: hello, the receiver in every response). Every session enforces goal grants (membership,
-#: revocation, the gate), so goal scope is advertised by all of them; a receiver with no goal
-#: answers every scoped message ``goal_not_authorized``.
-ADVERTISED: Final[tuple[str, ...]] = (CANCEL_SAFE_QUEUE, GOAL_SCOPED_PEER)
+#: hello, the receiver in every response): the reference's capabilities first, then ours. Every
+#: session enforces goal grants (membership, revocation, the gate), so goal scope is advertised by
+#: all of them; a receiver with no goal answers every scoped message ``goal_not_authorized``.
+ADVERTISED: Final[tuple[str, ...]] = (CANCEL_SAFE_QUEUE, GOAL_SCOPED_PEER, DELIVERY_RECEIPTS)
 
 
 def supports(capabilities: Iterable[str] | None, name: str) -> bool:
@@ -30,6 +35,11 @@ def supports(capabilities: Iterable[str] | None, name: str) -> bool:
 def can_queue(capabilities: Iterable[str] | None) -> bool:
     """A sender that lacks the safe-queue capability must never be told ``queued``."""
     return supports(capabilities, CANCEL_SAFE_QUEUE)
+
+
+def can_report_delivery(capabilities: Iterable[str] | None) -> bool:
+    """The peer understands (as a sender) or gives (as a receiver) ``delivered``."""
+    return supports(capabilities, DELIVERY_RECEIPTS)
 
 
 def can_scope_to_goal(capabilities: Iterable[str] | None) -> bool:

@@ -29,6 +29,9 @@ class Code(StrEnum):
     QUEUED = "queued"
     ACCEPTED = "accepted"
     UNKNOWN = "unknown"
+    #: A status-query answer, with ``delivery-receipts-v1`` only: the row is ``submitted`` and the
+    #: host confirmed the message entered its conversation (never a receipt of a message frame).
+    DELIVERED = "delivered"
     # message row states (status-query answers) that are not also ok statuses above
     EXPIRED = "expired"
     DROPPED = "dropped"

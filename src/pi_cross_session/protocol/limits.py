@@ -120,6 +120,12 @@ MAX_CACHE_ENTRIES: Final = 512
 #: A peer submission must start a turn within this time, or the inbox latches.
 TURN_START_GRACE_S: Final = 5.0
 
+# -- delivery receipts (ours) ----------------------------------------------------------------------
+#: Longest a sender waits for ``delivered`` after a good receipt (the tool's and CLI's bound).
+MAX_DELIVERY_WAIT_S: Final = 30.0
+#: How often a waiting sender asks (a status query costs the receiver no budget and no token).
+DELIVERY_POLL_S: Final = 0.25
+
 # -- goals (goal-scoped peer grants, spec/goal-scoped-v1.md) ---------------------------------------
 #: Objective of a goal, utf16: the reference's tool schema (``maxLength`` on a JS string).
 MAX_GOAL_OBJECTIVE_UNITS: Final = 4096

@@ -173,6 +173,8 @@ class Row:
     goal_id: str | None = None
     #: The sender's session id as authenticated (with the instance id, its goal membership key).
     sender_session_id: str = ""
+    #: The host confirmed the message entered its conversation (a ``submitted`` row only).
+    delivered: bool = False
 
     @property
     def final(self) -> bool:
@@ -393,6 +395,8 @@ class Admission:
         row = self._rows.get((sender.instance_id, query.message_id))
         if row is None:
             return self._ok(query.request_id, Code.UNKNOWN)
+        if row.delivered and caller.wants_delivery:
+            return self._ok(query.request_id, Code.DELIVERED, error=row.diagnostic)
         return self._ok(query.request_id, row.state, error=row.diagnostic)
 
     # -- gates -----------------------------------------------------------------------------------
@@ -460,7 +464,9 @@ class Admission:
             return
         row = self._rows.get(key)
         if row is not None and row.state == Code.SUBMITTED:
-            confirmed = replace(row, diagnostic=CONFIRMED, updated_at_ms=self._clock.wall_ms())
+            confirmed = replace(
+                row, diagnostic=CONFIRMED, delivered=True, updated_at_ms=self._clock.wall_ms()
+            )
             self._rows[key] = confirmed
             self._observe(confirmed)
 
@@ -652,8 +658,9 @@ class Admission:
             return Code.INJECTION_FAILED
         finally:
             self._submitting = None
-        diagnostic = CONFIRMED if self._confirmed_while_submitting else NOT_YET_CONFIRMED
-        self._set_state(delivery, Code.SUBMITTED, diagnostic)
+        confirmed = self._confirmed_while_submitting
+        diagnostic = CONFIRMED if confirmed else NOT_YET_CONFIRMED
+        self._set_state(delivery, Code.SUBMITTED, diagnostic, delivered=confirmed)
         return Code.SUBMITTED
 
     def _stale(
@@ -733,13 +740,24 @@ class Admission:
                 live.append(entry)
         self._queue = live
 
-    def _set_state(self, delivery: Delivery, state: str, diagnostic: str | None = None) -> None:
+    def _set_state(
+        self,
+        delivery: Delivery,
+        state: str,
+        diagnostic: str | None = None,
+        *,
+        delivered: bool = False,
+    ) -> None:
         key = _key(delivery)
         row = self._rows.get(key)
         if row is None:
             return  # evicted long ago; only final rows are ever evicted
         updated = replace(
-            row, state=state, diagnostic=diagnostic, updated_at_ms=self._clock.wall_ms()
+            row,
+            state=state,
+            diagnostic=diagnostic,
+            delivered=delivered,
+            updated_at_ms=self._clock.wall_ms(),
         )
         self._rows[key] = updated
         self._observe(updated)

@@ -31,7 +31,7 @@ from typing import Protocol
 
 import anyio
 
-from pi_cross_session.protocol.capabilities import ADVERTISED, can_queue
+from pi_cross_session.protocol.capabilities import ADVERTISED, can_queue, can_report_delivery
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.endpoint import PeerCredentials
 from pi_cross_session.protocol.errors import CrossSessionError
@@ -106,6 +106,11 @@ class Caller:
     def authenticated(self) -> bool:
         """True when the caller proved which registered session it is."""
         return self.sender is not None
+
+    @property
+    def wants_delivery(self) -> bool:
+        """The caller understands ``delivered`` (it advertised ``delivery-receipts-v1``)."""
+        return can_report_delivery(self.capabilities)
 
     @property
     def can_queue(self) -> bool:
