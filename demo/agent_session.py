@@ -1,15 +1,22 @@
 """One pi-python session in its own process, for demo/agents_demo.py: a real ``AgentHarness`` with
 this extension loaded and a scripted fake chat model, driven over stdin, reporting on stdout.
 
-Run as ``python demo/agent_session.py --name alpha [--session-id UUID] [--script rules.json]``.
-The environment says where sessions meet (``PI_CODING_AGENT_DIR``) and the pi home (``PI_HOME``);
-the orchestrator gives each process private, temporary ones.
+Run as ``python demo/agent_session.py --name alpha [--session-id UUID] [--script rules.json]
+[--budget N]``. The environment says where sessions meet (``PI_CODING_AGENT_DIR``) and the pi home
+(``PI_HOME``); the orchestrator gives each process private, temporary ones. ``--budget`` lowers the
+session's lifetime message budget (the contract's 256), so that a demo can spend it quickly; the
+extension has no user option for it, so the process then loads the extension as
+``PiPythonSession(api, runtime_options=RuntimeOptions(budget=N))`` instead of through ``activate``.
 
 **The model** is langchain's ``GenericFakeChatModel`` answering from a *script*: a list of rules
 ``{"on": ..., "call": {"name": ..., "args": {...}} | "say": ..., "contains": ...}``. ``on`` is what
 the model was just given: ``user`` (the user's prompt), ``peer`` (a peer message, framed by the
 extension) or ``tool:NAME`` (the result of that tool). The first rule that matches is used, once.
-Without one the model says ``ok`` (or ``done`` after a tool result), which ends the turn.
+Without one the model says ``ok`` (or ``done`` after a tool result), which ends the turn. A
+string in a rule's ``args`` may hold ``{{key}}``: it is replaced with the latest string value of
+``key`` among the conversation's tool results that were JSON objects (``peer_goal`` answers with the
+goal as JSON, so ``{{goalId}}`` is the goal the model was last told about), as a model would copy
+it from what it read.
 
 **Stdin** takes one JSON object per line: ``{"prompt": text}`` runs a user turn (a text starting
 with ``/`` is a slash command, whose reply is printed), ``{"script": rules}`` appends rules,
@@ -18,9 +25,9 @@ turn and ``{"exit": true}`` closes the harness and ends the process.
 
 **Stdout** gets one JSON object per line, each with an ``event``: ``ready``, ``turn_start`` (with
 the turn's provenance: ``user``, ``peer`` or ``other``), ``model_input`` (each message the model was
-newly given), ``model_reply``, ``tool_start``, ``tool_result``, ``tool_waiting``, ``turn_end``
-(with the assistant stop reasons), ``command`` (a slash command and its reply), ``notice`` (what the
-extension told the user), ``error`` and ``exit``.
+newly given), ``model_reply``, ``tool_start``, ``tool_result`` (with the lifetime budget left after
+the call), ``tool_waiting``, ``turn_end`` (with the assistant stop reasons), ``command`` (a slash
+command and its reply), ``notice`` (what the extension told the user), ``error`` and ``exit``.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from pi_agent_harness import AgentHarness, MemorySessionRepo
 from pi_agent_harness.env import LocalExecutionEnv
 
 from pi_cross_session.plugin.hosts import pi_python
+from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 
 # The module, not the function of the same name it exports (host-pi-python.md §1.11).
 langchain_stream = importlib.import_module("pi_agent_core.adapters.langchain_stream")
@@ -104,6 +112,34 @@ def situation(message: BaseMessage, tool_names: dict[str, str]) -> str:
     return "user"
 
 
+def fill(value: Any, facts: dict[str, str]) -> Any:
+    """``value`` with every ``{{key}}`` in its strings replaced by ``facts[key]`` (if known)."""
+    if isinstance(value, str):
+        for key, known in facts.items():
+            value = value.replace("{{" + key + "}}", known)
+        return value
+    if isinstance(value, list):
+        return [fill(item, facts) for item in value]
+    if isinstance(value, dict):
+        return {key: fill(item, facts) for key, item in value.items()}
+    return value
+
+
+def facts_of(messages: Sequence[BaseMessage]) -> dict[str, str]:
+    """The string fields of the conversation's JSON tool results, the latest value winning."""
+    facts: dict[str, str] = {}
+    for message in messages:
+        if not isinstance(message, ToolMessage):
+            continue
+        try:
+            data = json.loads(text_of(message.content))
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            facts.update((k, v) for k, v in data.items() if isinstance(v, str))
+    return facts
+
+
 class Script:
     """The rules the model follows; each is used once."""
 
@@ -135,7 +171,8 @@ class Script:
             self.calls += 1
             call_id = f"call_{self.calls}"
         if "call" in rule:
-            name, args = rule["call"]["name"], rule["call"].get("args", {})
+            name = rule["call"]["name"]
+            args = fill(rule["call"].get("args", {}), facts_of(messages))
             emit("model_reply", situation=now, tool=name, args=args)
             tool_call = {
                 "index": 0,
@@ -189,6 +226,7 @@ class Recorder:
         self.run: str | None = None
         self.opening = False
         self.turns = 0
+        self.runtime: SessionRuntime | None = None  # for the budget left after a tool call
 
     def activate(self, api: ExtensionAPI) -> None:
         api.on("agent_start", self._agent_start)
@@ -233,6 +271,7 @@ class Recorder:
             isError=bool(field_of(event, "is_error")),
             text=text_of(field_of(result, "content")),
             details=field_of(result, "details"),
+            budget=None if self.runtime is None else self.runtime.remaining_budget(),
         )
 
     def _agent_end(self, event: Any) -> None:
@@ -316,12 +355,20 @@ async def main(args: argparse.Namespace) -> int:
     options = {"cwd": cwd, **({"id": args.session_id} if args.session_id else {})}
     session = await MemorySessionRepo().create(options)
     recorder, long_job = Recorder(), LongJob()
+
+    def extension(api: ExtensionAPI) -> None:
+        if args.budget is None:
+            pi_python.activate(api)
+        else:
+            runtime_options = RuntimeOptions(budget=args.budget)
+            pi_python.PiPythonSession(api, runtime_options=runtime_options).install()
+
     harness = AgentHarness(
         session=session,
         model=Model(provider="fake", model_id="fake"),
         stream_fn=langchain_stream.langchain_stream,
         env=LocalExecutionEnv(cwd),
-        extensions=[pi_python.activate, recorder.activate, long_job.activate],
+        extensions=[extension, recorder.activate, long_job.activate],
         auto_discover_extensions=False,
     )
     harness.subscribe(
@@ -340,6 +387,7 @@ async def main(args: argparse.Namespace) -> int:
         emit("error", error="the cross-session inbox did not start")
         await harness.close()
         return 1
+    recorder.runtime = runtime
     emit(
         "ready",
         name=args.name,
@@ -397,6 +445,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--session-id", help="the session id (default: a fresh UUIDv7)")
     parser.add_argument("--script", help="a JSON file of the model's first rules")
     parser.add_argument("--cwd", help="the session's working directory (default: here)")
+    parser.add_argument(
+        "--budget", type=int, help="the lifetime message budget (default: the contract's 256)"
+    )
     args = parser.parse_args(argv)
     # Read before the loop starts (no blocking file access inside it).
     args.rules = json.loads(Path(args.script).read_text()) if args.script else []

@@ -10,6 +10,13 @@ temporary pi home (never ``~/.pi`` or ``~/.pi-python``); all of it is removed at
   turn once the running one has ended.
 * Act 3: beta's turn is aborted while a message waits: the abort latch drops it
   (``dropped_cancelled``), refuses new ones (``stopped``) until ``/cross-session-resume``.
+* Act 4: alpha's user starts a goal and binds beta to it; beta's goal-scoped messages are
+  ``submitted`` although alpha's lifetime budget is spent (an unscoped one is refused
+  ``budget_exhausted``) and cost beta nothing in the end; once alpha's user completes the goal,
+  beta's next scoped message is refused ``goal_not_authorized``.
+
+The sessions run with lifetime budgets far below the contract's 256 (:data:`BUDGETS`), so that
+act 4 can go past one in a few messages.
 
 Each act prints both transcripts, the receipts and ``/cross-session-status``; the demo exits
 non-zero if any expectation fails.
@@ -39,6 +46,23 @@ BOLD = "\033[1m" if sys.stdout.isatty() else ""
 PLAIN = "\033[0m" if sys.stdout.isatty() else ""
 WAIT_S = 20.0
 PEER_HEADER = "Message from another session"
+#: Each session's lifetime message budget (the contract's is 256). Every send attempt and every
+#: unscoped message admitted costs a unit: acts 1–3 spend 6 of alpha's (5 sends, beta's answer)
+#: and 5 of beta's (its answer, 4 messages admitted), so act 4 starts with alpha's budget spent
+#: and 3 units left to beta. Act 4 checks this first.
+BUDGETS = {"alpha": 6, "beta": 8}
+#: Act 4: beta's goal-scoped reports (more than beta's budget has units left) …
+GOAL_WORK = (
+    "reproduced the failure in test_parser.py",
+    "found the cause: the tokenizer drops a trailing comment",
+    "fixed the tokenizer",
+    "added a regression test",
+    "the whole parser suite passes",
+    "nothing left to do; ready for your review",
+)
+ROUNDS = len(GOAL_WORK)
+#: … and after this many of them, one unscoped note.
+NOTE_AFTER = 3
 
 Event = dict[str, Any]
 
@@ -64,8 +88,9 @@ class Session:
         home, work = root / f"pi-home-{name}", root / f"work-{name}"
         home.mkdir()
         work.mkdir()
+        command = [sys.executable, str(SESSION), "--name", name, "--cwd", str(work)]
         self.process = subprocess.Popen(
-            [sys.executable, str(SESSION), "--name", name, "--cwd", str(work)],
+            [*command, "--budget", str(BUDGETS[name])],
             env={**env, "PI_HOME": str(home)},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -140,10 +165,13 @@ class Session:
     def turn_start(self, provenance: str) -> Event:
         return self.wait_for(lambda e: e["event"] == "turn_start" and e["provenance"] == provenance)
 
-    def command(self, text: str) -> str:
+    def command(self, text: str, *, hidden: bool = False) -> str:
+        """Run a slash command; a ``hidden`` one is left out of the transcript (printed apart)."""
         start = len(self.since(0))
         self.send(prompt=text)
         event = self.wait_for(lambda e: e["event"] == "command" and e["command"] == text, start)
+        if hidden:
+            event["hidden"] = True
         return str(event["output"])
 
     def status(self) -> dict[str, Any]:
@@ -170,6 +198,18 @@ class Session:
 
 
 # -- printing --------------------------------------------------------------------------------
+
+
+def stop_reasons(reasons: list[Any]) -> str:
+    """``toolUse, stop``; a run of more than two equal reasons as ``toolUse ×16``."""
+    runs: list[list[Any]] = []
+    for reason in reasons:
+        if runs and runs[-1][0] == reason:
+            runs[-1][1] += 1
+        else:
+            runs.append([reason, 1])
+    parts = [f"{r} ×{n}" if n > 2 else ", ".join([str(r)] * n) for r, n in runs]
+    return ", ".join(parts)
 
 
 def describe(event: Event) -> str | None:
@@ -207,7 +247,7 @@ def describe(event: Event) -> str | None:
     if kind == "aborting":
         return "  ✖ the user aborts the running turn"
     if kind == "turn_end":
-        return f"■ turn {event['turn']} ends ({', '.join(map(str, event['stopReasons']))})"
+        return f"■ turn {event['turn']} ends ({stop_reasons(event['stopReasons'])})"
     if kind == "command":
         body = "\n".join(f"      {line}" for line in event["output"].splitlines()[:14])
         return f"$ {event['command']}\n{body}"
@@ -221,7 +261,9 @@ def describe(event: Event) -> str | None:
 def transcript(session: Session) -> None:
     print(f"  -- {session.name} ({session.address}) --")
     for event in session.since(session.mark):
-        if event["event"] == "command" and event["command"].endswith("--json"):
+        if event["event"] == "command" and (
+            event["command"].endswith("--json") or event.get("hidden")
+        ):
             continue  # the demo's own checks; the readable form is printed below
         line = describe(event)
         if line is not None:
@@ -265,9 +307,35 @@ def finish_act(title: str, sessions: tuple[Session, ...], extra: Callable[[], No
 # -- the acts ----------------------------------------------------------------------------------
 
 
-def send_call(target: str, message: str, summary: str) -> dict[str, Any]:
+def send_call(
+    target: str, message: str, summary: str, goal_id: str | None = None
+) -> dict[str, Any]:
     args = {"target": target, "message": message, "summary": summary}
+    if goal_id is not None:
+        args["goalId"] = goal_id
     return {"name": "send_pi_message", "args": args}
+
+
+def goal_call(action: str, **args: Any) -> dict[str, Any]:
+    return {"name": "peer_goal", "args": {"action": action, **args}}
+
+
+#: The lines of ``/cross-session-status`` act 4 is about.
+GOAL_STATUS_LINES = (
+    "Budget:",
+    "Refused:",
+    "Goal:",
+    "  bound peers:",
+    "  last ended:",
+    "  confirmed",
+)
+
+
+def goal_status_lines(session: Session, when: str, text: str) -> None:
+    print(f"  {session.name:>5} $ /cross-session-status   ({when}; budget and goal lines)")
+    for line in text.splitlines():
+        if line.startswith(GOAL_STATUS_LINES):
+            print(f"  {'':>5}     {line}")
 
 
 def act1(alpha: Session, beta: Session, failures: list[str]) -> None:
@@ -473,6 +541,202 @@ def act3(alpha: Session, beta: Session, failures: list[str]) -> None:
     finish_act("act 3", (alpha, beta), extra)
 
 
+def act4(alpha: Session, beta: Session, failures: list[str]) -> None:
+    heading("Act 4: a goal — beta's scoped messages go past the budget until alpha completes it")
+    start_act(alpha, beta)
+    alpha_before, beta_before = alpha.status(), beta.status()
+    print(
+        f"  budgets left: alpha {alpha_before.get('remainingBudget')} of {BUDGETS['alpha']}, "
+        f"beta {beta_before.get('remainingBudget')} of {BUDGETS['beta']} "
+        f"(acts 1–3 spent the rest; the contract's budget is 256)"
+    )
+    beta_id = str(beta.ready["instanceId"])
+    objective = "Make the parser test suite pass again."
+    alpha.send(
+        script=[
+            {"on": "user", "contains": "goal", "call": goal_call("start", objective=objective)},
+            {"on": "tool:peer_goal", "call": {"name": "list_pi", "args": {}}},
+            {
+                "on": "tool:list_pi",
+                "call": goal_call("bind", goalId="{{goalId}}", peerIds=[beta_id]),
+            },
+            {"on": "tool:peer_goal", "say": "Goal started; beta is bound to it."},
+        ]
+    )
+    start = len(alpha.since(0))
+    alpha.send(prompt=f"Start a goal to make the parser tests pass, and bind {beta.address} to it.")
+    started = alpha.wait_for(
+        lambda e: e["event"] == "tool_result" and e["tool"] == "peer_goal", start
+    )
+    bound = alpha.wait_for(
+        lambda e: e["event"] == "tool_result" and e["tool"] == "peer_goal",
+        alpha.index_of(started) + 1,
+    )
+    alpha.wait_for(lambda e: e["event"] == "turn_end", start)
+    goal_id = str((bound.get("details") or {}).get("goalId"))
+    bound_text = alpha.command("/cross-session-status", hidden=True)
+
+    # The demo tells beta the goal id, as it tells each model its peer's address.
+    steps: list[tuple[str, str, str | None]] = [
+        (f"step {i}/{ROUNDS} [goal]", f"Step {i}/{ROUNDS}: {done}.", goal_id)
+        for i, done in enumerate(GOAL_WORK, 1)
+    ]
+    steps.insert(
+        NOTE_AFTER, ("a side note [no goal]", "Unrelated: the CI cache is cold today.", None)
+    )
+    steps.append(("after complete [goal]", "One more idea: shall I tidy the lexer too?", goal_id))
+    rules: list[dict[str, Any]] = [
+        {"on": "user", "contains": goal_id, "call": {"name": "long_job", "args": {}}}
+    ]
+    for index, (label, text, scoped) in enumerate(steps):
+        rules.append({"on": "tool:long_job", "call": send_call(alpha.address, text, label, scoped)})
+        last = index == len(steps) - 1
+        rules.append(
+            {"on": "tool:send_pi_message", "say": "Alpha's goal is over; I stop here."}
+            if last
+            else {"on": "tool:send_pi_message", "call": {"name": "long_job", "args": {}}}
+        )
+    beta.send(script=rules)
+    alpha.send(
+        script=[
+            {"on": "peer", "contains": f"Step {i}/{ROUNDS}", "say": f"Noted step {i}."}
+            for i in range(1, ROUNDS + 1)
+        ]
+        + [
+            {
+                "on": "user",
+                "contains": "complete",
+                "call": goal_call("complete", goalId="{{goalId}}"),
+            },
+            {"on": "tool:peer_goal", "say": "Goal complete; beta's grant has ended."},
+        ]
+    )
+
+    # Beta works (long_job) between its reports; each is released once alpha's turn for the
+    # previous one has ended, so that every report finds alpha idle.
+    cursor = len(beta.since(0))
+    beta.send(prompt=f"Work on alpha's goal {goal_id} and report each step to {alpha.address}.")
+    sent: list[tuple[str, Event, Event | None]] = []
+    completed: Event = {}
+    for index, (label, _text, _scoped) in enumerate(steps):
+        waiting = beta.wait_for(lambda e: e["event"] == "tool_waiting", cursor)
+        if index == len(steps) - 1:
+            mark = len(alpha.since(0))
+            alpha.send(prompt="The parser tests pass now: complete the goal.")
+            completed = alpha.wait_for(
+                lambda e: e["event"] == "tool_result" and e["tool"] == "peer_goal", mark
+            )
+            alpha.wait_for(lambda e: e["event"] == "turn_end", mark)
+        cursor = beta.index_of(waiting) + 1
+        beta.send(release=True)
+        result = beta.wait_for(
+            lambda e: e["event"] == "tool_result" and e["tool"] == "send_pi_message", cursor
+        )
+        details = result.get("details") or {}
+        turn = None
+        if details.get("status") == "submitted":
+            message_id = details["messageId"]
+            turn = alpha.wait_for(
+                lambda e, m=message_id: e["event"] == "turn_start" and e.get("messageId") == m
+            )
+            alpha.turn_end(turn["turn"])
+        sent.append((label, result, turn))
+        cursor = beta.index_of(result) + 1
+    beta.wait_for(lambda e: e["event"] == "turn_end", cursor)
+    framed = alpha.wait_for(
+        lambda e: e["event"] == "model_input" and e["text"].startswith(PEER_HEADER)
+    )
+
+    def extra() -> None:
+        print("  receipts (beta → alpha; beta's budget left after each send):")
+        for label, result, _turn in sent:
+            details = result.get("details") or {}
+            shown = {k: details.get(k) for k in ("status", "messageId")}
+            print(f"    {label:<22} {json.dumps(shown)} · beta budget {result.get('budget')}")
+        print("  a scoped message as alpha's model read it (the notice replaces the usual one):")
+        for line in framed["text"].splitlines():
+            print(f"    | {line}")
+        ended_text = alpha.command("/cross-session-status")
+        goal_status_lines(alpha, "after the bind", bound_text)
+        goal_status_lines(alpha, "at the end", ended_text)
+        final = alpha.status()
+        print("  checks:")
+        expect(
+            alpha_before.get("remainingBudget") == 0 and beta_before.get("remainingBudget") == 3,
+            "the act starts with alpha's budget spent and 3 units left to beta",
+            failures,
+        )
+        start_view = started.get("details") or {}
+        expect(
+            start_view.get("objective") == objective and bool(start_view.get("goalId")),
+            "alpha's user turn starts the goal (peer_goal start)",
+            failures,
+        )
+        expect(
+            (bound.get("details") or {}).get("peerIds") == [beta_id]
+            and f"Goal: {goal_id}" in bound_text
+            and f"bound peers: {beta_id[:8]}" in bound_text,
+            "and binds beta by its runtime id (peer_goal bind); alpha's status shows it",
+            failures,
+        )
+        scoped = [(r, t) for label, r, t in sent[:-1] if label.endswith("[goal]")]
+        expect(
+            len(scoped) == ROUNDS
+            and all((r.get("details") or {}).get("status") == "submitted" for r, _ in scoped),
+            f"all {ROUNDS} scoped reports are submitted, though alpha's budget is 0",
+            failures,
+        )
+        expect(
+            all(
+                t is not None and t["provenance"] == "peer" and t.get("from") == beta.address
+                for _, t in scoped
+            )
+            and f"bound to the goal {goal_id}" in framed["text"],
+            "each starts a turn on alpha, framed as the work of a peer bound to the goal",
+            failures,
+        )
+        note = next(r for label, r, _ in sent if label.endswith("[no goal]"))
+        note_details = note.get("details") or {}
+        expect(
+            note_details.get("status") == "budget_exhausted"
+            and note_details.get("messageWritten") is True
+            and (final.get("refusals") or {}).get("budget_exhausted") == 1,
+            "beta's unscoped note is refused budget_exhausted by alpha (the receiver)",
+            failures,
+        )
+        left = beta_before.get("remainingBudget", 0)
+        budgets = [r.get("budget") for r, _ in scoped]
+        expect(
+            budgets == [left] * NOTE_AFTER + [left - 1] * (ROUNDS - NOTE_AFTER)
+            and note.get("budget") == left - 1,
+            f"beta's budget is refunded for each scoped send: {ROUNDS} sent with {left} units "
+            "left, only the unscoped note cost one",
+            failures,
+        )
+        expect(
+            final.get("remainingBudget") == 0
+            and final.get("admitted", 0) - alpha_before.get("admitted", 0) == ROUNDS,
+            f"alpha admitted the {ROUNDS} scoped reports and its budget stayed at 0",
+            failures,
+        )
+        expect(
+            (completed.get("details") or {}).get("goalId", "?") is None
+            and "Goal: none" in ended_text
+            and f"last ended: {goal_id} (completed)" in ended_text,
+            "alpha's user completes the goal (peer_goal complete)",
+            failures,
+        )
+        last = sent[-1][1].get("details") or {}
+        expect(
+            last.get("status") == "goal_not_authorized"
+            and (final.get("refusals") or {}).get("goal_not_authorized") == 1,
+            "beta's next scoped send is refused goal_not_authorized by alpha",
+            failures,
+        )
+
+    finish_act("act 4", (alpha, beta), extra)
+
+
 def main() -> int:
     began = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="xs-agents-demo-"))
@@ -499,10 +763,14 @@ def main() -> int:
                     f"  {session.name}: pid {ready['pid']}, publishes as {session.address} "
                     f"[{str(ready['instanceId'])[:8]}], session {ready['sessionId']}"
                 )
+            print(
+                f"  lifetime message budgets, lowered for the demo: alpha {BUDGETS['alpha']}, "
+                f"beta {BUDGETS['beta']} units (the contract's is 256)"
+            )
         except ActError as exc:
             failures.append(f"start: {exc}")
             print(f"  ✗ FAILED: {exc}")
-        for act in () if failures else (act1, act2, act3):
+        for act in () if failures else (act1, act2, act3, act4):
             try:
                 act(alpha, beta, failures)
             except ActError as exc:
