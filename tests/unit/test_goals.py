@@ -622,7 +622,12 @@ def test_evidence_bound(count: int, evicted: int) -> None:
     goals, _ = started()
     for handle in handles(count):
         goals.record_task(handle)
-    assert len(goals.export_evidence()) == min(count, limits.MAX_GOAL_EVIDENCE)
+    exported = goals.export_evidence()
+    # What was lost travels with the evidence, as a marker entry first.
+    marker = [{"evictedEvidence": evicted}] if evicted else []
+    assert list(exported[: len(marker)]) == marker
+    assert len(exported) - len(marker) == min(count, limits.MAX_GOAL_EVIDENCE)
+    assert goals.evidence_count == min(count, limits.MAX_GOAL_EVIDENCE)
     assert goals.evicted_evidence == evicted
 
 
@@ -635,7 +640,9 @@ def test_eviction_prefers_ended_goals() -> None:
     goals.record_task(TaskHandle(TaskKind.RUN, "n2"))
     assert goals.owner_of(RUN) is None
     assert goals.evicted_evidence == 1
-    assert {entry["goalId"] for entry in goals.export_evidence()} == {new}
+    exported = goals.export_evidence()
+    assert exported[0] == {"evictedEvidence": 1}
+    assert {entry["goalId"] for entry in exported[1:]} == {new}
 
 
 # -- sender-side confirmations (spec §2.4, §5 items 13-14) -------------------------------------

@@ -231,6 +231,10 @@ class GatePolicy:
             return category
         arguments = tool_input or {}
         action = arguments.get("action")
+        if not isinstance(action, str | None):
+            # A malformed action (a list, an object) names no read-only action: judge the call
+            # as the riskiest thing the tool can do, never raise out of the gate.
+            action = ""
         if tool_name == PEER_GOAL_TOOL and action not in PEER_GOAL_READ_ONLY_ACTIONS:
             return Category.TASKS
         if tool_name == "mesh" and action not in self.mesh_read_only_actions:

@@ -1,0 +1,405 @@
+"""An executable reading of the wire contract: what a receiver must answer to any byte stream.
+
+The hostile suite compares a live receiver with this model, example by example. It is written from
+``spec/protocol-v1.md`` (§3.1 framing, §3.2 connection rules, §3.3 hello, §3.5 message, §3.6 status,
+§5 admission order) and from the stricter choices ``docs/protocol.md`` documents (a float is not an
+integer, ``null`` is never "absent", lone surrogates are refused, deep nesting is a bad frame). It
+imports nothing from the package under test, so a bug cannot hide by being shared.
+
+The model judges a whole stream at once: the contract makes every verdict a property of the
+bytes, never of how they were chunked, so the live receiver, fed the same bytes in any chunking,
+must agree.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+#: Raw bytes one frame may use, LF and a first-frame BOM included (spec §3.1).
+FRAME_CAP: Final = 1_048_576
+BOM: Final = b"\xef\xbb\xbf"
+UNKNOWN: Final = "unknown"
+BRIDGE_PREFIX: Final = "cross-session:bridge:v1\n"
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+#: Admission windows (spec §5 step 6 and step 11.2), in ms.
+MAX_AGE_MS: Final = 30_000
+MAX_FUTURE_MS: Final = 5_000
+TEXT_DEDUP_MS: Final = 30_000
+
+_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_HEX32: Final = re.compile(r"[0-9a-f]{32}")
+
+#: ECMAScript WhiteSpace and LineTerminator, what ``String.prototype.trim`` removes (every Zs
+#: character is in the BMP).
+JS_WHITESPACE: Final = frozenset(
+    "\t\n\v\f\r \u00a0\ufeff\u2028\u2029"
+    + "".join(chr(c) for c in range(0x10000) if unicodedata.category(chr(c)) == "Zs")
+)
+
+
+# -- framing (spec §3.1) ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """The stream broke the framing rules here: ``invalid_frame`` or ``message_too_large``."""
+
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """The stream ended (any unterminated tail is dropped without a reply)."""
+
+
+def _sequence_length(lead: int) -> int:
+    if 0xC2 <= lead <= 0xDF:
+        return 2
+    if 0xE0 <= lead <= 0xEF:
+        return 3
+    if 0xF0 <= lead <= 0xF4:
+        return 4
+    return 0
+
+
+def _tail_completable(tail: bytes) -> bool:
+    """True when some continuation bytes turn ``tail`` (one cut sequence) into valid UTF-8."""
+    need = _sequence_length(tail[0])
+    if not need or len(tail) >= need:
+        return False
+    seconds = range(0x80, 0xC0) if len(tail) == 1 else (None,)
+    for second in seconds:
+        head = tail if second is None else tail + bytes([second])
+        candidate = head + b"\x80" * (need - len(head))
+        try:
+            candidate.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        return True
+    return False
+
+
+def completable(prefix: bytes) -> bool:
+    """True when ``prefix`` is valid UTF-8, or valid UTF-8 cut inside its last character."""
+    for cut in range(min(3, len(prefix)) + 1):
+        head, tail = prefix[: len(prefix) - cut], prefix[len(prefix) - cut :]
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if not tail or _tail_completable(tail):
+            return True
+    return False
+
+
+def split_frames(data: bytes, cap: int = FRAME_CAP) -> tuple[list[str], Fault | Closed]:
+    """The frame texts a reader takes from ``data``, then how the stream ends.
+
+    Only a BOM at the very start of the stream is removed, and it counts against frame 1. A frame
+    is judged on its first ``cap`` raw bytes: invalid UTF-8 there (or an empty line) is
+    ``invalid_frame``; a frame running past them is ``message_too_large``.
+    """
+    frames: list[str] = []
+    at = len(BOM) if data.startswith(BOM) else 0
+    first_extra = at
+    while True:
+        extra = first_extra if not frames else 0
+        lf = data.find(b"\n", at)
+        line = data[at:] if lf < 0 else data[at:lf]
+        size = len(line) + extra + (0 if lf < 0 else 1)
+        if size > cap:
+            if not completable(line[: max(0, cap - extra)]):
+                return frames, Fault("invalid_frame")
+            return frames, Fault("message_too_large")
+        if lf < 0:
+            if not completable(line):
+                return frames, Fault("invalid_frame")
+            return frames, Closed()
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            return frames, Fault("invalid_frame")
+        if not text:
+            return frames, Fault("invalid_frame")
+        frames.append(text)
+        at = lf + 1
+
+
+# -- JSON as the contract reads it -----------------------------------------------------------------
+
+
+class BadJsonError(Exception):
+    """The frame text is not one JSON document."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BadJsonError(name)
+
+
+def _number(digits: str) -> int | float:
+    try:
+        return int(digits)
+    except ValueError:  # too many digits for Python; JS reads a (possibly infinite) double
+        return float(digits)
+
+
+_DECODER: Final = json.JSONDecoder(parse_constant=_refuse_constant, parse_int=_number)
+
+
+def parse_json(text: str) -> Any:
+    """One JSON document; NaN/Infinity and nesting too deep to parse are not JSON."""
+    try:
+        return _DECODER.decode(text)
+    except (ValueError, RecursionError, BadJsonError) as exc:
+        raise BadJsonError(str(exc)) from exc
+
+
+# -- field rules -----------------------------------------------------------------------------------
+
+
+def units(value: str) -> int:
+    """JavaScript string length: UTF-16 code units."""
+    return len(value.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def well_formed(value: str) -> bool:
+    return not any(0xD800 <= ord(char) <= 0xDFFF for char in value)
+
+
+def blank(value: str) -> bool:
+    return all(char in JS_WHITESPACE for char in value)
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int
+
+
+def _wire_id(value: object) -> bool:
+    return isinstance(value, str) and _ID.fullmatch(value) is not None
+
+
+def _hex32(value: object) -> bool:
+    return isinstance(value, str) and _HEX32.fullmatch(value) is not None
+
+
+def _session_id(value: object) -> bool:
+    return isinstance(value, str) and 1 <= units(value) <= 512
+
+
+def _v1(body: Mapping[str, Any], kind: str) -> bool:
+    return _is_int(body.get("v")) and body["v"] == 1 and body.get("type") == kind
+
+
+def _no_null(body: Mapping[str, Any], *keys: str) -> bool:
+    return all(body.get(key, 0) is not None for key in keys)
+
+
+def is_hello(body: object) -> bool:
+    """Spec §3.3: the shape of a hello (who is asking is judged separately)."""
+    if not isinstance(body, dict) or not _v1(body, "hello"):
+        return False
+    if not _no_null(body, "from", "capabilities"):
+        return False
+    target = body.get("target")
+    if not (
+        _wire_id(body.get("requestId"))
+        and isinstance(body.get("token"), str)
+        and isinstance(target, dict)
+        and _session_id(target.get("id"))
+        and _hex32(target.get("instanceId"))
+    ):
+        return False
+    if "from" in body:
+        sender = body["from"]
+        if not (
+            isinstance(sender, dict)
+            and _session_id(sender.get("id"))
+            and _hex32(sender.get("instanceId"))
+            and isinstance(sender.get("token"), str)
+        ):
+            return False
+    if "capabilities" in body:
+        caps = body["capabilities"]
+        if not isinstance(caps, list) or len(caps) > 8:
+            return False
+        if not all(isinstance(cap, str) and units(cap) <= 64 for cap in caps):
+            return False
+    return True
+
+
+def is_message(body: object) -> bool:
+    """Spec §3.5 plus the documented strictness (integers only, no null optionals)."""
+    if not isinstance(body, dict) or not _v1(body, "message"):
+        return False
+    text, summary, sent_at = body.get("text"), body.get("summary"), body.get("sentAt")
+    return (
+        _wire_id(body.get("requestId"))
+        and _wire_id(body.get("messageId"))
+        and isinstance(text, str)
+        and well_formed(text)
+        and units(text) <= 1_000_000
+        and isinstance(summary, str)
+        and well_formed(summary)
+        and not blank(summary)
+        and len(summary) <= 200
+        and type(sent_at) is int
+        and -MAX_SAFE_INTEGER <= sent_at <= MAX_SAFE_INTEGER
+        and ("goalId" not in body or _wire_id(body["goalId"]))
+    )
+
+
+def is_status(body: object) -> bool:
+    """Spec §3.6."""
+    return (
+        isinstance(body, dict)
+        and _v1(body, "status")
+        and _wire_id(body.get("requestId"))
+        and _wire_id(body.get("messageId"))
+    )
+
+
+# -- the receiver ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One reply the receiver must write. ``statuses`` holds more than one status only where the
+    contract leaves a choice between codes (a bridge envelope)."""
+
+    ok: bool
+    statuses: frozenset[str]
+    request_id: str
+
+    @classmethod
+    def one(cls, ok: bool, status: str, request_id: str = UNKNOWN) -> Reply:
+        return cls(ok, frozenset({status}), request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """A registration as the model knows it: session id, instance id, token."""
+
+    session_id: str
+    instance_id: str
+    token: str
+
+
+@dataclass
+class ReceiverModel:
+    """The receiver's identity, the senders it can authenticate, and what it admitted."""
+
+    me: Identity
+    #: Registrations on disk that pass every check of spec §1.5, by instance id.
+    senders: dict[str, Identity]
+    now_ms: int = 0
+    #: (sender instance id, message id) of every admitted message, in order.
+    admitted: list[tuple[str, str]] = field(default_factory=list)
+    _ids: set[tuple[str, str]] = field(default_factory=set)
+    _texts: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def commit(self, sender: str, message_id: str, text: str) -> None:
+        """Record an admission the live receiver made, after it was checked against the model."""
+        self.admitted.append((sender, message_id))
+        self._ids.add((sender, message_id))
+        self._texts[(sender, text)] = self.now_ms
+
+    def judge_hello(self, text: str) -> tuple[Reply, str | None, bool]:
+        """The reply to a first frame, the authenticated sender (if any), and whether the
+        connection goes on."""
+        try:
+            body = parse_json(text)
+        except BadJsonError:
+            return Reply.one(False, "invalid_frame"), None, False
+        if not is_hello(body):
+            return Reply.one(False, "authentication_failed"), None, False
+        request_id = body["requestId"]
+        refused = Reply.one(False, "authentication_failed", request_id)
+        target, me = body["target"], self.me
+        if (body["token"], target["id"], target["instanceId"]) != (
+            me.token,
+            me.session_id,
+            me.instance_id,
+        ):
+            return refused, None, False
+        ready = Reply.one(True, "ready", request_id)
+        if "from" not in body:
+            return ready, None, True
+        claim = body["from"]
+        known = self.senders.get(claim["instanceId"])
+        if (
+            claim["instanceId"] == me.instance_id
+            or known is None
+            or (claim["id"], claim["token"]) != (known.session_id, known.token)
+        ):
+            return refused, None, False
+        return ready, claim["instanceId"], True
+
+    def judge_second(self, text: str, sender: str | None) -> tuple[Reply, dict[str, Any] | None]:
+        """The reply to the frame after a ``ready``, and the message if it must be admitted."""
+        try:
+            body = parse_json(text)
+        except BadJsonError:
+            return Reply.one(False, "invalid_frame"), None
+        kind = body.get("type") if isinstance(body, dict) else None
+        if kind == "status" and is_status(body):
+            if sender is None:
+                return Reply.one(False, "invalid_frame"), None
+            known = (sender, body["messageId"]) in self._ids
+            return Reply.one(True, "submitted" if known else "unknown", body["requestId"]), None
+        if kind != "message" or not is_message(body):
+            return Reply.one(False, "invalid_frame"), None
+        request_id = body["requestId"]
+        if sender is None:
+            return Reply.one(False, "authentication_failed", request_id), None
+        if blank(body["text"]):
+            return Reply.one(False, "invalid_message", request_id), None
+        age = self.now_ms - body["sentAt"]
+        if age > MAX_AGE_MS or -age > MAX_FUTURE_MS:
+            return Reply.one(False, "expired", request_id), None
+        if body["text"].startswith(BRIDGE_PREFIX):
+            bridge = frozenset({"invalid_bridge", "unsupported"})
+            return Reply(False, bridge, request_id), None
+        last = self._texts.get((sender, body["text"]))
+        if (sender, body["messageId"]) in self._ids or (
+            last is not None and self.now_ms - last < TEXT_DEDUP_MS
+        ):
+            return Reply.one(False, "duplicate", request_id), None
+        return Reply.one(True, "submitted", request_id), body
+
+    def conversation(self, data: bytes) -> Outcome:
+        """Everything the receiver must answer to one connection that sends ``data`` then EOF."""
+        frames, end = split_frames(data)
+        replies: list[Reply] = []
+        events: list[str | Fault | Closed] = [*frames, end]
+        first = events[0]
+        if isinstance(first, Fault):
+            return Outcome([Reply.one(False, first.code)], None, None)
+        if isinstance(first, Closed):
+            return Outcome([], None, None)
+        reply, sender, goes_on = self.judge_hello(first)
+        replies.append(reply)
+        if not goes_on:
+            return Outcome(replies, None, None)
+        second = events[1]
+        if isinstance(second, Fault):
+            replies.append(Reply.one(False, second.code))
+            return Outcome(replies, sender, None)
+        if isinstance(second, Closed):
+            return Outcome(replies, sender, None)
+        reply, admitted = self.judge_second(second, sender)
+        replies.append(reply)
+        return Outcome(replies, sender, admitted)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The replies a connection must get, who it authenticated, and the message it must admit."""
+
+    replies: list[Reply]
+    sender: str | None
+    admitted: dict[str, Any] | None

@@ -1,0 +1,279 @@
+"""Fuzzing a live receiving session with hostile byte streams.
+
+Each test starts one real session (a :class:`SessionRuntime` serving its endpoint on a real Unix
+socket) and feeds it thousands of streams: byte soup, mutated hellos, mutated second frames after a
+genuine authenticated hello, valid conversations cut short and chunked at random, and frames at the
+1 MiB cap. For every example (see :meth:`tests.hostile.live.LiveReceiver.check`):
+
+* every reply parses as a response of the contract, with a known status, and the replies are
+  exactly the ones :class:`tests.hostile.model.ReceiverModel` derives from the spec — including no
+  byte at all where the stream ends before a frame is complete;
+* nothing is admitted (no budget spent, no host submission, no row) unless the model admits it,
+  which needs a valid authenticated hello followed by a well-formed, fresh message;
+* a legitimate probe still gets ``ready`` afterwards.
+
+At the end of each test every admitted message has exactly one row and one host submission.
+
+``PI_XS_FUZZ_EXAMPLES`` sets the total number of examples (default 10,000), shared between the
+tests below; ``make fuzz`` runs 200,000. Runs are derandomized, so CI is reproducible.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from tests.hostile.live import LiveReceiver, identity
+from tests.hostile.model import BOM, FRAME_CAP
+from tests.hostile.strategies import (
+    CAPABILITY,
+    GARBAGE_LINES,
+    MESSAGE_POOLS,
+    RANDOM_STREAMS,
+    VALUES,
+    Json,
+    Now,
+    Obj,
+    Pools,
+    chunk,
+    encode,
+    frame,
+    hello_obj,
+    hello_pools,
+    message_obj,
+    mutate,
+    pick,
+    position,
+    resolve,
+    status_obj,
+)
+
+EXAMPLES: Final = int(os.environ.get("PI_XS_FUZZ_EXAMPLES", "10000"))
+#: How the examples are shared between the tests; the oversized frames come on top.
+SHARES: Final = {"random": 0.2, "first": 0.3, "second": 0.35, "cuts": 0.15}
+#: Frames near the 1 MiB cap cost milliseconds each: a few dozen cover every boundary.
+OVERSIZED: Final = max(24, EXAMPLES // 400)
+
+
+def count(share: str) -> int:
+    """How many examples the test with this share runs."""
+    return OVERSIZED if share == "oversized" else max(1, round(EXAMPLES * SHARES[share]))
+
+
+#: A long run is split into runs of at most this many examples, each with its own fixed seed:
+#: hypothesis keeps a tree of every example of a run in memory.
+BATCH: Final = 20_000
+
+
+def fuzz_settings(examples: int, *, derandomize: bool) -> settings:
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=derandomize,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
+
+
+CAPABILITY_CHOICES: Final = ((CAPABILITY,), None, (), (CAPABILITY, "x"))
+HELLO_IDS: Final = ("h1", "hello-request-1", "x" * 128)
+
+
+def fresh_message(live: LiveReceiver) -> Obj:
+    """A message no earlier example sent: new ids, new text, sent now."""
+    serial = live.fresh("m")
+    return message_obj(
+        request_id=f"r{serial}", message_id=serial, text=f"fuzz text {serial}", sent_at=Now()
+    )
+
+
+def wire(draw_value: Json, now_ms: int) -> bytes:
+    """The bytes of a frame body, with ``sentAt`` placeholders resolved at ``now_ms``."""
+    return encode(resolve(draw_value, now_ms))
+
+
+def following_frames(draw: st.DrawFn, live: LiveReceiver, now_ms: int) -> list[bytes]:
+    """What a client writes after its first frame: messages, status queries, junk."""
+    frames: list[bytes] = []
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(st.integers(0, 2))
+        if kind == 0:
+            frames.append(wire(fresh_message(live), now_ms))
+        elif kind == 1:
+            frames.append(encode(status_obj(request_id="s1", message_id=live.fresh("q"))))
+        else:
+            frames.append(draw(GARBAGE_LINES))
+    return frames
+
+
+@st.composite
+def first_frame_streams(draw: st.DrawFn, live: LiveReceiver, pools: Pools) -> bytes:
+    """A first frame of every kind (mostly a mutated hello), then whatever may follow."""
+    now = live.now_ms()
+    target = identity(live.target)
+    kind = pick(draw, ["probe", "auth", "auth", "impostor", "replay", "misplaced", "json", "line"])
+    if kind == "json":
+        first = encode(draw(VALUES))
+    elif kind == "line":
+        first = draw(GARBAGE_LINES)
+    elif kind == "misplaced":
+        # A message or a status query where the hello belongs.
+        query = status_obj(request_id="s", message_id="m")
+        first = wire(mutate(draw, pick(draw, [fresh_message(live), query]), MESSAGE_POOLS), now)
+    else:
+        caps = pick(draw, CAPABILITY_CHOICES)
+        rid = pick(draw, HELLO_IDS)
+        if kind == "probe":
+            base = hello_obj(target, request_id=rid, capabilities=caps)
+        elif kind == "replay":
+            # A genuine hello for another session (its token and identity), sent to this one.
+            claim = pick(draw, live.valid_senders)
+            base = hello_obj(live.other, sender=claim, request_id=rid, capabilities=caps)
+        else:
+            claim = pick(draw, live.valid_senders if kind == "auth" else live.impostors)
+            base = hello_obj(target, sender=claim, request_id=rid, capabilities=caps)
+        first = encode(mutate(draw, base, pools, nested=("target", "from")))
+    return frame(draw, [first, *following_frames(draw, live, now)])
+
+
+@st.composite
+def second_frame_streams(draw: st.DrawFn, live: LiveReceiver) -> bytes:
+    """A genuine authenticated hello, then a mutated second frame, then whatever may follow."""
+    now = live.now_ms()
+    sender = pick(draw, live.valid_senders)
+    caps = pick(draw, CAPABILITY_CHOICES)
+    hello = encode(
+        hello_obj(identity(live.target), sender=sender, request_id="h2", capabilities=caps)
+    )
+    kind = pick(draw, ["message"] * 6 + ["status", "status", "hello", "json", "line"])
+    if kind == "message":
+        second = wire(mutate(draw, fresh_message(live), MESSAGE_POOLS), now)
+    elif kind == "status":
+        # One of the sender's last admitted ids (if it has that many), a new one, or a guess.
+        mine = [mid for sid, mid in live.model.admitted if sid == sender.instance_id][-5:]
+        choice = draw(st.integers(0, 6))
+        if choice < len(mine):
+            message_id = mine[-1 - choice]
+        else:
+            message_id = live.fresh("q") if choice < 6 else "m1"
+        query = status_obj(request_id="s2", message_id=message_id)
+        second = wire(mutate(draw, query, MESSAGE_POOLS, most=2), now)
+    elif kind == "hello":
+        second = hello
+    elif kind == "json":
+        second = encode(draw(VALUES))
+    else:
+        second = draw(GARBAGE_LINES)
+    rest = following_frames(draw, live, now)
+    return frame(draw, [hello, second, *rest], cut_one_in=10)
+
+
+@st.composite
+def cut_conversations(draw: st.DrawFn, live: LiveReceiver) -> bytes:
+    """A valid conversation (probe, message or status query) cut at any byte."""
+    now = live.now_ms()
+    target = identity(live.target)
+    sender = pick(draw, live.valid_senders)
+    kind = pick(draw, ["message", "message", "status", "probe"])
+    if kind == "probe":
+        frames = [encode(hello_obj(target, request_id="p3"))]
+    else:
+        hello = encode(hello_obj(target, sender=sender, request_id="h3"))
+        second = (
+            fresh_message(live)
+            if kind == "message"
+            else status_obj(request_id="s3", message_id=live.fresh("q"))
+        )
+        frames = [hello, wire(second, now)]
+    stream = frame(draw, frames, cut_one_in=0)
+    whole = draw(st.integers(0, 3)) == 0
+    cut = position(draw, len(stream))
+    return stream if whole else stream[:cut]
+
+
+@st.composite
+def oversized_streams(draw: st.DrawFn, live: LiveReceiver) -> bytes:
+    """Frames of exactly ``cap + delta`` bytes (LF, BOM included), whole or unterminated, padded
+    with spaces or 3-byte characters, sometimes with one invalid byte before or past the cap."""
+    now = live.now_ms()
+    target = identity(live.target)
+    sender = pick(draw, live.valid_senders)
+    delta = pick(draw, [-2, -1, 0, 1, 2, 3, 4096])
+    bom = BOM if draw(st.booleans()) else b""
+    kind = pick(draw, ["hello", "message", "cjk", "units"])
+    units_delta = pick(draw, [-1, 0, 1])
+    terminated = draw(st.booleans())
+    bad_at = pick(draw, [None, None, None, FRAME_CAP - 1, FRAME_CAP, FRAME_CAP + 1])
+    prefix = bom
+    if kind == "hello":
+        body = encode(hello_obj(target, request_id="big"))
+    else:
+        prefix += encode(hello_obj(target, sender=sender, request_id="h4")) + b"\n"
+        message = fresh_message(live)
+        text = str(message.get("text"))
+        if kind == "cjk":
+            room = FRAME_CAP + delta - len(wire(message, now)) - 1
+            text = "字" * (room // 3) + "a" * (room % 3) + text
+        elif kind == "units":
+            # 1,000,000 UTF-16 units is the text limit; one more is refused as a bad frame.
+            text += "a" * (1_000_000 + units_delta - len(text))
+        body = wire(message.with_value("text", text), now)
+    total = FRAME_CAP + delta - (len(bom) if kind == "hello" else 0)
+    data = body + b" " * max(0, total - len(body) - 1) + (b"\n" if terminated else b"")
+    if bad_at is not None:
+        # One invalid byte: the last one within the cap, or one of the first ones past it.
+        at = bad_at - (len(bom) if kind == "hello" else 0)
+        if at < len(data):
+            data = data[:at] + b"\xff" + data[at + 1 :]
+    return prefix + data
+
+
+@st.composite
+def _chunked(draw: st.DrawFn, streams: st.SearchStrategy[bytes]) -> tuple[bytes, list[bytes]]:
+    stream = draw(streams)
+    return stream, chunk(draw, stream)
+
+
+def _run(live: LiveReceiver, streams: st.SearchStrategy[bytes], share: str) -> None:
+    """Run the share's examples (derandomized in CI; seeded batches for a long run), then check
+    the receiver's books."""
+    total = count(share)
+    sizes = [min(BATCH, total - start) for start in range(0, total, BATCH)]
+    for batch, size in enumerate(sizes):
+
+        @fuzz_settings(size, derandomize=len(sizes) == 1)
+        @given(example=_chunked(streams))
+        def run(example: tuple[bytes, list[bytes]]) -> None:
+            live.check(*example)
+
+        (run if len(sizes) == 1 else seed(batch)(run))()
+    live.final_accounting()
+    assert live.examples >= total
+
+
+def test_fuzz_random_bytes_are_refused_and_admit_nothing(live: LiveReceiver) -> None:
+    _run(live, RANDOM_STREAMS, "random")
+    assert live.model.admitted == []
+
+
+def test_fuzz_first_frames(live: LiveReceiver) -> None:
+    others = [*live.valid_senders, *live.impostors]
+    _run(live, first_frame_streams(live, hello_pools(identity(live.target), others)), "first")
+
+
+def test_fuzz_second_frames_after_an_authenticated_hello(live: LiveReceiver) -> None:
+    _run(live, second_frame_streams(live), "second")
+    assert live.model.admitted, "no example admitted anything: the strategy is broken"
+
+
+def test_fuzz_valid_conversations_cut_anywhere_and_chunked(live: LiveReceiver) -> None:
+    _run(live, cut_conversations(live), "cuts")
+    assert live.model.admitted, "no example admitted anything: the strategy is broken"
+
+
+def test_fuzz_frames_at_the_one_mebibyte_cap(live: LiveReceiver) -> None:
+    _run(live, oversized_streams(live), "oversized")
