@@ -24,7 +24,7 @@ Before any of that, the endpoint asks the kernel who connected (:func:`read_peer
 another uid is closed before a byte is read or written; the connecting pid is handed to
 :meth:`InboundHandler.on_hello` so that the handler can hold an authenticated sender to the pid its
 registration names. Where the platform tells nothing, nothing is enforced and the connection is
-counted as unverified (see ``docs/security-model.md``, "Kernel-checked peers").
+counted as unverified (see ``docs/security.md``, "Kernel-checked peers").
 """
 
 from __future__ import annotations
