@@ -77,6 +77,20 @@ def test_json_report_of_a_submitted_message_with_a_summary(
     assert leftovers(locations, keep=[ready_event["instanceId"]]) == []
 
 
+def test_send_wait_reports_delivered_once_the_inbox_shows_the_message(
+    inboxes: Inboxes, cli: Cli
+) -> None:
+    inbox = inboxes.start("delta", busy=0)
+    sent = cli("send", "delta", "are you there?", "--wait", "5", "--json")
+    assert sent.returncode == 0, sent
+    report = sent.json()
+    assert (report["status"], report["delivery"]) == ("submitted", "delivered")
+    inbox.wait_event("message", messageId=report["messageId"])
+    text = cli("send", "delta", "and now in words", "--wait", "5")
+    assert text.returncode == 0, text
+    assert "confirmed it entered its conversation (delivered)" in text.stdout
+
+
 def test_concurrent_invocations_take_turns_with_the_identity(
     inboxes: Inboxes, private_agent_dir: Path, locations: Locations
 ) -> None:
