@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 .DEFAULT_GOAL := test
 
-.PHONY: demo demo-cli test lint typecheck pytest bench clean
+.PHONY: demo demo-cli test lint typecheck pytest bench clean fuzz soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,11 +31,21 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest
 
+# The hostile suite's fuzzer at length: 200,000 examples against a live session (CI runs 10,000).
+FUZZ_EXAMPLES ?= 200000
+fuzz: $(STAMP)
+	PI_XS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/hostile -k fuzz --timeout=0 -p no:cacheprovider
+
 bench: $(STAMP)
 	$(BIN)/python bench/codec.py
 	$(BIN)/python bench/listing.py
 	$(BIN)/python bench/exchange.py
 	$(BIN)/python bench/admission.py
+
+# A live inbox under a connection flood and a slowloris, against its own figures at rest (about
+# 50 s: the slow connections last the contract's 30 s deadline). Exits 1 if an invariant fails.
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,1184 @@
+"""Soak: a live inbox under a connection flood and a slowloris, against its own figures at rest.
+
+Three processes take part, all on this machine's loopback (Unix sockets in a temporary agent dir):
+
+* the **receiver** — this file's ``--serve-receiver`` mode: a real :class:`SessionRuntime` inbox on
+  the headless host with turns of 0 s (what ``pi-cross-session inbox --busy 0`` runs, without its
+  printing), every contract limit at its default unless ``--deadline`` / ``--idle`` say otherwise
+  (the report then says so). It answers ``stats`` on its stdin with its endpoint's counters
+  (open and peak connections, refusals over capacity, deadline and idle cuts, faults) and its
+  admission snapshot (admitted count, refusals, the senders of its rows);
+* the **attacker** — this file's ``--attack`` mode: on ``go`` it makes ``--flood`` connection
+  attempts spread over ``--flood-seconds`` (connect and close; connect, write garbage, close;
+  half a hello; hellos with a wrong token, with a legitimate sender's stolen identity and token
+  from the wrong pid, or a probe followed by a message — each of the last three followed by a
+  message frame whose reply it reads), and opens ``--slow`` connections that never finish a line
+  (one byte every ``--trickle`` seconds, no LF) and holds them until the receiver cuts them;
+* this process: the **legitimate sender** (a published registration, so the receiver can
+  authenticate it) and the measurements.
+
+Phases, in one run, so that the ratios compare like with like on a shared machine:
+
+1. **at rest** — rounds on a fixed cadence, each a probe and a status query (neither costs the
+   receiver budget), timed; a few real messages are sent too.
+2. **under attack** — the same rounds and a few more messages while the attacker runs, until every
+   slow connection has been cut (or the attacker gives up on them).
+3. **after** — once the receiver has no connection left open: its RSS again, a final probe, status
+   query and message (it still serves), then a clean stop (registration and socket removed).
+
+Meanwhile the receiver's VmRSS (``/proc/<pid>/status``) and its socket descriptors
+(``/proc/<pid>/fd``) are sampled every ``--sample-ms``, by this process, in both phases.
+
+Reading it: with the contract's limits (64 connections; before a hello only the 30 s connection
+deadline applies) the slow connections that get a slot hold every slot until that deadline, so
+the legitimate sender is refused for most of the attack; the report shows how long it went
+unanswered, and that the receiver recovers at once when the deadline cuts them.
+
+Reported: the legitimate p50/p99 at rest and under attack and their ratio (target ≤ 5×), how many
+legitimate rounds succeeded under attack, the peak of open connections (the endpoint's own counter
+and the descriptor count), RSS before / during / after (target: after within ±5 MiB of before), and
+the attacker's view. Timing targets are reported, never enforced. Invariants make the exit status
+non-zero: the endpoint never held more than its 64 connections (nor the process more socket
+descriptors than those, its listener and one being refused), the receiver never crashed and still
+serves, it stopped cleanly, and nothing was admitted that the legitimate sender was not told was
+admitted (a receipt lost in the attack is settled with a status query, as the contract says).
+
+Run ``.venv/bin/python bench/soak.py`` (``--json`` for machine-readable output), or ``make soak``.
+With the contract's 30 s connection deadline a run takes about 50 s; ``--deadline 5`` gives a
+quicker, clearly labelled run. Everything it creates — the temporary agent dir, the runtime dir
+``/tmp/pi-peers-<uid>-<ns>``, both processes — is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
+from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.endpoint import EndpointConfig
+from pi_cross_session.protocol.exchange import ExchangeError, Exchanger
+from pi_cross_session.protocol.frames import Message, Sender
+from pi_cross_session.protocol.limits import (
+    CONNECTION_DEADLINE_S,
+    IDLE_AFTER_HELLO_S,
+    MAX_CONNECTIONS,
+)
+from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.protocol.registration import (
+    Registration,
+    build_registration,
+    parse_registration,
+    serialize,
+)
+from pi_cross_session.security import fs
+from pi_cross_session.security.tokens import new_instance_id, new_token
+
+THIS_FILE: Final = os.path.abspath(__file__)
+#: Target: the legitimate p99 under attack is at most this many times the p99 at rest.
+TARGET_P99_RATIO: Final = 5.0
+#: Target: RSS after the attack within this many KiB of RSS before it.
+TARGET_RSS_DRIFT_KIB: Final = 5 * 1024
+#: The whole run must end within this (a guard; a normal run takes about 50 s).
+RUN_LIMIT_S: Final = 115.0
+#: How long a started process may take to say it is ready, and to stop once asked.
+START_TIMEOUT_S: Final = 20.0
+STOP_TIMEOUT_S: Final = 10.0
+#: Kept beyond the connection deadline before the attacker stops waiting for a cut.
+HOLD_GRACE_S: Final = 10.0
+#: A wait for the receiver's connections to drain after the attack, at most.
+DRAIN_LIMIT_S: Final = 15.0
+#: Rounds made and thrown away before phase 1 (imports, caches, first connections).
+WARMUP_ROUNDS: Final = 30
+#: Legitimate messages sent in each phase (25 in all: under the token bucket's burst of 30).
+SENDS_AT_REST: Final = 10
+SENDS_UNDER_ATTACK: Final = 10
+SENDS_AFTER: Final = 5
+#: Receipts that mean the receiver committed the message (``injection_failed`` was committed too).
+ADMITTED_RECEIPTS: Final = frozenset({"submitted", "queued", "accepted", "injection_failed"})
+#: What a status query answers for a message the receiver has no row for (never admitted).
+ROW_UNKNOWN: Final = "unknown"
+#: Tries of a status query that settles a lost receipt (after the attack, at rest).
+SETTLE_TRIES: Final = 3
+#: Flood kinds, taken in turn: (name, whether a message frame follows and its reply is read).
+FLOOD_KINDS: Final = (
+    ("connect_close", False),
+    ("garbage_line", False),
+    ("half_hello", False),
+    ("wrong_token_message", True),
+    ("stolen_identity_message", True),
+    ("probe_then_message", True),
+)
+#: How long an attacker waits for the replies to one of its message attempts.
+ATTACK_REPLY_LIMIT_S: Final = 3.0
+
+
+# -- shared helpers -------------------------------------------------------------------------------
+
+
+def emit(event: str, **data: Any) -> None:
+    """One JSON line on stdout (the control channel of the child modes)."""
+    sys.stdout.write(json.dumps({"event": event, **data}) + "\n")
+    sys.stdout.flush()
+
+
+async def stdin_lines() -> AsyncIterator[bytes]:
+    """Lines of stdin as they arrive, watched by the loop (no thread)."""
+    fd = sys.stdin.fileno()
+    os.set_blocking(fd, False)
+    buffer = b""
+    while True:
+        await anyio.wait_readable(fd)
+        try:
+            chunk = os.read(fd, 65_536)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            return
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield line.strip()
+
+
+def percentile_us(values: list[int], fraction: float) -> float | None:
+    """Nearest-rank percentile of nanosecond samples, in microseconds (None without samples)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = min(len(ordered), max(1, math.ceil(fraction * len(ordered))))
+    return ordered[rank - 1] / 1000
+
+
+def percentile_all_us(values: list[int], failed: int, fraction: float) -> float | None:
+    """The percentile over every attempt, a failed one counting as never answered: ``None`` when
+    that percentile falls on a failure (or there was no attempt)."""
+    ordered = sorted(values)
+    total = len(ordered) + failed
+    if not total:
+        return None
+    rank = min(total, max(1, math.ceil(fraction * total)))
+    return ordered[rank - 1] / 1000 if rank <= len(ordered) else None
+
+
+# -- the receiver process (--serve-receiver) ------------------------------------------------------
+
+
+def receiver_stats(runtime: SessionRuntime) -> dict[str, Any]:
+    """The endpoint's counters and the admission snapshot of the running incarnation."""
+    current = runtime._current  # the runtime offers no public handle on its endpoint's counters
+    endpoint = None if current is None else current.endpoint.statistics()
+    snapshot = runtime.snapshot()
+    data: dict[str, Any] = {"running": current is not None}
+    if endpoint is not None:
+        data["endpoint"] = {
+            "open": endpoint.open_connections,
+            "peak": endpoint.peak_connections,
+            "accepted": endpoint.accepted,
+            "refused_over_capacity": endpoint.refused_over_capacity,
+            "deadline_cuts": endpoint.deadline_cuts,
+            "idle_cuts": endpoint.idle_cuts,
+            "faults": endpoint.faults,
+        }
+    if snapshot is not None:
+        data["admission"] = {
+            "admitted": snapshot.admitted,
+            "refusals": snapshot.refusals,
+            "remaining_budget": snapshot.remaining_budget,
+            "queued": snapshot.queued,
+            "row_senders": dict(Counter(row.sender_instance_id for row in snapshot.rows)),
+            "row_states": dict(Counter(row.state for row in snapshot.rows)),
+        }
+    checks = runtime.peer_checks()
+    if checks is not None:
+        data["hello_refusals"] = dict(checks.auth.refusals)
+    return data
+
+
+async def serve_receiver(name: str, deadline_s: float, idle_s: float) -> int:
+    """A headless inbox with 0 s turns; ``stats`` and ``stop`` on stdin, JSON lines on stdout."""
+    host = HeadlessHost(name=name, busy_s=0.0)
+    endpoint = EndpointConfig(connection_deadline_s=deadline_s, idle_after_hello_s=idle_s)
+    runtime = SessionRuntime(host, options=RuntimeOptions(with_git=False, endpoint=endpoint))
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as group:
+            await group.start(serve_inbox, host, runtime)
+            registration = runtime.registration()
+            assert registration is not None
+            emit("ready", instanceId=registration.instance_id, pid=os.getpid())
+
+            async def commands() -> None:
+                async for line in stdin_lines():
+                    if line == b"stats":
+                        emit("stats", **receiver_stats(runtime))
+                    elif line == b"stop":
+                        break
+                runtime.request_stop()
+
+            async def on_signal() -> None:
+                async for _ in signals:
+                    runtime.request_stop()
+                    return
+
+            group.start_soon(commands)
+            group.start_soon(on_signal)
+            await runtime.wait_finished()
+            emit("stopped", error=None if runtime.last_error is None else str(runtime.last_error))
+            group.cancel_scope.cancel()
+    return 0 if runtime.last_error is None else 1
+
+
+# -- the attacker process (--attack) --------------------------------------------------------------
+
+
+@dataclass
+class AttackPlan:
+    """What the attacker does; passed as JSON on its command line."""
+
+    socket_path: str
+    target_id: str
+    target_instance_id: str
+    target_token: str
+    stolen_id: str
+    stolen_instance_id: str
+    stolen_token: str
+    flood: int
+    flood_s: float
+    slow: int
+    trickle_s: float
+    max_hold_s: float
+
+
+@dataclass
+class AttackTally:
+    """What the attacker saw."""
+
+    attempts: Counter[str] = field(default_factory=Counter)
+    connect_errors: Counter[str] = field(default_factory=Counter)
+    replies: Counter[str] = field(default_factory=Counter)
+    #: Message frames of the attacker answered with an admission receipt (must stay 0).
+    admitted: int = 0
+    flood_s: float = 0.0
+    slow_opened: int = 0
+    slow_connect_errors: int = 0
+    #: Seconds from connect to the receiver's close, per slow connection it cut.
+    slow_cut_after_s: list[float] = field(default_factory=list)
+    slow_not_cut: int = 0
+
+
+def _line(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
+
+
+def attack_bytes(plan: AttackPlan, kind: str, serial: int) -> bytes:
+    """The bytes one flood attempt writes (``b""``: nothing)."""
+    target = {"id": plan.target_id, "instanceId": plan.target_instance_id}
+    hello: dict[str, Any] = {
+        "v": 1,
+        "type": "hello",
+        "capabilities": ["cancel-safe-queue-v1"],
+        "requestId": f"attack-h{serial}",
+        "token": plan.target_token,
+        "target": target,
+    }
+    message = {
+        "v": 1,
+        "type": "message",
+        "requestId": f"attack-r{serial}",
+        "messageId": f"attack-m{serial}",
+        "text": f"forged message {serial}",
+        "summary": "forged",
+        "sentAt": time.time_ns() // 1_000_000,
+    }
+    if kind == "connect_close":
+        return b""
+    if kind == "garbage_line":
+        return os.urandom(48).replace(b"\n", b"?") + b"\n"
+    if kind == "half_hello":
+        return _line(hello)[:40]
+    if kind == "wrong_token_message":
+        hello["token"] = "0" * 64
+        hello["from"] = {
+            "id": plan.stolen_id,
+            "instanceId": plan.stolen_instance_id,
+            "token": "1" * 64,
+        }
+        return _line(hello) + _line(message)
+    if kind == "stolen_identity_message":
+        # A same-uid attacker can read the legitimate sender's registration, token included; the
+        # receiver must still refuse it, since the connecting pid is not the registered one.
+        hello["from"] = {
+            "id": plan.stolen_id,
+            "instanceId": plan.stolen_instance_id,
+            "token": plan.stolen_token,
+        }
+        return _line(hello) + _line(message)
+    if kind == "probe_then_message":
+        return _line(hello) + _line(message)
+    raise ValueError(kind)
+
+
+async def flood_attempt(plan: AttackPlan, tally: AttackTally, kind: str, serial: int) -> None:
+    """One connection of the flood: connect, write this kind's bytes, maybe read, close."""
+    tally.attempts[kind] += 1
+    reads = dict(FLOOD_KINDS)[kind]
+    try:
+        stream = await anyio.connect_unix(plan.socket_path)
+    except OSError as exc:
+        tally.connect_errors[type(exc).__name__] += 1
+        return
+    try:
+        data = attack_bytes(plan, kind, serial)
+        if data:
+            await stream.send(data)
+        if not reads:
+            return
+        received = b""
+        with anyio.move_on_after(ATTACK_REPLY_LIMIT_S):
+            while True:
+                try:
+                    chunk = await stream.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                    break
+                received += chunk
+        if not received:
+            tally.replies["(closed without a reply)"] += 1
+        for raw in received.splitlines():
+            try:
+                reply = json.loads(raw)
+            except ValueError:
+                tally.replies["unparsable"] += 1
+                continue
+            status = str(reply.get("status"))
+            tally.replies[status] += 1
+            if reply.get("ok") is True and status in ADMITTED_RECEIPTS:
+                tally.admitted += 1
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        tally.replies["(closed before the write)"] += 1
+    finally:
+        await anyio.aclose_forcefully(stream)
+
+
+async def slow_connection(plan: AttackPlan, tally: AttackTally) -> None:
+    """Connect, then trickle bytes without ever an LF, until the receiver closes or we give up."""
+    try:
+        stream = await anyio.connect_unix(plan.socket_path)
+    except OSError:
+        tally.slow_connect_errors += 1
+        return
+    tally.slow_opened += 1
+    opened = time.monotonic()
+    cut = False
+    try:
+        async with anyio.create_task_group() as group:
+
+            async def trickle() -> None:
+                payload = b'{"v":1,"type":"hello","requestId":"' + b"s" * 10_000
+                for byte in payload:
+                    try:
+                        await stream.send(bytes([byte]))
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        return
+                    await anyio.sleep(plan.trickle_s)
+
+            async def watch() -> None:
+                nonlocal cut
+                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                    while await stream.receive():
+                        pass
+                cut = True
+                group.cancel_scope.cancel()
+
+            group.start_soon(trickle)
+            group.start_soon(watch)
+            await anyio.sleep(plan.max_hold_s)
+            group.cancel_scope.cancel()
+    finally:
+        await anyio.aclose_forcefully(stream)
+    if cut:
+        tally.slow_cut_after_s.append(time.monotonic() - opened)
+    else:
+        tally.slow_not_cut += 1
+
+
+async def run_attack(plan: AttackPlan) -> int:
+    """Wait for ``go`` on stdin, attack, print the tally."""
+    tally = AttackTally()
+    emit("ready", pid=os.getpid())
+    async for line in stdin_lines():
+        if line == b"go":
+            break
+    started = time.monotonic()
+    async with anyio.create_task_group() as group:
+        # The slow connections are opened among the first flood attempts, all within the
+        # flood's first half: they compete with it (and with the legitimate sender) for slots.
+        slow_every = plan.flood_s / 2 / max(1, plan.slow)
+        spacing = plan.flood_s / max(1, plan.flood)
+        next_slow = 0
+        for serial in range(plan.flood):
+            at = started + serial * spacing
+            while next_slow < plan.slow and started + next_slow * slow_every <= at:
+                group.start_soon(slow_connection, plan, tally)
+                next_slow += 1
+            await anyio.sleep(max(0.0, at - time.monotonic()))
+            kind = FLOOD_KINDS[serial % len(FLOOD_KINDS)][0]
+            group.start_soon(flood_attempt, plan, tally, kind, serial)
+        while next_slow < plan.slow:
+            group.start_soon(slow_connection, plan, tally)
+            next_slow += 1
+        tally.flood_s = time.monotonic() - started
+    cuts = tally.slow_cut_after_s
+    emit(
+        "result",
+        attempts=dict(tally.attempts),
+        connectErrors=dict(tally.connect_errors),
+        replies=dict(tally.replies),
+        admitted=tally.admitted,
+        floodSeconds=round(tally.flood_s, 3),
+        slowOpened=tally.slow_opened,
+        slowConnectErrors=tally.slow_connect_errors,
+        slowCutAtOnce=sum(1 for s in cuts if s < 1.0),
+        slowCutLater=sum(1 for s in cuts if s >= 1.0),
+        slowCutLaterMin=round(min((s for s in cuts if s >= 1.0), default=0.0), 2),
+        slowCutLaterMax=round(max((s for s in cuts if s >= 1.0), default=0.0), 2),
+        slowNotCut=tally.slow_not_cut,
+    )
+    return 0
+
+
+# -- the measuring side ---------------------------------------------------------------------------
+
+
+class Child:
+    """A child process with a JSON-lines control channel on its stdin and stdout."""
+
+    def __init__(self, name: str, process: anyio.abc.Process, log_path: Path) -> None:
+        self.name = name
+        self.process = process
+        self.log_path = log_path
+        assert process.stdout is not None
+        self._reader = BufferedByteReceiveStream(process.stdout)
+        self._lock = anyio.Lock()
+        self.ready: dict[str, Any] = {}
+
+    @classmethod
+    async def start(cls, name: str, argv: list[str], env: dict[str, str], root: Path) -> Child:
+        log_path = root / f"{name}.log"
+        with log_path.open("wb") as log:
+            process = await anyio.open_process(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env
+            )
+        child = cls(name, process, log_path)
+        with anyio.fail_after(START_TIMEOUT_S):
+            child.ready = await child.next_event("ready")
+        return child
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    async def next_event(self, event: str) -> dict[str, Any]:
+        """The next JSON line of this kind (other lines are skipped)."""
+        while True:
+            try:
+                raw = await self._reader.receive_until(b"\n", 1 << 20)
+            except (anyio.EndOfStream, anyio.IncompleteRead):
+                log = self.log_path.read_text(errors="replace")
+                raise RuntimeError(f"{self.name} ended before {event!r}:\n{log}") from None
+            data = json.loads(raw)
+            if data.get("event") == event:
+                return data  # type: ignore[no-any-return]
+
+    async def command(self, line: str) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send(line.encode() + b"\n")
+
+    async def ask(self, line: str, event: str) -> dict[str, Any]:
+        """Send a command and wait for its answer (one question at a time)."""
+        async with self._lock:
+            await self.command(line)
+            return await self.next_event(event)
+
+    async def stop(self) -> int | None:
+        """Ask it to end (stdin closed, then SIGTERM, then SIGKILL); its exit status."""
+        if self.process.returncode is None:
+            with contextlib.suppress(Exception):
+                assert self.process.stdin is not None
+                await self.process.stdin.aclose()
+            with anyio.move_on_after(STOP_TIMEOUT_S):
+                return await self.process.wait()
+            self.process.terminate()
+            with anyio.move_on_after(STOP_TIMEOUT_S):
+                return await self.process.wait()
+            self.process.kill()
+        return await self.process.wait()
+
+
+def proc_sample(pid: int) -> tuple[int, int] | None:
+    """``(VmRSS KiB, socket descriptors)`` of a process, from /proc; None once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        rss = next(
+            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")
+        )
+        sockets = 0
+        for name in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:"):
+                    sockets += 1
+    except (OSError, StopIteration, ValueError):
+        return None
+    return rss, sockets
+
+
+@dataclass
+class Sampler:
+    """Samples the receiver's RSS and socket descriptors, tagged with the phase."""
+
+    pid: int
+    interval_s: float
+    phase: str = "rest"
+    samples: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+    async def run(self) -> None:
+        while True:
+            sample = await anyio.to_thread.run_sync(proc_sample, self.pid)
+            if sample is not None:
+                self.samples.setdefault(self.phase, []).append(sample)
+            await anyio.sleep(self.interval_s)
+
+    def rss(self, phase: str) -> list[int]:
+        return [rss for rss, _ in self.samples.get(phase, [])]
+
+    def sockets(self, phase: str) -> list[int]:
+        return [sockets for _, sockets in self.samples.get(phase, [])]
+
+
+@dataclass
+class Phase:
+    """Timed legitimate rounds of one phase."""
+
+    probe_ns: list[int] = field(default_factory=list)
+    status_ns: list[int] = field(default_factory=list)
+    failures: Counter[str] = field(default_factory=Counter)
+    rounds: int = 0
+    #: perf_counter_ns when the phase began, and when each answered probe ended.
+    started_ns: int = field(default_factory=time.perf_counter_ns)
+    answered_at_ns: list[int] = field(default_factory=list)
+    ended_ns: int | None = None
+
+    def longest_silence_s(self) -> float:
+        """The longest stretch of the phase with no answered probe."""
+        marks = [self.started_ns, *self.answered_at_ns, self.ended_ns or time.perf_counter_ns()]
+        return max(b - a for a, b in itertools.pairwise(marks)) / 1e9
+
+    def figures(self) -> dict[str, Any]:
+        probe_failed = sum(n for k, n in self.failures.items() if k.startswith("probe "))
+        status_failed = sum(n for k, n in self.failures.items() if k.startswith("status "))
+        return {
+            "rounds": self.rounds,
+            "probes_ok": len(self.probe_ns),
+            "status_ok": len(self.status_ns),
+            "probe_p50_us": percentile_us(self.probe_ns, 0.50),
+            "probe_p99_us": percentile_us(self.probe_ns, 0.99),
+            "probe_p99_all_us": percentile_all_us(self.probe_ns, probe_failed, 0.99),
+            "status_p50_us": percentile_us(self.status_ns, 0.50),
+            "status_p99_us": percentile_us(self.status_ns, 0.99),
+            "status_p99_all_us": percentile_all_us(self.status_ns, status_failed, 0.99),
+            "failures": dict(self.failures),
+            "longest_silence_s": round(self.longest_silence_s(), 2),
+        }
+
+
+class Legit:
+    """The legitimate sender: probes, status queries and messages, with a ledger of receipts."""
+
+    def __init__(self, locations: Locations, target: Registration, sender: Sender) -> None:
+        self.exchanger = Exchanger(locations, fs)
+        self.target = target
+        self.sender = sender
+        self.serial = 0
+        #: message id -> the receipt status, ``refused:<code>`` or ``unknown:<code>``.
+        self.ledger: dict[str, str] = {}
+        self.known_id: str | None = None
+
+    async def probe(self, phase: Phase) -> None:
+        before = time.perf_counter_ns()
+        try:
+            await self.exchanger.probe(self.target)
+        except ExchangeError as exc:
+            phase.failures[f"probe {exc.code}"] += 1
+            return
+        now = time.perf_counter_ns()
+        phase.probe_ns.append(now - before)
+        phase.answered_at_ns.append(now)
+
+    async def status(self, phase: Phase) -> None:
+        assert self.known_id is not None
+        before = time.perf_counter_ns()
+        try:
+            await self.exchanger.query_status(
+                self.target, sender=self.sender, message_id=self.known_id
+            )
+        except ExchangeError as exc:
+            phase.failures[f"status {exc.code}"] += 1
+            return
+        phase.status_ns.append(time.perf_counter_ns() - before)
+
+    async def send(self) -> str:
+        """One message; records and returns its outcome."""
+        self.serial += 1
+        message_id = f"soak-{self.serial}-{uuid.uuid4().hex[:8]}"
+        message = Message(
+            v=1,
+            type="message",
+            request_id=str(uuid.uuid4()),
+            message_id=message_id,
+            text=f"Soak message {self.serial}: the build is green; please rebase when you can.",
+            summary=f"Soak message {self.serial}",
+            sent_at=time.time_ns() // 1_000_000,
+        )
+        try:
+            receipt = await self.exchanger.send(self.target, sender=self.sender, message=message)
+            outcome = receipt.status
+        except ExchangeError as exc:
+            if exc.verdict.state == "refused":
+                outcome = f"refused:{exc.code}"
+            elif exc.message_written:
+                outcome = f"unknown:{exc.code}"  # settled by a status query after the attack
+            else:
+                outcome = f"not_sent:{exc.code}"  # the message frame never left: not delivered
+        self.ledger[message_id] = outcome
+        if outcome in ADMITTED_RECEIPTS and self.known_id is None:
+            self.known_id = message_id
+        return outcome
+
+    async def settle_unknown(self) -> dict[str, str]:
+        """Ask the receiver about every message whose receipt was lost: its row state or
+        ``unknown`` (no row: not admitted)."""
+        settled: dict[str, str] = {}
+        for message_id, outcome in self.ledger.items():
+            if not outcome.startswith("unknown:"):
+                continue
+            settled[message_id] = "unanswered"
+            for _ in range(SETTLE_TRIES):
+                try:
+                    receipt = await self.exchanger.query_status(
+                        self.target, sender=self.sender, message_id=message_id
+                    )
+                except ExchangeError:
+                    await anyio.sleep(0.2)
+                    continue
+                settled[message_id] = receipt.status
+                break
+        return settled
+
+
+async def rounds(
+    legit: Legit,
+    phase: Phase,
+    *,
+    interval_s: float,
+    count: int | None = None,
+    until: Callable[[], bool] | None = None,
+    sends: int = 0,
+) -> None:
+    """Rounds (a probe, then a status query) every ``interval_s``; ``sends`` messages spread
+    evenly over the first ``count`` rounds, or one every 100 rounds when open-ended."""
+    every = max(1, (count or 100 * sends) // max(1, sends)) if sends else 0
+    sent = 0
+    next_at = time.monotonic()
+    while (count is None or phase.rounds < count) and not (until is not None and until()):
+        phase.rounds += 1
+        await legit.probe(phase)
+        await legit.status(phase)
+        if sends and sent < sends and phase.rounds % every == 0:
+            await legit.send()
+            sent += 1
+        next_at += interval_s
+        now = time.monotonic()
+        if next_at < now:
+            next_at = now  # an overrun round is not made up by bunching the next ones
+        await anyio.sleep(next_at - now)
+    phase.ended_ns = time.perf_counter_ns()
+    while sent < sends:
+        await legit.send()
+        sent += 1
+
+
+def publish_sender(locations: Locations) -> tuple[Registration, Sender]:
+    """The legitimate sender's registration (this process's pid), published."""
+    instance_id = new_instance_id()
+    now = time.time_ns() // 1_000_000
+    registration = build_registration(
+        session_id=f"soak-sender-{uuid.uuid4()}",
+        session_name="soak-sender",
+        instance_id=instance_id,
+        cwd=os.getcwd(),
+        pid=os.getpid(),
+        started_at=now,
+        updated_at=now,
+        status="idle",
+        inbound="refuse",
+        socket_path=locations.socket_path(instance_id),
+        token=new_token(),
+    )
+    fs.ensure_private_dir(locations.peers_dir)
+    fs.write_registration(
+        locations.peers_dir, instance_id, serialize(registration), still_current=lambda: True
+    )
+    sender = Sender(id=registration.id, instance_id=instance_id, token=registration.token)
+    return registration, sender
+
+
+def read_registration(locations: Locations, instance_id: str) -> Registration:
+    raw = fs.read_registration_bytes(locations.registration_path(instance_id))
+    return parse_registration(
+        raw, file_stem=instance_id, expected_socket_path=locations.socket_path(instance_id)
+    )
+
+
+async def final_send(legit: Legit) -> str:
+    """A message after the attack; ``busy`` (a 0 s turn still settling) is retried a few times."""
+    outcome = ""
+    for _ in range(5):
+        outcome = await legit.send()
+        if outcome != "refused:busy":
+            break
+        await anyio.sleep(0.2)
+    return outcome
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="pi-bench-soak-"))
+    agent_dir = str(root / "agent")
+    locations = paths.resolve(env={paths.AGENT_DIR_ENV: agent_dir})
+    env = {**os.environ, paths.AGENT_DIR_ENV: agent_dir, "PYTHONUNBUFFERED": "1"}
+    receiver: Child | None = None
+    attacker: Child | None = None
+    try:
+        started = time.monotonic()
+        argv = [sys.executable, THIS_FILE, "--serve-receiver", "soak-receiver"]
+        argv += ["--deadline", f"{args.deadline}", "--idle", f"{args.idle}"]
+        receiver = await Child.start("receiver", argv, env, root)
+        target = read_registration(locations, receiver.ready["instanceId"])
+        sender_registration, sender = publish_sender(locations)
+        legit = Legit(locations, target, sender)
+        sampler = Sampler(receiver.pid, args.sample_ms / 1000)
+        async with anyio.create_task_group() as group:
+            group.start_soon(sampler.run)
+
+            # Warm-up, untimed; the first message gives the status queries a row to ask about.
+            sampler.phase = "warmup"
+            if await legit.send() not in ADMITTED_RECEIPTS:
+                raise SystemExit(f"the first legitimate message was refused: {legit.ledger}")
+            await rounds(legit, Phase(), interval_s=0, count=WARMUP_ROUNDS)
+
+            # Phase 1: at rest.
+            sampler.phase = "rest"
+            rest = Phase()
+            await rounds(
+                legit,
+                rest,
+                interval_s=args.interval_ms / 1000,
+                count=args.rounds,
+                sends=SENDS_AT_REST - 1,  # the first was sent during the warm-up
+            )
+            stats_rest = await receiver.ask("stats", "stats")
+
+            # Phase 2: under attack.
+            plan = AttackPlan(
+                socket_path=target.socket_path,
+                target_id=target.id,
+                target_instance_id=target.instance_id,
+                target_token=target.token,
+                stolen_id=sender_registration.id,
+                stolen_instance_id=sender_registration.instance_id,
+                stolen_token=sender_registration.token,
+                flood=args.flood,
+                flood_s=args.flood_seconds,
+                slow=args.slow,
+                trickle_s=args.trickle,
+                max_hold_s=args.deadline + HOLD_GRACE_S,
+            )
+            attack_argv = [sys.executable, THIS_FILE, "--attack", json.dumps(plan.__dict__)]
+            attacker = await Child.start("attacker", attack_argv, env, root)
+            attack_result: dict[str, Any] = {}
+            attack = Phase()
+            open_during: list[int] = []
+
+            async def watch_attacker() -> None:
+                assert attacker is not None
+                attack_result.update(await attacker.next_event("result"))
+
+            async def watch_endpoint() -> None:
+                assert receiver is not None
+                while not attack_result:
+                    stats = await receiver.ask("stats", "stats")
+                    open_during.append(stats["endpoint"]["open"])
+                    await anyio.sleep(0.25)
+
+            sampler.phase = "attack"
+            attack_started = time.monotonic()
+            await attacker.command("go")
+            async with anyio.create_task_group() as attack_group:
+                attack_group.start_soon(watch_attacker)
+                attack_group.start_soon(watch_endpoint)
+                await rounds(
+                    legit,
+                    attack,
+                    interval_s=args.interval_ms / 1000,
+                    until=lambda: bool(attack_result),
+                    sends=SENDS_UNDER_ATTACK,
+                )
+            attack_s = time.monotonic() - attack_started
+            attacker_exit = await attacker.stop()
+
+            # Phase 3: after. The receiver must drain, then serve as before.
+            sampler.phase = "drain"
+            with anyio.move_on_after(DRAIN_LIMIT_S):
+                # Polling a counter in another process: there is no event to wait on.
+                while (await receiver.ask("stats", "stats"))["endpoint"]["open"]:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+            await anyio.sleep(1.0)  # let the allocator settle before the "after" readings
+            sampler.phase = "after"
+            await anyio.sleep(max(1.0, 5 * args.sample_ms / 1000))
+            after = Phase()
+            await rounds(legit, after, interval_s=args.interval_ms / 1000, count=20)
+            finals = [await final_send(legit) for _ in range(SENDS_AFTER)]
+            settled = await legit.settle_unknown()
+            stats_after = await receiver.ask("stats", "stats")
+            group.cancel_scope.cancel()
+
+        alive_before_stop = receiver.process.returncode is None
+        await receiver.command("stop")
+        with anyio.fail_after(STOP_TIMEOUT_S):
+            stopped = await receiver.next_event("stopped")
+        receiver_exit = await receiver.stop()
+        receiver = None
+        files_left = [
+            path
+            for path in (locations.registration_path(target.instance_id), target.socket_path)
+            if await anyio.Path(path).exists() or await anyio.Path(path).is_symlink()
+        ]
+        return {
+            "limits": {
+                "max_connections": MAX_CONNECTIONS,
+                "deadline_s": args.deadline,
+                "idle_s": args.idle,
+                "contract_defaults": args.deadline == CONNECTION_DEADLINE_S
+                and args.idle == IDLE_AFTER_HELLO_S,
+            },
+            "plan": {
+                "flood": args.flood,
+                "flood_s": args.flood_seconds,
+                "slow": args.slow,
+                "trickle_s": args.trickle,
+                "interval_ms": args.interval_ms,
+            },
+            "rest": rest.figures(),
+            "attack": attack.figures(),
+            "after": after.figures(),
+            "attack_s": round(attack_s, 2),
+            "attacker": attack_result,
+            "attacker_exit": attacker_exit,
+            "open_during": open_during,
+            "stats_rest": stats_rest,
+            "stats_after": stats_after,
+            "rss_kib": {
+                "rest": sampler.rss("rest"),
+                "attack": sampler.rss("attack"),
+                "after": sampler.rss("after"),
+            },
+            "sockets": {
+                "rest": sampler.sockets("rest"),
+                "attack": sampler.sockets("attack"),
+                "drain": sampler.sockets("drain"),
+                "after": sampler.sockets("after"),
+            },
+            "legit": sender.instance_id,
+            "ledger": legit.ledger,
+            "settled": settled,
+            "finals": finals,
+            "alive_before_stop": alive_before_stop,
+            "stopped": stopped,
+            "receiver_exit": receiver_exit,
+            "files_left": files_left,
+            "run_s": round(time.monotonic() - started, 1),
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+            "load": os.getloadavg(),
+        }
+    finally:
+        with anyio.CancelScope(shield=True):
+            for child in (attacker, receiver):
+                if child is not None:
+                    await child.stop()
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(locations.runtime_dir, ignore_errors=True)
+
+
+# -- judging and reporting ------------------------------------------------------------------------
+
+
+def judge(result: dict[str, Any]) -> dict[str, Any]:
+    """Invariants (failures make the exit status non-zero) and targets (reported only)."""
+    rest, attack = result["rest"], result["attack"]
+    endpoint = result["stats_after"]["endpoint"]
+    admission = result["stats_after"]["admission"]
+    sockets = result["sockets"]
+    # At rest, between rounds, the process holds its listener and the event loop's own socket
+    # pair; anything above the lowest count sampled at rest is a connection.
+    baseline = min(sockets["rest"], default=0)
+    peak_sockets = max(sockets["attack"] + sockets["drain"], default=baseline)
+    peak_fd_connections = peak_sockets - baseline
+    ledger: dict[str, str] = result["ledger"]
+    told = sum(1 for outcome in ledger.values() if outcome in ADMITTED_RECEIPTS)
+    resolved = sum(
+        1 for state in result["settled"].values() if state not in (ROW_UNKNOWN, "unanswered")
+    )
+    unsettled = sum(1 for state in result["settled"].values() if state == "unanswered")
+    legit_id_rows = admission["row_senders"]
+    foreign_rows = sum(
+        count for sender, count in legit_id_rows.items() if sender != result["legit"]
+    )
+    rss_rest = result["rss_kib"]["rest"]
+    rss_after = result["rss_kib"]["after"]
+    before = statistics.median(rss_rest[-10:]) if rss_rest else 0
+    after = statistics.median(rss_after) if rss_after else 0
+    during = max(result["rss_kib"]["attack"], default=0)
+    # The target is judged over every round: a probe that got no answer counts as never
+    # answered, so a p99 that falls on a failure has no finite ratio (and misses the target).
+    p99_rest = rest["probe_p99_all_us"]
+    p99_attack = attack["probe_p99_all_us"]
+    ratio = None if not (p99_rest and p99_attack) else p99_attack / p99_rest
+    answered_ratio = None
+    if rest["probe_p99_us"] and attack["probe_p99_us"]:
+        answered_ratio = attack["probe_p99_us"] / rest["probe_p99_us"]
+    after_round = result["after"]
+    # Serving: it answers probes and status queries and admits a message again. (Not every
+    # round must succeed: on a loaded machine a probe may overrun its 350 ms deadline.)
+    still_serving = (
+        result["alive_before_stop"]
+        and after_round["probes_ok"] > 0
+        and after_round["status_ok"] > 0
+        and any(outcome in ADMITTED_RECEIPTS for outcome in result["finals"])
+    )
+    invariants = {
+        f"endpoint peak connections <= {MAX_CONNECTIONS}": endpoint["peak"] <= MAX_CONNECTIONS,
+        f"socket fds above rest <= {MAX_CONNECTIONS} + 1 being refused": peak_fd_connections
+        <= MAX_CONNECTIONS + 1,
+        "receiver alive and still serving afterwards": bool(still_serving),
+        "receiver stopped cleanly, files removed": result["receiver_exit"] == 0
+        and not result["files_left"]
+        and result["stopped"].get("error") is None,
+        "no unauthorized admission": unsettled == 0
+        and admission["admitted"] == told + resolved
+        and foreign_rows == 0
+        and result["attacker"].get("admitted", 0) == 0,
+        "attack ran to the end": result["attacker_exit"] == 0 and bool(result["attacker"]),
+    }
+    targets = {
+        f"probe p99 under attack / at rest <= {TARGET_P99_RATIO:g}": ratio is not None
+        and ratio <= TARGET_P99_RATIO,
+        "RSS after within ±5 MiB of before": abs(after - before) <= TARGET_RSS_DRIFT_KIB,
+    }
+    return {
+        "invariants": invariants,
+        "targets": targets,
+        "probe_p99_ratio": None if ratio is None else round(ratio, 2),
+        "probe_p99_answered_ratio": None if answered_ratio is None else round(answered_ratio, 2),
+        "rss_before_kib": before,
+        "rss_during_max_kib": during,
+        "rss_after_kib": after,
+        "peak_fd_connections": peak_fd_connections,
+        "peak_sockets": peak_sockets,
+        "baseline_sockets": baseline,
+        "told_admitted": told,
+        "resolved_admitted": resolved,
+        "receiver_admitted": admission["admitted"],
+        "foreign_rows": foreign_rows,
+    }
+
+
+def _us(value: float | None) -> str:
+    return "no answer" if value is None else f"{value:,.0f}"
+
+
+def print_report(result: dict[str, Any], verdict: dict[str, Any]) -> None:
+    limits = result["limits"]
+    plan = result["plan"]
+    rest, attack = result["rest"], result["attack"]
+    att = result["attacker"]
+    endpoint = result["stats_after"]["endpoint"]
+    label = "contract defaults" if limits["contract_defaults"] else "CONFIGURED, not the contract's"
+    print(
+        "receiver: SessionRuntime inbox on the headless host (0 s turns), own process; "
+        f"limits: {limits['max_connections']} connections, {limits['deadline_s']:g} s connection "
+        f"deadline, {limits['idle_s']:g} s idle after hello ({label})"
+    )
+    print(
+        f"attack: {plan['flood']:,} connection attempts over {plan['flood_s']:g} s "
+        f"(kinds in turn: {', '.join(kind for kind, _ in FLOOD_KINDS)}) and {plan['slow']} slow "
+        f"connections (1 byte per {plan['trickle_s']:g} s, no LF); legitimate rounds (a probe and "
+        f"a status query) every {plan['interval_ms']:g} ms"
+    )
+    print(
+        f"run {result['run_s']} s (attack phase {result['attack_s']} s), {result['cpus']} cpus, "
+        f"load {result['load'][0]:.2f}"
+    )
+    print()
+    print(f"{'legitimate sender':<38}{'at rest':>14}{'under attack':>16}{'ratio':>8}")
+    for name, key in (("probe", "probe"), ("status query", "status")):
+        for pct, label in (
+            ("p50", "p50, answered"),
+            ("p99", "p99, answered"),
+            ("p99_all", "p99, every round"),
+        ):
+            a = rest[f"{key}_{pct}_us"]
+            b = attack[f"{key}_{pct}_us"]
+            ratio = "-" if not (a and b) else f"{b / a:.2f}"
+            row = f"{name} {label} (µs)"
+            print(f"{row:<38}{_us(a):>14}{_us(b):>16}{ratio:>8}")
+    for key in ("probes_ok", "status_ok"):
+        print(
+            f"{key.replace('_', ' ') + ' / rounds':<38}{rest[key]:>8} / {rest['rounds']:<4}"
+            f"{attack[key]:>10} / {attack['rounds']:<4}"
+        )
+    print(
+        f"{'longest stretch without an answer (s)':<38}{rest['longest_silence_s']:>14.2f}"
+        f"{attack['longest_silence_s']:>16.2f}"
+    )
+    after = result["after"]
+    after_ratio = "-"
+    if after["probe_p99_us"] and rest["probe_p99_us"]:
+        after_ratio = f"{after['probe_p99_us'] / rest['probe_p99_us']:.2f}"
+    print(
+        f"{'after the attack':<38}probes {after['probes_ok']}/{after['rounds']} answered, "
+        f"p50 {_us(after['probe_p50_us'])} µs, p99 {_us(after['probe_p99_us'])} µs "
+        f"({after_ratio} × at rest)"
+    )
+    print("(answered: rounds that got their reply; every round: a round without one counts as")
+    print(" never answered, so a p99 that falls on such a round is 'no answer')")
+    failures = ", ".join(f"{k} {v}" for k, v in sorted(attack["failures"].items())) or "none"
+    print(f"{'failures under attack':<38}{failures}")
+    print()
+    print(f"{'receiver':<38}{'value':>14}")
+    print(f"{'RSS before (KiB)':<38}{verdict['rss_before_kib']:>14,.0f}")
+    print(f"{'RSS during, max (KiB)':<38}{verdict['rss_during_max_kib']:>14,.0f}")
+    drift = verdict["rss_after_kib"] - verdict["rss_before_kib"]
+    print(f"{'RSS after (KiB)':<38}{verdict['rss_after_kib']:>14,.0f}   ({drift:+,.0f} KiB)")
+    print(
+        f"{'peak open connections (endpoint)':<38}{endpoint['peak']:>14}   (max {MAX_CONNECTIONS})"
+    )
+    print(
+        f"{'peak socket fds (process)':<38}{verdict['peak_sockets']:>14}   "
+        f"({verdict['baseline_sockets']} at rest incl. the listener → "
+        f"{verdict['peak_fd_connections']} connections)"
+    )
+    print(
+        f"{'accepted / refused over capacity':<38}{endpoint['accepted']:>14,} / "
+        f"{endpoint['refused_over_capacity']:,}"
+    )
+    print(
+        f"{'cuts: deadline / idle; faults':<38}{endpoint['deadline_cuts']:>14} / "
+        f"{endpoint['idle_cuts']}; {endpoint['faults']:,}"
+    )
+    print(
+        f"{'admitted (receiver) / told (legit)':<38}{verdict['receiver_admitted']:>14} / "
+        f"{verdict['told_admitted']} (+{verdict['resolved_admitted']} settled by status query)"
+    )
+    outcomes = Counter(result["ledger"].values())
+    print(f"{'legitimate message outcomes':<38}{dict(outcomes)}")
+    print()
+    print(
+        f"attacker: {sum(att.get('attempts', {}).values()):,} attempts in "
+        f"{att.get('floodSeconds', 0):g} s, connect errors {att.get('connectErrors', {})}, "
+        f"replies {att.get('replies', {})}, admitted {att.get('admitted')}"
+    )
+    print(
+        f"slow connections: {att.get('slowOpened')} opened, {att.get('slowCutAtOnce')} closed at "
+        f"once (over capacity), {att.get('slowCutLater')} held until cut after "
+        f"{att.get('slowCutLaterMin')}–{att.get('slowCutLaterMax')} s, "
+        f"{att.get('slowNotCut')} never cut"
+    )
+    print()
+    for name, ok in verdict["targets"].items():
+        print(f"target     {'ok  ' if ok else 'OVER'}  {name}")
+    for name, ok in verdict["invariants"].items():
+        print(f"invariant  {'ok  ' if ok else 'FAIL'}  {name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
+    parser.add_argument("--rounds", type=int, default=300, help="timed rounds at rest")
+    parser.add_argument("--interval-ms", type=float, default=20.0, help="cadence of the rounds")
+    parser.add_argument("--flood", type=int, default=1000, help="connection attempts")
+    parser.add_argument("--flood-seconds", type=float, default=1.0, help="spread over this long")
+    parser.add_argument("--slow", type=int, default=200, help="slow connections")
+    parser.add_argument("--trickle", type=float, default=1.0, help="seconds between slow bytes")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=CONNECTION_DEADLINE_S,
+        help="the receiver's connection deadline (default: the contract's; reported if changed)",
+    )
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=IDLE_AFTER_HELLO_S,
+        help="the receiver's idle limit after a hello (default: the contract's)",
+    )
+    parser.add_argument("--sample-ms", type=float, default=50.0, help="RSS/fd sampling period")
+    parser.add_argument("--serve-receiver", metavar="NAME", help=argparse.SUPPRESS)
+    parser.add_argument("--attack", metavar="PLAN_JSON", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_receiver:
+        return anyio.run(serve_receiver, args.serve_receiver, args.deadline, args.idle)
+    if args.attack:
+        return anyio.run(run_attack, AttackPlan(**json.loads(args.attack)))
+
+    async def bounded() -> dict[str, Any]:
+        with anyio.fail_after(RUN_LIMIT_S):
+            return await run(args)
+
+    try:
+        result = anyio.run(bounded)
+    except TimeoutError:
+        print(f"soak: the run overran its bound of {RUN_LIMIT_S:g} s", file=sys.stderr)
+        return 1
+    verdict = judge(result)
+    if args.json:
+        print(json.dumps({**result, "verdict": verdict}, indent=2))
+    else:
+        print_report(result, verdict)
+    return 0 if all(verdict["invariants"].values()) else 1
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        raise SystemExit(main())

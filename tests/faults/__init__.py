@@ -1,0 +1,1 @@
+"""Fault injection: real files, sockets and processes failing under a running session."""
