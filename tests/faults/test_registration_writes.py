@@ -5,15 +5,16 @@ system call itself failing), at four moments:
 
 * the first registration, at start-up: :meth:`SessionRuntime.run` ends by raising the file
   layer's error (a start-up failure is the caller's to report: the command line prints it and
-  exits 1, the pi-python host notifies the user); nothing is left on disk. **A bug** (xfail):
-  ``run`` first reports itself started, so ``TaskGroup.start(runtime.run)`` returns normally;
+  exits 1, the pi-python host notifies the user); nothing is left on disk, and
+  ``TaskGroup.start(runtime.run)`` raises that error (it is never reported as started);
 * a later heartbeat: the incarnation tears itself down (spec §1.4: a heartbeat failure is a full
   cleanup): ``last_error`` and a notice report it, pending messages end ``dropped_shutdown``, the
   registration and the socket are removed, and ``run`` returns normally — nothing raises;
 * a refresh (a status change): logged and survived; the old registration stays published and the
   next write that succeeds brings it up to date;
-* a reload's first registration: **a bug** (xfail) — :meth:`SessionRuntime.reload` never returns,
-  while ``run`` ends with the error and ``last_error`` stays empty.
+* a reload's first registration: :meth:`SessionRuntime.reload` raises ``NotReadyError`` (chained
+  to the failure, which ``last_error`` keeps) instead of waiting for an incarnation that never
+  comes.
 
 Then the same without injection, with real permissions (as an unprivileged uid when the tests run
 as root): the command line's inbox refused at start-up, and a session whose peers dir turns
@@ -142,11 +143,6 @@ async def test_the_first_registration_failing_ends_run_with_the_error_and_leaves
     await runtime.stop()  # stopping a runtime that already ended is harmless
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: SessionRuntime.run() calls task_status.started() in its finally even when its "
-    "first registration failed, so TaskGroup.start(runtime.run) returns as if the inbox were up",
-)
 async def test_starting_a_runtime_whose_first_registration_fails_raises_from_start(
     locations: Locations, faulty_files: FaultyFiles
 ) -> None:
@@ -170,11 +166,6 @@ async def test_starting_a_runtime_whose_first_registration_fails_raises_from_sta
     assert seen_after_start == []  # fails: start() returned, with no registration to show
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: SessionRuntime.reload() waits forever for a ready event when the new "
-    "incarnation cannot register; run() raises meanwhile and last_error stays None",
-)
 async def test_a_reload_whose_registration_fails_raises_instead_of_waiting_forever(
     locations: Locations, faulty_files: FaultyFiles
 ) -> None:

@@ -210,7 +210,7 @@ class SessionRuntime:
         if self._running:
             raise RuntimeError("this runtime is already running")
         self._running = True
-        reported = False
+        reported = failed = False
         try:
             while not self._stop_requested:
                 self._reload_requested = False
@@ -235,11 +235,22 @@ class SessionRuntime:
                         await self._close(incarnation)
                 if incarnation.failure is not None and not self._reload_requested:
                     break
+        except BaseException as exc:
+            failed = True
+            if not isinstance(exc, anyio.get_cancelled_exc_class()):
+                # A task group wraps the one failure in a group; the failure says more.
+                while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+                    exc = exc.exceptions[0]
+                self.last_error = exc
+            raise
         finally:
             self._current = None
             self._running = False
             self._finished.set()
-            if not reported:
+            self._ready.set()  # a reload() waiting for an incarnation that will never come
+            # Reported as started only when nothing failed: a caller's ``start()`` must see
+            # the error of a first registration that failed, not an inbox that is not there.
+            if not reported and not failed:
                 task_status.started()
 
     async def _wait_for_control(self) -> None:
@@ -278,6 +289,8 @@ class SessionRuntime:
         self._cancel_outbound()
         self._signal()
         await self._ready.wait()
+        if not self._running or self._current is None:
+            raise NotReadyError("the new incarnation could not start") from self.last_error
 
     def emergency_cleanup(self) -> None:
         """Remove this incarnation's files without the event loop (process exit fallback)."""

@@ -35,7 +35,7 @@ import socket
 import struct
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Generic, Protocol, TypeVar
 
 import anyio
@@ -63,6 +63,7 @@ from pi_cross_session.protocol.limits import (
     MAX_CONNECTIONS,
     MAX_FRAME_BYTES,
     READ_CHUNK_BYTES,
+    WAITING_SHED_AFTER_S,
 )
 
 logger = logging.getLogger(__name__)
@@ -199,6 +200,8 @@ class EndpointConfig:
     idle_after_hello_s: float = IDLE_AFTER_HELLO_S
     max_frame_bytes: int = MAX_FRAME_BYTES
     capabilities: tuple[str, ...] = ADVERTISED
+    #: At capacity, a connection still waiting for its first line this long may be shed.
+    waiting_shed_after_s: float = WAITING_SHED_AFTER_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +221,8 @@ class EndpointStatistics:
     credentials_unreadable: int
     #: Accepted without peer credentials, because the platform exposes none (nothing enforced).
     unverified: int
+    #: Connections still waiting for their first line, closed at capacity to serve a newcomer.
+    shed_waiting: int = 0
 
 
 @dataclass(slots=True)
@@ -232,6 +237,7 @@ class _Counters:
     foreign_uid: int = 0
     unreadable: int = 0
     unverified: int = 0
+    shed: int = 0
 
 
 @dataclass(slots=True)
@@ -243,6 +249,16 @@ class _Connection(Generic[SessionT]):
     session: SessionT | None = None
     finished: bool = False
     idle_cut: bool = False
+    opened_at: float = 0.0
+    stream: anyio.abc.SocketStream | None = None
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    #: Closed by the endpoint to make room (its slot was released then).
+    shed: bool = False
+
+    @property
+    def pid(self) -> int | None:
+        """The connecting process, when the kernel said."""
+        return None if self.peer is None else self.peer.pid
 
 
 class Endpoint(Generic[SessionT]):
@@ -270,6 +286,8 @@ class Endpoint(Generic[SessionT]):
         # that owns our 0700 dir and 0600 socket: the only one allowed to talk to us.
         self._uid = os.geteuid()
         self._counters = _Counters()
+        # Connections that have not completed their first line, oldest first (see _victim).
+        self._waiting: dict[int, _Connection[SessionT]] = {}
 
     def statistics(self) -> EndpointStatistics:
         """Counters since this endpoint was created."""
@@ -285,6 +303,7 @@ class Endpoint(Generic[SessionT]):
             foreign_uid_closed=c.foreign_uid,
             credentials_unreadable=c.unreadable,
             unverified=c.unverified,
+            shed_waiting=c.shed,
         )
 
     async def serve(
@@ -323,16 +342,58 @@ class Endpoint(Generic[SessionT]):
             if not admitted:
                 await anyio.aclose_forcefully(stream)
                 continue
+            state: _Connection[SessionT] = _Connection(
+                peer=peer, opened_at=anyio.current_time(), stream=stream
+            )
             if counters.open >= self._config.max_connections:
-                counters.refused += 1
-                await anyio.aclose_forcefully(stream)
-                continue
+                victim = self._victim(state)
+                if victim is None:
+                    # The contract's rule: the 65th is destroyed with no reply.
+                    counters.refused += 1
+                    await anyio.aclose_forcefully(stream)
+                    continue
+                await self._shed(victim)
             counters.open += 1
             counters.accepted += 1
             counters.peak = max(counters.peak, counters.open)
             if peer is None:
                 counters.unverified += 1
-            connections.start_soon(self._serve_connection, stream, peer)
+            self._waiting[id(state)] = state
+            connections.start_soon(self._serve_connection, state)
+
+    def _victim(self, newcomer: _Connection[SessionT]) -> _Connection[SessionT] | None:
+        """At capacity: a connection still waiting for its first line that should give way.
+
+        First fairness: if one process holds more waiting connections than the newcomer's
+        process would after it, that process's oldest gives way (a slowloris from one process
+        cannot starve everyone else). Then age: the oldest connection that has waited longer than
+        any real sender would. Otherwise nobody, and the newcomer is refused as the contract says.
+        A connection that has sent its hello is never shed.
+        """
+        waiting = list(self._waiting.values())
+        if not waiting:
+            return None
+        held: dict[int | None, int] = {}
+        for conn in waiting:
+            held[conn.pid] = held.get(conn.pid, 0) + 1
+        heaviest = max(held, key=lambda pid: held[pid])
+        if heaviest != newcomer.pid and held[heaviest] > held.get(newcomer.pid, 0) + 1:
+            return next(conn for conn in waiting if conn.pid == heaviest)
+        oldest = waiting[0]
+        if anyio.current_time() - oldest.opened_at >= self._config.waiting_shed_after_s:
+            return oldest
+        return None
+
+    async def _shed(self, victim: _Connection[SessionT]) -> None:
+        # The slot is released now, and the socket closed before the newcomer is served, so the
+        # open count and the descriptors in use never exceed the bound.
+        victim.shed = True
+        self._waiting.pop(id(victim), None)
+        self._counters.open -= 1
+        self._counters.shed += 1
+        victim.scope.cancel()
+        if victim.stream is not None:
+            await anyio.aclose_forcefully(victim.stream)
 
     def _vet_peer(self, stream: anyio.abc.SocketStream) -> tuple[bool, PeerCredentials | None]:
         """Whether the connection may be served at all, and who the kernel says is on it."""
@@ -356,19 +417,20 @@ class Endpoint(Generic[SessionT]):
             return False, None
         return True, peer
 
-    async def _serve_connection(
-        self, stream: anyio.abc.SocketStream, peer: PeerCredentials | None
-    ) -> None:
-        state: _Connection[SessionT] = _Connection(peer=peer)
+    async def _serve_connection(self, state: _Connection[SessionT]) -> None:
+        stream = state.stream
+        assert stream is not None
         try:
-            with anyio.move_on_after(self._config.connection_deadline_s) as deadline:
+            with state.scope, anyio.move_on_after(self._config.connection_deadline_s) as deadline:
                 await self._converse(stream, state)
             if deadline.cancelled_caught:
                 self._counters.deadline_cuts += 1
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            pass  # the peer went away; there is nobody left to answer
+            pass  # the peer went away (or was shed); there is nobody left to answer
         finally:
-            self._counters.open -= 1
+            self._waiting.pop(id(state), None)
+            if not state.shed:
+                self._counters.open -= 1
             if state.idle_cut:
                 self._counters.idle_cuts += 1
             await anyio.aclose_forcefully(stream)
@@ -403,6 +465,7 @@ class Endpoint(Generic[SessionT]):
         self, stream: anyio.abc.SocketStream, state: _Connection[SessionT], frame: Frame
     ) -> None:
         state.frames += 1
+        self._waiting.pop(id(state), None)  # a first line came: never shed from here on
         if state.frames == 1:
             await self._first_frame(stream, state, frame)
         else:

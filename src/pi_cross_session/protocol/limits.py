@@ -120,6 +120,10 @@ MAX_CACHE_ENTRIES: Final = 512
 #: A peer submission must start a turn within this time, or the inbox latches.
 TURN_START_GRACE_S: Final = 5.0
 
+#: At capacity, a connection that has not completed its first line for this long may be shed to
+#: serve a newcomer (a real sender writes its hello at once; only a slow or stalled one waits).
+WAITING_SHED_AFTER_S: Final = 5.0
+
 # -- delivery receipts (ours) ----------------------------------------------------------------------
 #: Longest a sender waits for ``delivered`` after a good receipt (the tool's and CLI's bound).
 MAX_DELIVERY_WAIT_S: Final = 30.0
