@@ -548,6 +548,8 @@ def peer_check_lines(checks: PeerChecks | None, *, recent: int = 3) -> list[str]
         head = "Peer checks: kernel credentials unavailable here (pids and uids not enforced)"
     else:
         head = f"Peer checks: {checks.source}; other uids closed {checks.foreign_uid_closed}"
+    if checks.shed_waiting:
+        head += f"; stalled connections shed {checks.shed_waiting}"
     refused = ", ".join(f"{cause} {n}" for cause, n in sorted(checks.auth.refusals.items()))
     lines = [head + (f"; hellos refused: {refused}" if refused else "")]
     for text in checks.auth.recent[-recent:] if recent > 0 else ():
@@ -565,6 +567,7 @@ def peer_check_data(checks: PeerChecks | None) -> dict[str, Any]:
             "foreignUidClosed": checks.foreign_uid_closed,
             "credentialsUnreadable": checks.credentials_unreadable,
             "unverified": checks.unverified,
+            "shedWaiting": checks.shed_waiting,
             "helloRefusals": dict(checks.auth.refusals),
             "recent": list(checks.auth.recent),
         }

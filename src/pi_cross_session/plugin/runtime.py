@@ -135,6 +135,8 @@ class PeerChecks:
     foreign_uid_closed: int
     credentials_unreadable: int
     unverified: int
+    #: Connections that never finished their first line, closed at capacity for a newcomer.
+    shed_waiting: int = 0
 
 
 class NotReadyError(CrossSessionError):
@@ -612,6 +614,7 @@ class SessionRuntime:
             foreign_uid_closed=stats.foreign_uid_closed,
             credentials_unreadable=stats.credentials_unreadable,
             unverified=stats.unverified,
+            shed_waiting=stats.shed_waiting,
         )
 
     # -- goals -----------------------------------------------------------------------------------
