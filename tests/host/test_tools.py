@@ -53,8 +53,11 @@ async def test_list_pi_lists_a_live_peer(
     assert str(me.registration().name) in lines[0]  # type: ignore[union-attr]
     beta_registration = beta.registration()
     assert beta_registration is not None
-    assert len(lines) == 2
+    assert len(lines) == 3
     assert lines[1].startswith(f"beta [{beta_registration.ref}] — idle — ")
+    # The full runtime id, which peer_goal bind takes (the listing line shows only the ref).
+    expected = f"beta [{beta_registration.ref}] = {beta_registration.instance_id}"
+    assert lines[2] == f"Runtime ids (for peer_goal bind): {expected}"
     assert result.details["self"]["instanceId"] == me.identity.instance_id  # type: ignore[union-attr]
     assert [p["name"] for p in result.details["peers"]] == ["beta"]
     assert "token" not in result.details["peers"][0]

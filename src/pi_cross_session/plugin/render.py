@@ -89,6 +89,15 @@ def address(peer: PublicPeer | Registration) -> str:
     return f"{clean_line(peer.name)} [{peer.ref}]"
 
 
+def runtime_ids(peers: Sequence[PublicPeer]) -> str | None:
+    """The full runtime id of each peer, which ``peer_goal`` bind takes (the listing shows only
+    the ref); ``None`` without peers."""
+    if not peers:
+        return None
+    ids = "; ".join(f"{address(peer)} = {peer.instance_id}" for peer in peers)
+    return f"Runtime ids (for peer_goal bind): {ids}"
+
+
 def peer_lines(peers: Sequence[PublicPeer]) -> list[str]:
     """One display line per live peer, or a line saying there is none."""
     return [display_line(peer) for peer in peers] or [NO_PEERS]
@@ -687,6 +696,7 @@ __all__ = [
     "peer_lines",
     "peer_message",
     "resume_text",
+    "runtime_ids",
     "send_details",
     "send_result",
     "status_data",

@@ -291,7 +291,9 @@ async def run_list_pi(runtime: SessionRuntime) -> ToolOutput:
         "self": None if me is None else me.to_dict(),
         "peers": [peer.to_dict() for peer in listing.peers],
     }
-    return ToolOutput(render.listing(me, listing.peers), details)
+    text = render.listing(me, listing.peers)
+    ids = render.runtime_ids(listing.peers)
+    return ToolOutput(text if ids is None else f"{text}\n{ids}", details)
 
 
 async def run_send_pi_message(runtime: SessionRuntime, params: SendPiMessageParams) -> ToolOutput:
