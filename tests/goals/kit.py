@@ -20,6 +20,7 @@ from typing import Any, Final
 from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.render import SendReport
 from pi_cross_session.plugin.runtime import SessionRuntime
+from pi_cross_session.protocol.exchange import ExchangeConfig
 from pi_cross_session.protocol.frames import Response
 from pi_cross_session.security.goals import USER_TURN
 from tests.support import raw_client
@@ -58,9 +59,19 @@ class Peer:
         return self.runtime.goal_view().confirmations
 
 
+#: Liveness probe deadline of the peers these tests start (see :func:`peer_session`).
+PATIENT_PROBE_S = 2.0
+
+
 @asynccontextmanager
 async def peer_session(rx: Receiver, name: str, **options: Any) -> AsyncIterator[Peer]:
-    """A real peer session on ``rx``'s agent dir and fake clock, serving until the block ends."""
+    """A real peer session on ``rx``'s agent dir and fake clock, serving until the block ends.
+
+    Its listings wait up to 2 s for a liveness probe (the contract's 350 ms is for a quiet
+    machine): hundreds of sends in a row on two busy cores must not turn a live receiver into
+    ``not_found``; these tests are about goals, not about probe deadlines.
+    """
+    options.setdefault("exchange", ExchangeConfig(probe_deadline_s=PATIENT_PROBE_S))
     async with headless_session(rx.locations, name, clock=rx.clock, **options) as (host, runtime):
         yield Peer(host, runtime)
 
