@@ -231,7 +231,8 @@ class GatePolicy:
             return category
         arguments = tool_input or {}
         action = arguments.get("action")
-        if not isinstance(action, str | None):
+        malformed = not isinstance(action, str | None)
+        if malformed:
             # A malformed action (a list, an object) names no read-only action: judge the call
             # as the riskiest thing the tool can do, never raise out of the gate.
             action = ""
@@ -239,7 +240,7 @@ class GatePolicy:
             return Category.TASKS
         if tool_name == "mesh" and action not in self.mesh_read_only_actions:
             return Category.DELEGATE
-        if tool_name == "mesh_control" and action == "grow":
+        if tool_name == "mesh_control" and (malformed or action == "grow"):
             return Category.DELEGATE
         key = self.file_tools.get(tool_name)
         if key is not None:

@@ -637,9 +637,13 @@ class Goals:
         nothing). The handle is attributed to the goal noted before the call ran, even when that
         goal has ended since (evidence, never a grant). Returns the handle's owner."""
         goal_id = self._calls.pop(call_id, None)
-        if goal_id is None or handle is None:
+        if goal_id is None:
             return None
-        return self.attribute(handle, goal_id)
+        owner = None if handle is None else self.attribute(handle, goal_id)
+        # Journaled, so that a replay does not take the call for one still waiting for its result
+        # (which would count as lost evidence for ever once there were more than the bound).
+        self._tell(settled_entry(call_id, goal_id))
+        return owner
 
     def attribute(self, handle: TaskHandle, goal_id: str) -> str:
         """Record confirmed evidence that ``handle`` belongs to ``goal_id``; the first owner on
@@ -686,13 +690,21 @@ class Goals:
         if self._goal is not None:
             raise GoalError(GoalErrorCode.INVALID, "evidence is imported only with no goal active")
         imported = rejected = 0
-        for entry in data:
+        entries = list(data)
+        settled = {note[0] for note in map(_parse_settled, entries) if note is not None}
+        for entry in entries:
+            done = _parse_settled(entry)
+            if done is not None:
+                self._mark_ended(done[1])
+                imported += 1
+                continue
             note = _parse_call_note(entry)
             if note is not None:
                 call_id, goal_id = note
                 self._mark_ended(goal_id)
-                self._calls.setdefault(call_id, goal_id)
-                self._trim_calls()
+                if call_id not in settled:
+                    self._calls.setdefault(call_id, goal_id)
+                    self._trim_calls()
                 imported += 1
                 continue
             lost = _parse_evicted(entry)
@@ -825,8 +837,19 @@ def _parse_evicted(entry: Mapping[str, object]) -> int | None:
     return count if type(count) is int and count > 0 else None
 
 
+def settled_entry(call_id: str, goal_id: str) -> dict[str, object]:
+    """The journal entry written when a noted call's result came (whatever it created)."""
+    return {"callId": call_id, "goalId": goal_id, "settled": True}
+
+
+def _parse_settled(entry: Mapping[str, object]) -> tuple[str, str] | None:
+    if not isinstance(entry, Mapping) or entry.get("settled") is not True:
+        return None
+    return _parse_call_note({k: v for k, v in entry.items() if k != "settled"})
+
+
 def _parse_call_note(entry: Mapping[str, object]) -> tuple[str, str] | None:
-    if not isinstance(entry, Mapping) or "callId" not in entry:
+    if not isinstance(entry, Mapping) or "callId" not in entry or "settled" in entry:
         return None
     call_id, goal_id = entry.get("callId"), entry.get("goalId")
     if not (isinstance(call_id, str) and 0 < len(call_id) <= MAX_CALL_ID_CHARS):
@@ -969,4 +992,5 @@ __all__ = [
     "call_entry",
     "is_allowed",
     "ownership_entry",
+    "settled_entry",
 ]
