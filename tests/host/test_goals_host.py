@@ -338,9 +338,12 @@ async def test_a_scoped_turn_creates_and_drives_only_its_own_goals_tasks(
     journal = await journal_entries(alpha.harness, GOAL_EVIDENCE_TYPE)
     for run_id in ("run-3", "run-4"):
         assert {"kind": "run", "id": run_id, "goalId": goal_id, "confirmed": True} in journal
-    notes = [e for e in journal if "callId" in e and e["goalId"] == goal_id]
-    # Each allowed task call (three workflows, one Agent) was noted before it ran; no blocked one.
+    notes = [e for e in journal if "callId" in e and e["goalId"] == goal_id and "settled" not in e]
+    settled = [e for e in journal if e.get("settled") is True and e["goalId"] == goal_id]
+    # Each allowed task call (three workflows, one Agent) was noted before it ran, and marked
+    # settled when its result came; no blocked one.
     assert len(notes) == 4
+    assert {e["callId"] for e in settled} == {e["callId"] for e in notes}
     assert alpha.runtime.goal_status().goal_id == goal_id  # blocks do not end the goal
 
 
