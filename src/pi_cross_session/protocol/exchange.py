@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -144,7 +145,28 @@ class ExchangeConfig:
 
 
 async def _connect_unix(path: str) -> anyio.abc.ByteStream:
-    return await anyio.connect_unix(path)
+    """Connect to a Unix socket, cancel-safe.
+
+    anyio's own ``connect_unix`` (on asyncio) waits for a listener with a full backlog on a plain
+    future that the event loop may still try to resolve after a cancellation, which raises
+    ``InvalidStateError`` out of the loop (seen when a session stopped mid-send). Here the wait
+    is ``anyio.wait_writable``, which tolerates cancellation.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        while True:
+            try:
+                sock.connect(path)
+            except BlockingIOError:
+                # A Unix stream connect that would block was not started: wait, then try again.
+                await anyio.wait_writable(sock)
+                continue
+            break
+    except BaseException:
+        sock.close()
+        raise
+    return await anyio.abc.UNIXSocketStream.from_socket(sock)
 
 
 @dataclass(slots=True)
