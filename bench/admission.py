@@ -62,6 +62,7 @@ from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
 from pi_cross_session.protocol.codes import refusal_text
+from pi_cross_session.protocol.endpoint import _Connection
 from pi_cross_session.protocol.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.frames import WIRE_VERSION, Message, Response, Sender
 from pi_cross_session.protocol.paths import Locations
@@ -630,6 +631,10 @@ def _flood(plan: dict[str, Any], phase: str, count: int, threads: int) -> dict[s
 
 
 def _flood_child(plan: dict[str, Any], conn: Any) -> None:  # runs in a child process
+    # The receiver checks that an authenticated sender connects from its registered pid: wait
+    # until the parent has republished the senders under this process's pid.
+    if conn.recv() != "registered":
+        return
     conn.send(_flood(plan, "warm", plan["warmup"], plan["threads"]))
     if conn.recv() != "go":
         return
@@ -722,8 +727,12 @@ async def _flood_in_process(
             kind, data = _flood_frames(plan, phase, index)
             stream = ReplayStream(data)
             endpoint._counters.open += 1  # what the accept loop does before serving
-            await endpoint._serve_connection(stream)  # type: ignore[arg-type]
+            state: _Connection[object] = _Connection(stream=stream)  # type: ignore[arg-type]
+            await endpoint._serve_connection(state)
             seen[(kind, stream.status())] += 1
+            # A real connection waits on its socket, so the event loop turns between them and
+            # drops the cancelled deadline timers; replayed bytes never wait, so let it turn here.
+            await anyio.sleep(0)
 
     started = time.perf_counter()
     async with anyio.create_task_group() as group:
@@ -856,6 +865,9 @@ async def bench_memory(
             process = ctx.Process(target=_flood_child, args=(plan, child))
             process.start()
             try:
+                for registration in (x, y, *crowd):
+                    publish(locations, registration.model_copy(update={"pid": process.pid}))
+                parent.send("registered")
                 warm = await _wait_child(process, parent, 120)
                 assert warm["unexpected"] == 0, warm
                 before = _measure(runtime)

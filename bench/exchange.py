@@ -107,10 +107,10 @@ def time_handlers(timings: dict[str, list[int]]) -> None:
     on_hello = SessionReceiver.on_hello
     on_request = SessionReceiver.on_request
 
-    async def timed_hello(self: SessionReceiver, hello: Hello) -> Any:
+    async def timed_hello(self: SessionReceiver, hello: Hello, **kwargs: Any) -> Any:
         before = time.perf_counter_ns()
         try:
-            return await on_hello(self, hello)
+            return await on_hello(self, hello, **kwargs)  # kwargs: the kernel's peer credentials
         finally:
             kind = "hello_probe" if hello.sender is None else "hello_authenticated"
             timings[kind].append(time.perf_counter_ns() - before)

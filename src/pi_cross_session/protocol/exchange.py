@@ -69,6 +69,7 @@ from pi_cross_session.protocol.limits import (
     READ_CHUNK_BYTES,
     SEND_DEADLINE_S,
 )
+from pi_cross_session.protocol.offload import Offload
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 
@@ -191,6 +192,7 @@ class Exchanger:
     ) -> None:
         self._locations = locations
         self._vetting = vetting
+        self._vet_runner = Offload(vetting, locations.runtime_dir)
         self._config = config or ExchangeConfig()
         self._connect = connect
         self._new_request_id = new_request_id or _uuid4
@@ -322,11 +324,10 @@ class Exchanger:
                 Code.UNSAFE_ENDPOINT,
                 "the registered socket path is not the one this agent dir uses",
             )
-        # In a worker thread so a stalled filesystem cannot block the loop; abandoned (not waited
-        # for) when the deadline passes, and then its late answer is never acted upon.
-        refusal = await anyio.to_thread.run_sync(
-            self._vetting.vet_socket, expected, abandon_on_cancel=True
-        )
+        # In a worker thread so a stalled filesystem cannot block the loop (abandoned, not waited
+        # for, when the deadline passes, and then its late answer is never acted upon) — unless
+        # the runtime dir is known to be on a local filesystem (see protocol.offload).
+        refusal = await self._vet_runner.run(self._vetting.vet_socket, expected)
         if refusal is not None:
             raise ExchangeError(refusal, "the peer's socket failed the safety check")
         return expected

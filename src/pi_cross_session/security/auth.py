@@ -29,14 +29,13 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Protocol
 
-import anyio
-
 from pi_cross_session.protocol.capabilities import ADVERTISED, can_queue, can_report_delivery
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.endpoint import PeerCredentials
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.frames import Hello, PeerIdentity, Response
 from pi_cross_session.protocol.limits import AUTH_DIAGNOSTICS_KEPT
+from pi_cross_session.protocol.offload import Offload
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration, parse_registration
 from pi_cross_session.security import fs
@@ -140,6 +139,7 @@ class Authenticator:
     ) -> None:
         self._identity = identity
         self._locations = locations
+        self._reader = Offload(files, locations.peers_dir)
         self._files = files
         self._capabilities = capabilities
         # Bounded by construction: the keys are RefusalCause values, the texts a fixed-size deque.
@@ -226,7 +226,7 @@ class Authenticator:
         try:
             path = self._locations.registration_path(claim.instance_id)
             expected_socket = self._locations.socket_path(claim.instance_id)
-            raw = await anyio.to_thread.run_sync(self._files.read_registration_bytes, path)
+            raw = await self._reader.run(self._files.read_registration_bytes, path)
             registration = parse_registration(
                 raw, file_stem=claim.instance_id, expected_socket_path=expected_socket
             )

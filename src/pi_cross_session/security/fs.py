@@ -1,7 +1,8 @@
 """The one place that judges files, modes, owners and symlinks (spec §1.2, §1.4, §1.5, §2).
 
 Every function here is synchronous and does blocking system calls; async callers run them in a
-worker thread. Nothing else in the package calls ``lstat``, ``chmod`` or ``kill`` for a decision.
+worker thread, or on the loop once :func:`on_local_filesystem` said the directory is local (see
+:mod:`pi_cross_session.protocol.offload`). Nothing else in the package calls ``lstat``, ``chmod`` or ``kill`` for a decision.
 
 Threat model
 ------------
@@ -41,6 +42,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import stat
 import uuid
 from collections.abc import Callable
@@ -67,6 +69,7 @@ __all__ = [
     "inspect_private_dir",
     "list_registration_names",
     "make_socket_private",
+    "on_local_filesystem",
     "pid_is_dead",
     "read_registration_bytes",
     "remove_file",
@@ -390,19 +393,26 @@ def read_registration_bytes(
             if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
                 detail = "the file was replaced while opening it"
                 raise UnsafePathError(path, Reason.REPLACED, detail)
-            return _read_at_most(fd, path, max_bytes)
+            return _read_at_most(fd, path, max_bytes, expected=opened.st_size)
         finally:
             os.close(fd)
     except OSError as exc:
         raise _failed(path, "read", exc) from exc
 
 
-def _read_at_most(fd: int, path: str, max_bytes: int) -> bytes:
-    """Read to EOF, but never more than ``max_bytes + 1`` bytes (one more proves "too large")."""
+def _read_at_most(fd: int, path: str, max_bytes: int, *, expected: int = _READ_CHUNK) -> bytes:
+    """Read to EOF, but never more than ``max_bytes + 1`` bytes (one more proves "too large").
+
+    The first read asks for ``expected`` (the size ``fstat`` saw) plus one byte, so a file that
+    did not change is read in one call without a 64 KiB buffer that is shrunk afterwards — on a
+    hot path that churn fragments the allocator's heap.
+    """
     chunks: list[bytes] = []
     remaining = max_bytes + 1
+    ask = min(max(expected, 0) + 1, _READ_CHUNK)
     while remaining > 0:
-        chunk = os.read(fd, min(remaining, _READ_CHUNK))
+        chunk = os.read(fd, min(remaining, ask))
+        ask = _READ_CHUNK
         if not chunk:
             break
         chunks.append(chunk)
@@ -559,6 +569,46 @@ def vet_socket(path: str, *, uid: int | None = None) -> str | None:
     if not stat.S_ISSOCK(st.st_mode) or st.st_mode & _FOREIGN_BITS or st.st_uid != owner:
         return Code.UNSAFE_ENDPOINT
     return None
+
+
+#: Filesystems whose metadata calls answer from the local kernel (no network, no user-space
+#: server), so a check on them may run on the event loop without risking a stall.
+LOCAL_FILESYSTEMS: Final = frozenset(
+    {
+        "tmpfs", "ramfs", "devtmpfs", "ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs",
+        "bcachefs", "jfs", "reiserfs", "overlay", "vfat", "exfat", "ntfs3",
+    }
+)  # fmt: skip
+_MOUNTINFO: Final = "/proc/self/mountinfo"
+_OCTAL_ESCAPE: Final = re.compile(r"\\([0-7]{3})")
+
+
+def on_local_filesystem(path: str) -> bool:
+    """True when ``path`` lies on a local filesystem (by the kernel's mount table), so that
+    ``lstat`` and small reads there cannot stall on a network.
+
+    False whenever unsure: not Linux, an unreadable mount table, a network or FUSE filesystem,
+    an unknown type. Resolves symlinks in ``path``, which can itself stall on a network
+    filesystem: call it off the event loop, once, and keep the answer.
+    """
+    try:
+        real = os.path.realpath(path)
+        with open(_MOUNTINFO, encoding="utf-8", errors="replace") as table:
+            lines = table.read().splitlines()
+    except (OSError, ValueError):
+        return False
+    best_mount, best_type = "", None
+    for line in lines:
+        # "<id> <parent> <maj:min> <root> <mount point> <options> [optional…] - <type> …"
+        before, separator, after = line.partition(" - ")
+        fields, tail = before.split(), after.split()
+        if not separator or len(fields) < 5 or not tail:
+            continue
+        mount = _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), fields[4])
+        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best_mount):
+            best_mount, best_type = mount, tail[0]
+    return best_type in LOCAL_FILESYSTEMS
 
 
 def make_socket_private(path: str, *, uid: int | None = None) -> None:
