@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
@@ -732,7 +733,7 @@ async def _flood_in_process(
             seen[(kind, stream.status())] += 1
             # A real connection waits on its socket, so the event loop turns between them and
             # drops the cancelled deadline timers; replayed bytes never wait, so let it turn here.
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
 
     started = time.perf_counter()
     async with anyio.create_task_group() as group:
