@@ -2,7 +2,8 @@
 
 Every function here is synchronous and does blocking system calls; async callers run them in a
 worker thread, or on the loop once :func:`on_local_filesystem` said the directory is local (see
-:mod:`pi_cross_session.protocol.offload`). Nothing else in the package calls ``lstat``, ``chmod`` or ``kill`` for a decision.
+:mod:`pi_cross_session.protocol.offload`). Nothing else in the package calls ``lstat``, ``chmod``
+or ``kill`` for a decision.
 
 Threat model
 ------------
