@@ -67,6 +67,7 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
+import bench_support
 from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol import paths
@@ -75,13 +76,10 @@ from pi_cross_session.protocol.frames import Hello, Message, Sender
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
     Registration,
-    build_registration,
     parse_registration,
-    serialize,
 )
 from pi_cross_session.security import fs
 from pi_cross_session.security.receiver import SessionReceiver
-from pi_cross_session.security.tokens import new_instance_id, new_token
 
 TARGET_SEND_RATIO: Final = 3.0
 #: How long a started process may take to say it is ready.
@@ -372,26 +370,7 @@ class Frames:
 
 def publish_sender(locations: Locations, number: int) -> Sender:
     """A new sender identity: a registration in the peers dir that a receiver can authenticate."""
-    instance_id = new_instance_id()
-    now = time.time_ns() // 1_000_000
-    registration = build_registration(
-        session_id=f"bench-sender-{number}",
-        session_name=f"bench-sender-{number}",
-        instance_id=instance_id,
-        cwd=os.getcwd(),
-        pid=os.getpid(),
-        started_at=now,
-        updated_at=now,
-        status="idle",
-        inbound="refuse",
-        socket_path=locations.socket_path(instance_id),
-        token=new_token(),
-    )
-    fs.ensure_private_dir(locations.peers_dir)
-    fs.write_registration(
-        locations.peers_dir, instance_id, serialize(registration), still_current=lambda: True
-    )
-    return Sender(id=registration.id, instance_id=instance_id, token=registration.token)
+    return bench_support.publish_sender(locations, f"bench-sender-{number}")[1]
 
 
 def read_registration(locations: Locations, instance_id: str) -> Registration:

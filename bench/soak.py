@@ -75,6 +75,7 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+import bench_support
 from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol import paths
@@ -89,12 +90,9 @@ from pi_cross_session.protocol.limits import (
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
     Registration,
-    build_registration,
     parse_registration,
-    serialize,
 )
 from pi_cross_session.security import fs
-from pi_cross_session.security.tokens import new_instance_id, new_token
 
 THIS_FILE: Final = os.path.abspath(__file__)
 #: Target: the legitimate p99 under attack is at most this many times the p99 at rest.
@@ -731,27 +729,7 @@ async def rounds(
 
 def publish_sender(locations: Locations) -> tuple[Registration, Sender]:
     """The legitimate sender's registration (this process's pid), published."""
-    instance_id = new_instance_id()
-    now = time.time_ns() // 1_000_000
-    registration = build_registration(
-        session_id=f"soak-sender-{uuid.uuid4()}",
-        session_name="soak-sender",
-        instance_id=instance_id,
-        cwd=os.getcwd(),
-        pid=os.getpid(),
-        started_at=now,
-        updated_at=now,
-        status="idle",
-        inbound="refuse",
-        socket_path=locations.socket_path(instance_id),
-        token=new_token(),
-    )
-    fs.ensure_private_dir(locations.peers_dir)
-    fs.write_registration(
-        locations.peers_dir, instance_id, serialize(registration), still_current=lambda: True
-    )
-    sender = Sender(id=registration.id, instance_id=instance_id, token=registration.token)
-    return registration, sender
+    return bench_support.publish_sender(locations, f"soak-sender-{uuid.uuid4()}")
 
 
 def read_registration(locations: Locations, instance_id: str) -> Registration:
