@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +34,31 @@ def locations(private_agent_dir: Path) -> paths.Locations:
     return paths.resolve(env={"PI_CODING_AGENT_DIR": str(private_agent_dir)})
 
 
+def _is_anyio_unix_socket_race(context: dict[str, Any]) -> bool:
+    """The one loop error we tolerate: anyio's Unix sockets (asyncio) wait for readiness on a
+    future whose reader or writer is removed only by a done callback, so a cancelled wait can
+    still be resolved once by the selector: ``Future.set_result`` on a cancelled future raises
+    ``InvalidStateError`` inside the loop. Nothing of ours runs there and nothing is lost; the
+    loop would just log it. Anything else still fails the test."""
+    callback = getattr(context.get("handle"), "_callback", None)
+    future = getattr(callback, "__self__", None)
+    return (
+        isinstance(context.get("exception"), asyncio.InvalidStateError)
+        and getattr(callback, "__name__", "") == "set_result"
+        and isinstance(future, asyncio.Future)
+        and future.cancelled()
+    )
+
+
+class _TestLoop(asyncio.SelectorEventLoop):
+    """The default loop, minus the anyio race described above."""
+
+    def call_exception_handler(self, context: dict[str, Any]) -> None:
+        if not _is_anyio_unix_socket_race(context):
+            super().call_exception_handler(context)
+
+
 @pytest.fixture
-def anyio_backend() -> str:
+def anyio_backend() -> tuple[str, dict[str, Any]]:
     """Async tests run on asyncio, the loop every supported host uses."""
-    return "asyncio"
+    return ("asyncio", {"loop_factory": _TestLoop})

@@ -28,12 +28,6 @@ GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    """Production runs on asyncio; tests that need virtual time override this per test."""
-    return "asyncio"
-
-
 def mock_clock_backend() -> Any:
     """A parameter for ``anyio_backend``: trio on a virtual clock that jumps whenever every task
     waits, so the real 30 s / 350 ms figures run in no wall time (STYLE habit 10).

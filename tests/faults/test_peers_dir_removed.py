@@ -12,6 +12,10 @@ What the code does, precisely:
   unpublished, until a write succeeds. If a listing — by any session of this agent dir —
   recreated the dir meanwhile (0700), the next write republishes and the session is visible again.
 * A listing from another session never crashes on the missing dir: it recreates it and lists.
+
+The session under test makes no listing of its own at start-up (``listing_at_start=False``):
+that listing runs in the background and, landing after the removal, would recreate the dir
+before the write these tests watch.
 """
 
 from __future__ import annotations
@@ -65,7 +69,9 @@ async def another_listing(locations: Locations) -> list[str]:
 async def test_the_next_heartbeat_fails_and_tears_the_session_down_without_recreating_the_dir(
     locations: Locations, faulty_files: FaultyFiles
 ) -> None:
-    async with running_receiver(locations, heartbeat_interval_s=FAST_HEARTBEAT_S) as rx:
+    async with running_receiver(
+        locations, heartbeat_interval_s=FAST_HEARTBEAT_S, listing_at_start=False
+    ) as rx:
         alpha = rx.sender("alpha")
         rx.turns.user_turn()
         assert (await alpha.send(message_id="waiting")).status == "queued"
@@ -94,7 +100,9 @@ async def test_the_next_heartbeat_fails_and_tears_the_session_down_without_recre
 async def test_a_failed_refresh_is_survived_and_a_listing_lets_the_next_write_republish(
     locations: Locations, faulty_files: FaultyFiles
 ) -> None:
-    async with running_receiver(locations, heartbeat_interval_s=NO_HEARTBEAT_S) as rx:
+    async with running_receiver(
+        locations, heartbeat_interval_s=NO_HEARTBEAT_S, listing_at_start=False
+    ) as rx:
         registration = rx.registration
         path = locations.registration_path(registration.instance_id)
         assert await another_listing(locations) == [registration.instance_id]

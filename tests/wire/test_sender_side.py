@@ -3,6 +3,9 @@
 The scripted receiver (:mod:`tests.support.fake_receiver`) is published like a live session, so
 the runtime's ``send`` finds it by name through a real listing (whose probe is the script's first
 step too), and it records every line it receives: a test counts the message frames exactly.
+
+The sending session makes no listing of its own at start-up (``listing_at_start=False``): under
+load it could land after a test's send and add a probe to the frames a fake receiver counts.
 """
 
 from __future__ import annotations
@@ -82,7 +85,10 @@ async def test_item15_a_receiver_without_the_capability_gets_unsupported_and_no_
     def steps(registration: Registration) -> Sequence[Step]:
         return [ready(registration, capabilities=capabilities)]
 
-    async with running_receiver(locations) as rx, published_fake(locations, steps) as fake:
+    async with (
+        running_receiver(locations, listing_at_start=False) as rx,
+        published_fake(locations, steps) as fake,
+    ):
         report = await rx.runtime.send(PEER, "hello, old peer")
         assert (report.ok, report.status, report.state, report.retryable) == (
             False,
@@ -104,7 +110,10 @@ async def test_item16_receipt_loss_is_connection_closed_receipt_unknown_one_mess
     def steps(registration: Registration) -> Sequence[Step]:
         return [ready(registration), CLOSE]  # closes on reading the message, without a receipt
 
-    async with running_receiver(locations) as rx, published_fake(locations, steps) as fake:
+    async with (
+        running_receiver(locations, listing_at_start=False) as rx,
+        published_fake(locations, steps) as fake,
+    ):
         report = await rx.runtime.send(PEER, "will the receipt arrive?")
         assert (report.ok, report.status, report.state, report.retryable) == (
             False,
@@ -126,7 +135,7 @@ async def test_item16_a_silent_peer_is_a_timeout_at_the_send_deadline_one_messag
 
     exchange = ExchangeConfig(send_deadline_s=0.5)
     async with (
-        running_receiver(locations, exchange=exchange) as rx,
+        running_receiver(locations, exchange=exchange, listing_at_start=False) as rx,
         published_fake(locations, steps) as fake,
     ):
         await rx.runtime.list_peers()  # warm up: the timed part below is the send
@@ -153,7 +162,10 @@ async def test_item16_a_silent_peer_times_out_at_the_real_5_s_deadline(
     def steps(registration: Registration) -> Sequence[Step]:
         return [ready(registration), SILENT]
 
-    async with running_receiver(locations) as rx, published_fake(locations, steps) as fake:
+    async with (
+        running_receiver(locations, listing_at_start=False) as rx,
+        published_fake(locations, steps) as fake,
+    ):
         await rx.runtime.list_peers()
         started = anyio.current_time()
         report = await rx.runtime.send(PEER, "anyone there?")
@@ -176,7 +188,10 @@ async def test_item16_shutdown_during_a_send_is_cancelled_receipt_unknown_one_me
         return [ready(registration), SILENT]
 
     reports: list[SendReport] = []
-    async with running_receiver(locations) as rx, published_fake(locations, steps) as fake:
+    async with (
+        running_receiver(locations, listing_at_start=False) as rx,
+        published_fake(locations, steps) as fake,
+    ):
         registration = rx.registration
 
         async def send() -> None:
@@ -227,7 +242,7 @@ async def test_item16_shutdown_before_the_message_frame_reports_it_was_not_writt
 ) -> None:
     reports: list[SendReport] = []
     async with (
-        running_receiver(locations) as rx,
+        running_receiver(locations, listing_at_start=False) as rx,
         published_fake(locations, _ready_to_probes_only) as fake,
     ):
 
@@ -253,7 +268,10 @@ async def test_item13_an_oversized_outbound_message_costs_no_budget_unit(
     def steps(registration: Registration) -> Sequence[Step]:
         return [ready(registration)]
 
-    async with running_receiver(locations) as rx, published_fake(locations, steps) as fake:
+    async with (
+        running_receiver(locations, listing_at_start=False) as rx,
+        published_fake(locations, steps) as fake,
+    ):
         text = "界" * 400_000  # 400,000 UTF-16 units (allowed), 1.2 MB of UTF-8 (too large)
         report = await rx.runtime.send(PEER, text)
         assert (report.status, report.state, report.message_written) == (

@@ -113,6 +113,9 @@ class RuntimeOptions:
     admission: dict[str, float | int] = field(default_factory=dict)
     #: Resolve git metadata in listings.
     with_git: bool = True
+    #: List once right after start-up, to reap dead sessions early (spec §1.5). Tests of the
+    #: registrar's own failures turn it off: that listing may recreate a removed peers dir.
+    listing_at_start: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +227,8 @@ class SessionRuntime:
                         await incarnation.registrar.register()
                         await group.start(incarnation.registrar.run_heartbeat)
                         group.start_soon(self._maintain, incarnation)
-                        group.start_soon(self._initial_listing, incarnation)
+                        if self.options.listing_at_start:
+                            group.start_soon(self._initial_listing, incarnation)
                         self.incarnations += 1
                         self._ready.set()
                         if not reported:
