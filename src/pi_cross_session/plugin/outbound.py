@@ -193,22 +193,16 @@ async def send(
         return reservation
     # One cancel scope covers the exchange and the wait for delivery: the caller (the runtime at
     # shutdown) can stop either, and what was known by then is still reported.
-    scope = scope or anyio.CancelScope()
     progress = Progress()
-    outcome: list[tuple[SendReport, Receipt | None]] = []
-    delivery: str | None = None
-    with scope:
-        outcome.append(await _exchange(outbox, peer, listing, message, progress))
-        receipt = outcome[0][1]
+    report: SendReport | None = None
+    with scope or anyio.CancelScope():
+        report, receipt = await _exchange(outbox, peer, listing, message, progress)
         if receipt is not None and wait_s > 0:
-            delivery = "not_confirmed"  # what is known if the wait is cut short
+            report = replace(report, delivery="not_confirmed")  # if the wait is cut short
             registration = listing.registrations[peer.instance_id]
             delivery = await wait_for_delivery(outbox, registration, receipt, message, wait_s)
-    if outcome:
-        report = outcome[0][0]
-        if delivery is not None:
             report = replace(report, delivery=delivery)
-    else:
+    if report is None:  # cancelled before the exchange ended
         report = _cancelled(message, peer, progress)
     if reservation is not None and outbox.confirmations is not None:
         refund = outbox.confirmations.settle(reservation, report.status if report.ok else "")

@@ -18,7 +18,7 @@ the contract's code (``invalid_target`` / ``invalid_message``) in its error, whi
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal
 
@@ -27,11 +27,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pi_cross_session.plugin import render
 from pi_cross_session.plugin.runtime import NotReadyError, SessionRuntime
 from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.frames import ID_RE, INSTANCE_ID_RE
 from pi_cross_session.protocol.limits import (
     MAX_DELIVERY_WAIT_S,
     MAX_GOAL_OBJECTIVE_UNITS,
     MAX_GOAL_PEERS,
-    MAX_ID_CHARS,
     MAX_TARGET_UNITS,
     MAX_TEXT_UNITS,
     MAX_TOOL_SUMMARY_UNITS,
@@ -51,8 +51,8 @@ SEND_PI_MESSAGE: Final = "send_pi_message"
 PEER_GOAL: Final = PEER_GOAL_TOOL
 
 #: Schema patterns (advertised and enforced by pydantic).
-_ID_PATTERN: Final = rf"^[A-Za-z0-9_-]{{1,{MAX_ID_CHARS}}}$"
-_INSTANCE_ID_PATTERN: Final = r"^[0-9a-f]{32}$"
+_ID_PATTERN: Final = f"^{ID_RE.pattern}$"
+_INSTANCE_ID_PATTERN: Final = f"^{INSTANCE_ID_RE.pattern}$"
 
 
 def _within(code: str, what: str, limit: int) -> AfterValidator:
@@ -188,6 +188,16 @@ class PeerGoalParams(BaseModel):
         if self.action == "bind" and not given & {"peerIds", "runIds", "agentIds"}:
             return "bind needs peerIds, runIds or agentIds"
         return None
+
+    @classmethod
+    def wire_arguments(cls, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """``arguments`` under their wire names (``goal_id`` → ``goalId``): a host may hand
+        on the validated model's field names, while the gate reads the names the model sent."""
+        fields = cls.model_fields
+        return {
+            (fields[key].alias or key) if key in fields else key: value
+            for key, value in arguments.items()
+        }
 
     def tasks(self) -> list[TaskHandle]:
         """The task handles named by ``runIds`` and ``agentIds``."""

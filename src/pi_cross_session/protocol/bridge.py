@@ -8,23 +8,20 @@ host bus, so a valid envelope is refused as ``unsupported`` and an invalid one a
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 from typing import Final
 
 from pi_cross_session.protocol import jsonwire
 from pi_cross_session.protocol.errors import FrameError
+from pi_cross_session.protocol.frames import ID_RE
 from pi_cross_session.protocol.limits import (
     BRIDGE_MAX_BUDGET,
     BRIDGE_MAX_HOPS,
     BRIDGE_MAX_TTL_MS,
-    MAX_ID_CHARS,
     MAX_SAFE_INTEGER,
 )
 
 BRIDGE_PREFIX: Final = "cross-session:bridge:v1\n"
-
-_ID: Final = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_ID_CHARS}}}")
 
 
 class BridgeKind(StrEnum):
@@ -56,9 +53,9 @@ def classify_bridge(text: str, *, now_ms: int) -> BridgeKind:
         envelope.get("version") == 1
         and type(envelope.get("version")) is int
         and isinstance(origin, str)
-        and _ID.fullmatch(origin) is not None
+        and ID_RE.fullmatch(origin) is not None
         and isinstance(correlation, str)
-        and _ID.fullmatch(correlation) is not None
+        and ID_RE.fullmatch(correlation) is not None
         and _is_int(expires_at, -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER)
         and now_ms < expires_at <= now_ms + BRIDGE_MAX_TTL_MS  # type: ignore[operator]
         and _is_int(envelope.get("hops"), 0, BRIDGE_MAX_HOPS)

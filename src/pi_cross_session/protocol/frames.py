@@ -55,6 +55,7 @@ from pi_cross_session.protocol.limits import (
     MAX_SUMMARY_CODE_POINTS,
     MAX_TEXT_UNITS,
 )
+from pi_cross_session.protocol.paths import INSTANCE_ID_RE as INSTANCE_ID_RE
 from pi_cross_session.protocol.text import (
     is_blank,
     require_well_formed,
@@ -67,7 +68,6 @@ WIRE_VERSION: Final = 1
 UNKNOWN_REQUEST_ID: Final = "unknown"
 
 ID_RE: Final = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_ID_CHARS}}}")
-INSTANCE_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
 TOKEN_RE: Final = re.compile(r"[0-9a-f]{64}")
 
 

@@ -50,14 +50,15 @@ RUNTIME_PARENT: Final = "/tmp"
 #: Hex characters of the agent-dir digest that name the namespace.
 NAMESPACE_CHARS: Final = 12
 
-_INSTANCE_ID: Final = re.compile(r"[0-9a-f]{32}")
-_REGISTRATION_FILE: Final = re.compile(r"([0-9a-f]{32})\.json")
+#: A runtime (instance) id: 32 lowercase hex characters.
+INSTANCE_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
+_REGISTRATION_FILE: Final = re.compile(rf"({INSTANCE_ID_RE.pattern})\.json")
 
 
 def is_instance_id(value: str) -> bool:
     """True for a well-formed runtime id: exactly 32 lowercase hex characters."""
     # fullmatch, not ``$``: Python's ``$`` also matches before a trailing newline.
-    return _INSTANCE_ID.fullmatch(value) is not None
+    return INSTANCE_ID_RE.fullmatch(value) is not None
 
 
 def instance_id_from_filename(filename: str) -> str | None:

@@ -603,12 +603,7 @@ class Goals:
         """
         self._check_handle(handle)
         known = self._evidence.get(handle)
-        if known is None:
-            return None
-        if not known.confirmed:
-            self._evidence[handle] = TaskOwnership(handle, known.goal_id, confirmed=True)
-            self._tell(ownership_entry(self._evidence[handle]))
-        return known.goal_id
+        return None if known is None else self.attribute(handle, known.goal_id)
 
     def note_call(self, call_id: str) -> str | None:
         """Note, before a task-creating call runs, that what it creates belongs to the active

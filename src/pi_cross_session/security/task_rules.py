@@ -54,7 +54,7 @@ class TaskToolRule:
 #: Rules keyed by ``(tool name, action)``; ``action`` ``None`` matches any call of the tool.
 TaskRules = Mapping[tuple[str, str | None], TaskToolRule]
 
-_RUN_ID_TEXT: Final = re.compile(r"\brun_id: ([A-Za-z0-9_-]{1,128})\b")
+_RUN_ID_TEXT: Final = re.compile(rf"\brun_id: ({ID_RE.pattern})\b")
 _MESH_DRIVE_ACTIONS: Final = (
     "resume",
     "retry_failed",

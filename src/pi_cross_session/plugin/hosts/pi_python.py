@@ -687,11 +687,7 @@ class PiPythonSession:
         # the models' field names (goal_id), while the gate reads the wire names (goalId).
         if tool_name != tools.PEER_GOAL:
             return arguments
-        fields = tools.PeerGoalParams.model_fields
-        return {
-            (fields[key].alias or key) if key in fields else key: value
-            for key, value in arguments.items()
-        }
+        return tools.PeerGoalParams.wire_arguments(arguments)
 
     def _note_task_call(self, event: object, tool_name: str, arguments: Mapping[str, Any]) -> None:
         # While a goal is active, what a task call creates belongs to that goal: noted (and
