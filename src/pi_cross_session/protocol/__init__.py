@@ -15,6 +15,7 @@ SANS_IO_MODULES = (
     "limits",
     "paths",
     "registration",
+    "sanitize",
     "text",
 )
 
