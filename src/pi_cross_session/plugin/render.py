@@ -312,22 +312,23 @@ def send_details(report: SendReport) -> dict[str, Any]:
     """Structured details of a send, for tool results and ``--json``.
 
     ``status``, ``state``, ``next`` and ``delivery`` are words and texts of ours (a receiver's
-    word outside the protocol never becomes one); ``error`` holds the receiver's texts only as
-    escaped lines, and is itself escaped again (line feeds of ours kept), so the details are safe
-    in a sink that does not escape. ``target`` is the peer's public registration as data: the
-    JSON sinks escape it (:func:`~pi_cross_session.protocol.sanitize.dumps`).
+    word outside the protocol never becomes one), escaped all the same; ``error`` holds the
+    receiver's texts only as escaped lines, and is itself escaped again (line feeds of ours
+    kept), so the details are safe in a sink that does not escape. ``target`` is the peer's
+    public registration as data: the JSON sinks escape it
+    (:func:`~pi_cross_session.protocol.sanitize.dumps`).
     """
     return {
         "ok": report.ok,
-        "status": report.status,
-        "state": report.state or report.status,
+        "status": _word(report.status),
+        "state": _word(report.state or report.status),
         "retryable": report.retryable,
-        "next": report.next,
-        "messageId": report.message_id,
+        "next": None if report.next is None else sanitize.line(report.next),
+        "messageId": None if report.message_id is None else _message_id(report.message_id),
         "target": None if report.target is None else report.target.to_dict(),
         "error": None if report.detail is None else sanitize.block(report.detail),
         "messageWritten": report.message_written,
-        **({} if report.delivery is None else {"delivery": report.delivery}),
+        **({} if report.delivery is None else {"delivery": _word(report.delivery)}),
     }
 
 
@@ -354,7 +355,7 @@ def status_text(snapshot: Snapshot, *, me: PublicPeer | None = None, recent: int
         f"queue {snapshot.queued}/{snapshot.max_queued}; admitted {snapshot.admitted}",
     ]
     if snapshot.refusals:
-        refused = ", ".join(f"{code} {n}" for code, n in sorted(snapshot.refusals.items()))
+        refused = ", ".join(f"{_word(code)} {n}" for code, n in sorted(snapshot.refusals.items()))
         lines.append(f"Refused: {refused}")
     rows = snapshot.rows[-recent:] if recent > 0 else ()
     if rows:
@@ -677,7 +678,7 @@ def peer_check_lines(checks: PeerChecks | None, *, recent: int = 3) -> list[str]
         head = f"Peer checks: {checks.source}; other uids closed {checks.foreign_uid_closed}"
     if checks.shed_waiting:
         head += f"; stalled connections shed {checks.shed_waiting}"
-    refused = ", ".join(f"{cause} {n}" for cause, n in sorted(checks.auth.refusals.items()))
+    refused = ", ".join(f"{_word(cause)} {n}" for cause, n in sorted(checks.auth.refusals.items()))
     lines = [head + (f"; hellos refused: {refused}" if refused else "")]
     for text in checks.auth.recent[-recent:] if recent > 0 else ():
         lines.append(f"  {_diagnostic(text)}")
