@@ -6,6 +6,7 @@ returns what each sink shows, tagged with the rule it must obey:
 
 * ``line`` — one line, no unsafe character at all;
 * ``text`` — lines of ours: no unsafe character but LF;
+* ``block`` — text escaped as a block: no unsafe character but LF and tab;
 * ``json`` — JSON text: no unsafe character but LF, and it parses back;
 * ``conversation`` — a framed peer message: see :func:`check_conversation`;
 * ``inbox`` — the CLI inbox's message: the first line ours, the rest indented peer text.
@@ -185,7 +186,7 @@ def every_sink(strings: PeerStrings) -> list[tuple[str, str, str]]:
         ("status_command_json", "json", render.status_command_json(render.status_data(snapshot))),
         ("goal_view_text", "json", render.goal_view_text(goal.as_dict())),
         ("send_details", "json", sanitize.dumps(render.send_details(failed))),
-        ("send_details strings", "text", "\n".join(_strings(render.send_details(failed)))),
+        ("send_details strings", "block", "\n".join(_strings(render.send_details(failed)))),
         ("peer_message", "conversation", render.peer_message(delivery)),
         ("peer_message (goal)", "conversation", render.peer_message(delivery, goal)),
         ("inbox_message", "inbox", render.inbox_message(delivery)),
@@ -228,6 +229,8 @@ def check_sink(sink: str, rule: str, output: str, strings: PeerStrings) -> None:
         assert "\n" not in output, (sink, output)
     elif rule == "text":
         assert unsafe_in(output, allowed="\n") == [], (sink, output)
+    elif rule == "block":
+        assert unsafe_in(output, allowed="\n\t") == [], (sink, output)
     elif rule == "json":
         assert unsafe_in(output, allowed="\n") == [], (sink, output)
         json.loads(output)

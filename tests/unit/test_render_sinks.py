@@ -58,7 +58,7 @@ def test_every_sink_escapes_all_attacks_at_once() -> None:
 
 def test_the_sink_list_covers_every_kind_of_output() -> None:
     rules = {rule for _, rule, _ in every_sink(PeerStrings())}
-    assert rules == {"line", "text", "json", "conversation", "inbox"}
+    assert rules == {"line", "text", "block", "json", "conversation", "inbox"}
 
 
 # -- the conversation ------------------------------------------------------------------------------
