@@ -226,8 +226,9 @@ def describe(event: Event) -> str | None:
             return None  # the tool's result has its own line
         text = event["text"]
         if text.startswith(PEER_HEADER):
+            # Header, the opening marker, the fenced text, the closing marker, the notice.
             lines = text.splitlines()
-            body = short(" ".join(lines[1:-2]) if len(lines) > 3 else text, 90)
+            body = short(" ".join(lines[2:-2]) if len(lines) > 4 else text, 90)
             notice = short(lines[-1], 60) if lines else ""
             return f"  model reads: {lines[0]}\n           …  {body}\n           …  {notice}"
         return f"  model reads ({event['role']}): {short(text)}"

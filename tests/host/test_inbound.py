@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,18 +34,22 @@ pytestmark = pytest.mark.anyio
 
 Peer = tuple[HeadlessHost, SessionRuntime]
 PEER_HEADER = "Message from another session"
+FENCE_NONCE = re.compile(r"^----- peer text ([0-9a-f]{16}) begins -----$", re.MULTILINE)
 
 
 def is_peer_text(message: BaseMessage) -> bool:
     return text_of(message).startswith(PEER_HEADER)
 
 
-def framed(sender: SessionRuntime, text: str) -> str:
-    """The text the model must read for ``text`` from ``sender`` (render.peer_message)."""
+def framed(sender: SessionRuntime, text: str, content: str) -> str:
+    """The text the model must read for ``text`` from ``sender`` (render.peer_message), with the
+    fence nonce the receiver drew for ``content``."""
     registration = sender.registration()
     assert registration is not None
     delivery = Delivery("id", registration, text, summary="", sent_at=0, goal_id=None)
-    return render.peer_message(delivery)
+    match = FENCE_NONCE.search(content)
+    assert match is not None, content
+    return render.peer_message(delivery, nonce=match.group(1))
 
 
 async def target_of(harness: Any) -> str:
@@ -71,7 +76,7 @@ async def test_a_message_to_an_idle_session_starts_a_turn(
     first = run[0]
     assert first["role"] == "custom"
     assert first["customType"] == CUSTOM_TYPE
-    assert first["content"] == framed(beta, "please rebase onto main")
+    assert first["content"] == framed(beta, "please rebase onto main", first["content"])
     assert first["details"]["messageId"] == report.message_id
     assert first["details"]["from"]["instanceId"] == beta.identity.instance_id  # type: ignore[union-attr]
     assert first["details"]["summary"] == "rebase"
@@ -121,7 +126,7 @@ async def test_a_message_while_busy_is_queued_and_starts_the_next_turn(
     assert user_run[0]["role"] == "user"
     assert all(m["customType"] != CUSTOM_TYPE for m in user_run)  # never steered into it
     assert peer_run[0]["customType"] == CUSTOM_TYPE
-    assert peer_run[0]["content"] == framed(beta, "while you were busy")
+    assert peer_run[0]["content"] == framed(beta, "while you were busy", peer_run[0]["content"])
     assert recorder.ended() == [["toolUse", "stop"], ["stop"]]  # the last reason counts
     await eventually(lambda: harness.phase == "idle")
     rows = (await runtime_of(harness)).snapshot().rows  # type: ignore[union-attr]

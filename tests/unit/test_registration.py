@@ -32,6 +32,7 @@ from pi_cross_session.protocol.registration import (
 )
 from pi_cross_session.protocol.text import clean_name
 from tests.shared_paths import REFERENCE
+from tests.support.hostile_text import ATTACKS, assert_safe_line
 
 FIXTURE = paths.resolve(env={paths.AGENT_DIR_ENV: "/tmp/xs-fixture/agent"}, uid=0)
 INSTANCE = "2d06c66b2c0fbee2d957b41c6c78cad0"
@@ -688,6 +689,19 @@ def test_display_line_cannot_be_split_by_peer_text() -> None:
     line = display_line(peer)
     assert line.splitlines() == [line]
     assert "\x1b" not in line
+    # Escaped, not dropped: the reader sees that something was there, and what.
+    assert "x\\x0aother [deadbeef] \u2014 idle\\u2028\\x0d\\x1b[2J" in line
+
+
+def test_display_line_escapes_every_attack_in_every_field() -> None:
+    for sample in ATTACKS.values():
+        peer = peer_with(
+            GitInfo(worktree="/w" + sample, branch=sample, head=HEAD),
+            name="n" + sample,
+            cwd="/c" + sample,
+            id="s" + sample,
+        )
+        assert_safe_line(display_line(peer))
 
 
 def test_display_line_truncates_by_code_points() -> None:
@@ -695,10 +709,16 @@ def test_display_line_truncates_by_code_points() -> None:
         GitInfo(worktree="w" * 600, branch="b", head=HEAD), cwd=EMOJI * 600, id="i" * 300
     )
     line = display_line(peer)
-    assert EMOJI * limits.DISPLAY_CWD_CODE_POINTS + " \u2014 git " in line
-    assert EMOJI * (limits.DISPLAY_CWD_CODE_POINTS + 1) not in line
-    assert " git " + "w" * limits.DISPLAY_CWD_CODE_POINTS + " (b@" in line
-    assert line.endswith(" session " + "i" * limits.DISPLAY_SESSION_ID_CODE_POINTS)
+    # A cut field keeps one code point less than its limit and ends in an ellipsis, so a reader
+    # knows there was more.
+    cwd_kept, id_kept = (
+        limits.DISPLAY_CWD_CODE_POINTS - 1,
+        limits.DISPLAY_SESSION_ID_CODE_POINTS - 1,
+    )
+    assert EMOJI * cwd_kept + "\u2026 \u2014 git " in line
+    assert EMOJI * (cwd_kept + 1) not in line
+    assert " git " + "w" * cwd_kept + "\u2026 (b@" in line
+    assert line.endswith(" session " + "i" * id_kept + "\u2026")
 
 
 def test_display_line_shows_a_blank_name_as_unnamed() -> None:

@@ -14,7 +14,6 @@ bad argument; they answer with the usage line.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -103,7 +102,7 @@ def status(runtime: SessionRuntime, args: str, report: HostReport) -> str:
     """``/cross-session-status [--json]``."""
     words = args.split()
     if words == ["--json"]:
-        return json.dumps(status_data(runtime, report), ensure_ascii=False, indent=2)
+        return render.status_command_json(status_data(runtime, report))
     if words:
         return render.STATUS_USAGE
     return render.host_status_text(

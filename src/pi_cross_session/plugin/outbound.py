@@ -20,6 +20,12 @@ goal scope ends it as ``unsupported`` before the message frame is written.
 
 Nothing is retried. The report says whether the message frame was ever written, so "certainly not
 delivered" is never confused with "unknown".
+
+A receiver's words are a peer's strings. The report carries only words of our vocabulary as its
+``status``, ``state``, ``next`` and ``delivery`` (a refusal with an unknown ``status`` is
+``unrecognized_status``; an ``ok`` answer with an unknown word is ``invalid_receipt``), and its
+``detail`` holds the receiver's texts only as :func:`~pi_cross_session.protocol.sanitize.line`
+made them: escaped, folded to one line, cut.
 """
 
 from __future__ import annotations
@@ -31,19 +37,28 @@ from dataclasses import dataclass, replace
 import anyio
 
 from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.addressing import AddressError, resolve_target
 from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
 from pi_cross_session.protocol.capabilities import can_report_delivery
 from pi_cross_session.protocol.codec import encode_frame
-from pi_cross_session.protocol.codes import PENDING_ROW_STATES, Code, classify
+from pi_cross_session.protocol.codes import (
+    FINAL_ROW_STATES,
+    Code,
+    classify,
+    sender_code,
+    status_answer,
+)
 from pi_cross_session.protocol.discovery import Listing
 from pi_cross_session.protocol.errors import FrameTooLargeError
 from pi_cross_session.protocol.exchange import ExchangeError, Exchanger, Progress, Receipt
 from pi_cross_session.protocol.frames import ID_RE, WIRE_VERSION, Message, Sender, dumps_frame
 from pi_cross_session.protocol.limits import (
     DELIVERY_POLL_S,
+    DISPLAY_DIAGNOSTIC_CODE_POINTS,
     MAX_DELIVERY_WAIT_S,
     MAX_FRAME_BYTES,
+    MAX_STATUS_UNITS,
     MAX_SUMMARY_CODE_POINTS,
     MAX_TARGET_UNITS,
     MAX_TEXT_UNITS,
@@ -122,13 +137,28 @@ def local_failure(code: str, detail: str, *, target: PublicPeer | None = None) -
     )
 
 
+def _peer_text(text: str, limit: int = DISPLAY_DIAGNOSTIC_CODE_POINTS) -> str:
+    """A receiver's text as a diagnostic: one escaped line, cut."""
+    return sanitize.line(text, limit)
+
+
 def exchange_failure(exc: ExchangeError, message_id: str, peer: PublicPeer) -> SendReport:
-    """A report for an exchange that did not end in a good receipt."""
-    verdict = exc.verdict
-    detail = exc.detail if exc.remote_error is None else f"{exc.detail}: {exc.remote_error}"
+    """A report for an exchange that did not end in a good receipt.
+
+    The code is the receiver's ``status`` only when it is a word of our vocabulary (else
+    ``unrecognized_status``, with the raw word escaped in the detail); every text of the
+    receiver's, and every detail of the exchange (which may quote a reply), is escaped.
+    """
+    code = sender_code(exc.code)
+    verdict = classify(code)
+    detail = _peer_text(exc.detail)
+    if code != exc.code:
+        detail += f" with a status outside the protocol: {_peer_text(exc.code, MAX_STATUS_UNITS)}"
+    if exc.remote_error is not None:
+        detail += f": {_peer_text(exc.remote_error)}"
     return SendReport(
         ok=False,
-        status=exc.code,
+        status=code,
         message_id=message_id,
         target=peer,
         state=verdict.state,
@@ -231,10 +261,13 @@ async def wait_for_delivery(
                 )
             except ExchangeError:
                 continue  # a failed question says nothing about the message; ask again
-            status = answer.status
+            status = status_answer(answer.status)
+            if status is None:
+                # No state of the contract: nothing can be learned from this receiver.
+                return Code.INVALID_RECEIPT
             if status in (Code.DELIVERED, Code.UNKNOWN):
                 return status
-            if status != Code.SUBMITTED and status not in PENDING_ROW_STATES:
+            if status != Code.SUBMITTED and status in FINAL_ROW_STATES:
                 return status  # it ended another way and will never be delivered
     return "not_confirmed"
 
@@ -333,10 +366,28 @@ async def query_status(outbox: Outbox, target: str, message_id: str) -> SendRepo
     except ExchangeError as exc:
         return exchange_failure(exc, message_id, peer)
     reply = receipt.reply
+    diagnostic = None if reply is None or reply.error is None else _peer_text(reply.error)
+    status = status_answer(receipt.status)
+    if status is None:
+        # ``ok`` with a word that is no message state: as unattributable as a bad receipt.
+        verdict = classify(Code.INVALID_RECEIPT)
+        detail = "the receiver answered with a state outside the protocol: " + _peer_text(
+            receipt.status, MAX_STATUS_UNITS
+        )
+        return SendReport(
+            ok=False,
+            status=Code.INVALID_RECEIPT,
+            message_id=message_id,
+            target=peer,
+            state=verdict.state,
+            retryable=verdict.retryable,
+            next=verdict.next,
+            detail=detail if diagnostic is None else f"{detail} ({diagnostic})",
+        )
     return SendReport(
         ok=True,
-        status=receipt.status,
+        status=status,
         message_id=message_id,
         target=peer,
-        detail=None if reply is None else reply.error,
+        detail=diagnostic,
     )

@@ -29,7 +29,7 @@ import anyio.abc
 
 from pi_cross_session.plugin import outbound, render
 from pi_cross_session.plugin.host import HostPort
-from pi_cross_session.protocol import paths
+from pi_cross_session.protocol import paths, sanitize
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.discovery import Listing, Registrar, list_peers
@@ -311,7 +311,7 @@ class SessionRuntime:
             try:
                 fs.remove_file(path)
             except CrossSessionError as exc:
-                logger.warning("cleanup could not remove %s: %s", path, exc)
+                logger.warning("cleanup could not remove %s: %s", path, sanitize.line(str(exc)))
 
     def _cancel_outbound(self) -> None:
         current = self._current
@@ -368,7 +368,7 @@ class SessionRuntime:
 
         def on_failure(exc: BaseException) -> None:
             self.last_error = exc
-            self._notify(f"Cross-session inbox stopped: its registration could not be kept ({exc})")
+            self._notify(render.registration_lost(exc))
             if holder:
                 holder[0].failure = exc
             self._signal()
@@ -430,7 +430,7 @@ class SessionRuntime:
                 fs.remove_file, self.locations.socket_path(incarnation.identity.instance_id)
             )
         except CrossSessionError as exc:
-            logger.warning("could not remove our socket: %s", exc)
+            logger.warning("could not remove our socket: %s", sanitize.line(str(exc)))
 
     async def _initial_listing(self, incarnation: _Incarnation) -> None:
         """One listing right after start-up (spec §1.5), so that registrations of sessions that
@@ -444,7 +444,7 @@ class SessionRuntime:
                 with_git=False,
             )
         except CrossSessionError as exc:
-            logger.info("the start-up listing failed: %s", exc)
+            logger.info("the start-up listing failed: %s", sanitize.line(str(exc)))
 
     async def _maintain(self, incarnation: _Incarnation) -> None:
         """Expire, flush and refresh when due; sleeps until the next deadline or a wake-up."""
@@ -469,7 +469,7 @@ class SessionRuntime:
                 try:
                     await incarnation.registrar.refresh()
                 except CrossSessionError as exc:
-                    logger.warning("registration refresh failed: %s", exc)
+                    logger.warning("registration refresh failed: %s", sanitize.line(str(exc)))
 
     def _wake(
         self, incarnation: _Incarnation, *, flush: bool = False, refresh: bool = False

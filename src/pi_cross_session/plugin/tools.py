@@ -17,7 +17,6 @@ the contract's code (``invalid_target`` / ``invalid_message``) in its error, whi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal
@@ -371,7 +370,7 @@ def _goal_output(
 ) -> ToolOutput:
     view = runtime.goal_status().as_dict()
     if code is None:
-        return ToolOutput(json.dumps(view, ensure_ascii=False), view)
+        return ToolOutput(render.goal_view_text(view), view)
     details = {"ok": False, "code": code, "error": error, **view}
     return ToolOutput(render.goal_refused(action, code, error or ""), details, is_error=True)
 

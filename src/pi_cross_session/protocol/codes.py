@@ -11,10 +11,16 @@ the same string:
 
 Errno names (``ENOENT`` …) are codes too, produced when vetting an endpoint; they are plain strings,
 so every function here accepts ``str``.
+
+A receiver's reply words are the one part of this namespace a peer writes. :func:`sender_code`
+and :func:`status_answer` read them against the vocabulary, so that nothing but one of our own words
+ever becomes a sender's code: a word we do not know is :attr:`Code.UNRECOGNIZED_STATUS` (or an
+``invalid_receipt`` where a receipt was due), and the raw word survives only as a diagnostic.
 """
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
@@ -73,6 +79,10 @@ class Code(StrEnum):
     INVALID_RESPONSE = "invalid_response"
     INVALID_RECEIPT = "invalid_receipt"
     GOAL_REVOKED = "goal_revoked"
+    #: A receiver refused (``ok:false``) with a ``status`` that is no word of the contract. Filed
+    #: as a refusal, as spec §4.3 files every code outside the receipt-unknown list; the word
+    #: itself is a peer's string and is kept only as an escaped diagnostic.
+    UNRECOGNIZED_STATUS = "unrecognized_status"
 
 
 class SenderState(StrEnum):
@@ -121,6 +131,13 @@ PENDING_ROW_STATES: Final = frozenset({Code.ACCEPTED, Code.QUEUED})
 
 #: Row states a message can end in; a row never leaves one of these.
 FINAL_ROW_STATES: Final = ROW_STATES - PENDING_ROW_STATES
+
+#: What a status query may answer with ``ok:true``: a row state, ``unknown`` (no row), or
+#: ``delivered`` (a submitted row the host confirmed, with ``delivery-receipts-v1``).
+STATUS_ANSWERS: Final = ROW_STATES | {Code.UNKNOWN, Code.DELIVERED}
+
+#: Every word of the vocabulary: our codes, and the errno names an endpoint check produces.
+VOCABULARY: Final = frozenset(Code) | frozenset(errno.errorcode.values())
 
 #: Refusals a receiver may put on the wire in reply to a message or status frame.
 RECEIVER_REFUSALS: Final = frozenset(
@@ -174,6 +191,24 @@ def is_retryable(code: str) -> bool:
 def is_receipt_unknown(code: str) -> bool:
     """True when the code means "we cannot know whether the receiver admitted the message"."""
     return code in RECEIPT_UNKNOWN
+
+
+def is_code(word: str) -> bool:
+    """True when ``word`` is a word of our vocabulary (a :class:`Code` or an errno name)."""
+    return word in VOCABULARY
+
+
+def sender_code(remote_status: str) -> str:
+    """The code a sender files a receiver's refusal under: its ``status`` when that is a word of
+    the vocabulary (spec §4.3 uses the remote status as the code), else
+    :attr:`Code.UNRECOGNIZED_STATUS`."""
+    return remote_status if is_code(remote_status) else Code.UNRECOGNIZED_STATUS
+
+
+def status_answer(word: str) -> str | None:
+    """A status query's ``ok:true`` answer as one of our words, or ``None`` when it is no state
+    a message can be in (the caller files that as ``invalid_receipt``)."""
+    return word if word in STATUS_ANSWERS else None
 
 
 def wire_next(*, ok: bool, status: str) -> str:

@@ -51,6 +51,7 @@ import anyio
 import filelock
 from anyio.abc import TaskStatus
 
+from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import CrossSessionError, LocalProtocolError
 from pi_cross_session.protocol.gitinfo import resolve_git_info
@@ -482,7 +483,9 @@ def _scan(
                 scan.unsafe += 1
             else:
                 scan.unreadable += 1
-            logger.debug("skipping registration %s: %s", name, exc)
+            logger.debug(
+                "skipping registration %s: %s", sanitize.line(name), sanitize.line(str(exc))
+            )
             continue
         try:
             registration = parse_registration(
@@ -490,7 +493,9 @@ def _scan(
             )
         except InvalidRegistrationError as exc:
             scan.invalid += 1
-            logger.debug("skipping registration %s: %s", name, exc)
+            logger.debug(
+                "skipping registration %s: %s", sanitize.line(name), sanitize.line(str(exc))
+            )
             continue
         scan.registrations.append(registration)
     return scan

@@ -63,6 +63,7 @@ from typing import Final
 import anyio
 from anyio.abc import ByteReceiveStream
 
+from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.limits import (
     GIT_OUTPUT_CAP_BYTES,
     GIT_TIMEOUT_S,
@@ -642,7 +643,12 @@ async def resolve_git_info(
     slow: list[str] = []
     for cwd, outcome in fast.items():
         if isinstance(outcome, NeedsGit):
-            logger.debug("git metadata of %r needs git: %s", cwd, outcome.reason)
+            # The cwd is a peer's string: escaped, so it cannot forge a log line.
+            logger.debug(
+                "git metadata of %s needs git: %s",
+                sanitize.line(cwd),
+                sanitize.line(str(outcome.reason)),
+            )
             slow.append(cwd)
         else:
             results[cwd] = outcome

@@ -44,6 +44,10 @@ MAX_PID: Final = 2_147_483_647
 DISPLAY_CWD_CODE_POINTS: Final = 500
 DISPLAY_SESSION_ID_CODE_POINTS: Final = 200
 DISPLAY_DIAGNOSTIC_CODE_POINTS: Final = 400
+#: Random bytes of the nonce on the marker lines that fence a peer message for the model: 64 bits,
+#: so a peer that wants to close the fence early and write lines that look like ours must guess a
+#: value drawn after its text arrived, with one chance in 2**64.
+FENCE_NONCE_BYTES: Final = 8
 #: Characters of the instance id shown as its short ``ref``.
 REF_CHARS: Final = 8
 #: A hex prefix shorter than this is too likely to match several peers to be an address.

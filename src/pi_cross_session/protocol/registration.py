@@ -41,7 +41,7 @@ from pydantic import (
     ValidationError,
 )
 
-from pi_cross_session.protocol import jsonwire
+from pi_cross_session.protocol import jsonwire, sanitize
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import (
     CrossSessionError,
@@ -61,7 +61,7 @@ from pi_cross_session.protocol.limits import (
 )
 from pi_cross_session.protocol.paths import is_instance_id, js_to_well_formed
 from pi_cross_session.protocol.text import (
-    clean_line,
+    UNNAMED_SESSION,
     clean_name,
     require_well_formed,
     utf16_length,
@@ -496,21 +496,37 @@ def parse_git_output(stdout: str) -> GitInfo | None:
         return None
 
 
+def display_name(name: str) -> str:
+    """A session name as shown: escaped and folded to one line like every peer string, or
+    ``unnamed-session`` when nothing visible is left.
+
+    A name that a reader would publish is already clean (spec §1.6), and shows as itself; a name a
+    hostile peer wrote by hand shows its control and invisible characters as escapes, rather than
+    as the spaces :func:`~pi_cross_session.protocol.text.clean_name` would make of them, so the
+    reader sees that something was there.
+    """
+    return sanitize.line(name, MAX_NAME_CODE_POINTS) or UNNAMED_SESSION
+
+
 def display_line(peer: PublicPeer) -> str:
     """One listing line: ``<name> [<ref>] — <status> — <cwd><git> — session <id>``.
 
-    Every field a peer wrote is folded with :func:`~pi_cross_session.protocol.text.clean_line`, so
-    control characters cannot start a forged line, and cut to the display limits of §1.6.
+    Every field a peer controls (its name, cwd and session id, and the git worktree and branch
+    read from its cwd) goes through :func:`~pi_cross_session.protocol.sanitize.line`: control,
+    format and invisible characters are escaped, never acted on, so no field can drive the
+    terminal or start a forged line; each is cut to the display limits of §1.6.
     """
     if peer.git is None:
         git = f"{_SEP}git none"
     else:
-        worktree = clean_line(peer.git.worktree, DISPLAY_CWD_CODE_POINTS)
-        branch = "detached" if peer.git.branch is None else clean_line(peer.git.branch)
+        worktree = sanitize.line(peer.git.worktree, DISPLAY_CWD_CODE_POINTS)
+        branch = (
+            "detached"
+            if peer.git.branch is None
+            else sanitize.line(peer.git.branch, MAX_NAME_CODE_POINTS)
+        )
         git = f"{_SEP}git {worktree} ({branch}@{peer.git.head[:_HEAD_DISPLAY_CHARS]})"
-    cwd = clean_line(peer.cwd, DISPLAY_CWD_CODE_POINTS)
-    session = clean_line(peer.id, DISPLAY_SESSION_ID_CODE_POINTS)
-    return (
-        f"{clean_name(peer.name)} [{peer.ref}]{_SEP}{peer.status}{_SEP}{cwd}{git}"
-        f"{_SEP}session {session}"
-    )
+    cwd = sanitize.line(peer.cwd, DISPLAY_CWD_CODE_POINTS)
+    session = sanitize.line(peer.id, DISPLAY_SESSION_ID_CODE_POINTS)
+    name = display_name(peer.name)
+    return f"{name} [{peer.ref}]{_SEP}{peer.status}{_SEP}{cwd}{git}{_SEP}session {session}"

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Final
 
+from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.bridge import BridgeKind, classify_bridge
 from pi_cross_session.protocol.codes import (
     FINAL_ROW_STATES,
@@ -648,7 +649,9 @@ class Admission:
         try:
             self._submit(delivery)
         except Exception as exc:  # the host's error is reported as a state, never raised
-            logger.warning("submission of %s failed: %s", delivery.message_id, exc)
+            logger.warning(
+                "submission of %s failed: %s", delivery.message_id, sanitize.line(str(exc))
+            )
             if self._awaiting_start is not None and self._awaiting_start[0] == key:
                 self._awaiting_start = None
             if self._turn is None:

@@ -29,6 +29,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Protocol
 
+from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.capabilities import ADVERTISED, can_queue, can_report_delivery
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.endpoint import PeerCredentials
@@ -164,7 +165,8 @@ class Authenticator:
         self._recent.append(text)
         # A pid mismatch means someone holds a real sender token: worth a warning. The rest is
         # the ordinary noise of stale registrations and confused clients.
-        logger.log(logging.WARNING if cause is RefusalCause.PID else logging.INFO, "%s", text)
+        level = logging.WARNING if cause is RefusalCause.PID else logging.INFO
+        logger.log(level, "%s", sanitize.line(text))
         return self._reply(hello.request_id, ok=False), None
 
     def _reply(self, request_id: str, *, ok: bool) -> Response:

@@ -79,7 +79,7 @@ from pi_cross_session.plugin.options import (
     session_entry,
 )
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol import paths
+from pi_cross_session.protocol import paths, sanitize
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import PublicPeer
 from pi_cross_session.security import goal_turns
@@ -380,11 +380,15 @@ class PiPythonSession:
         self.notify(render.message_preview(delivery))
 
     def notify(self, text: str) -> None:
-        """One line to the user (not the model); never raises."""
+        """One line to the user (not the model); never raises.
+
+        Every text shown here is composed by :mod:`.render`, which escapes what peers wrote;
+        :func:`~pi_cross_session.protocol.sanitize.block` is the sink's own last guard.
+        """
         try:
-            self._api.notify(text)
+            self._api.notify(sanitize.block(text))
         except Exception:  # a closed session, say; the text is also logged
-            logger.info("cross-session notice not shown: %s", text)
+            logger.info("cross-session notice not shown: %s", sanitize.line(text))
 
     # -- state for commands ----------------------------------------------------------------------
 
@@ -679,7 +683,9 @@ class PiPythonSession:
             return None
         if verdict.allowed:
             return None
-        logger.info("cross-session gate blocked %s in a %s turn", tool_name, authority)
+        logger.info(
+            "cross-session gate blocked %s in a %s turn", sanitize.line(tool_name), authority
+        )
         return {"block": True, "reason": verdict.reason}
 
     def _wire_arguments(self, tool_name: str, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -727,9 +733,9 @@ class PiPythonSession:
             self._failed_calls[tool_call_id] = None
             while len(self._failed_calls) > MAX_FAILED_CALLS:
                 self._failed_calls.popitem(last=False)
-        return AgentToolResult(
-            content=[{"type": "text", "text": output.text}], details=output.details
-        )
+        # The text comes from render, which escaped every peer string; the sink guards anyway.
+        text = sanitize.block(output.text)
+        return AgentToolResult(content=[{"type": "text", "text": text}], details=output.details)
 
     async def _execute_list_pi(
         self, tool_call_id: str, params: object, signal: object = None, on_update: object = None
@@ -794,8 +800,9 @@ class PiPythonSession:
             except Exception as exc:  # a command's failure is its reply, never the host's error
                 logger.warning("/%s failed", name, exc_info=True)
                 text = render.command_failed(name, exc)
-            # The host takes what a command sends while it runs as its reply (gap 9).
-            self._api.send_message(text)
+            # The host takes what a command sends while it runs as its reply (gap 9). The text
+            # comes from render; the sink guards anyway.
+            self._api.send_message(sanitize.block(text))
 
         return handler
 
