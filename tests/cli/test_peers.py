@@ -89,10 +89,16 @@ def test_listing_has_every_public_field_and_no_token(
     text = cli("peers")
     assert text.returncode == 0, text
     cwd = tmp_path / "work"
-    assert sorted(text.stdout.splitlines()) == [
-        f"{r['name']} [{r['ref']}] — idle — {cwd} — git none — session {r['sessionId']}"
+    header, *rows = text.stdout.splitlines()
+    assert header.split() == ["ADDRESS", "STATUS", "INBOUND", "SESSION", "GIT", "CWD"]
+    assert sorted(row.split() for row in rows) == [
+        [f"{r['name']}", f"[{r['ref']}]", "idle", r["inbound"], r["sessionId"], "-", str(cwd)]
         for r in (alpha, beta)
     ]
+    # Aligned columns: each column starts where its header does, on every line.
+    for column in ("STATUS", "INBOUND", "SESSION", "GIT", "CWD"):
+        start = header.index(column)
+        assert all(row[start - 2 : start] == "  " and row[start] != " " for row in rows), column
     for token in tokens:
         assert token not in text.stdout
 
@@ -126,7 +132,7 @@ def test_git_metadata_of_an_advertised_cwd(inboxes: Inboxes, cli: Cli, tmp_path:
     [peer] = listed.json()["peers"]
     assert peer["git"] == {"worktree": str(repo), "branch": "topic", "head": head}
     text = cli("peers")
-    assert f"git {repo} (topic@{head[:8]})" in text.stdout
+    assert f"topic@{head[:8]}  {repo}" in text.stdout
 
 
 def test_the_command_line_never_lists_itself(

@@ -74,15 +74,22 @@ def run_cli(
     *args: str,
     cwd: str | os.PathLike[str] | None = None,
     timeout: float = COMMAND_TIMEOUT_S,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    encoding: str = "utf-8",
 ) -> Result:
-    """Run ``pi-cross-session ARGS`` to completion."""
+    """Run ``pi-cross-session ARGS`` to completion (``stdin``: text to feed it; ``env``: extra
+    variables; ``encoding``: how its output is decoded, with escapes for what does not decode)."""
     done = subprocess.run(
         [*CLI, *args],
-        env=cli_env(agent_dir),
+        env={**cli_env(agent_dir), **(env or {})},
         cwd=cwd,
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        encoding="utf-8",
+        encoding=encoding,
+        errors="backslashreplace",
         timeout=timeout,
         check=False,
     )
