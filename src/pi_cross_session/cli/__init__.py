@@ -22,11 +22,12 @@ from collections.abc import Sequence
 from typing import Final
 
 from pi_cross_session.cli import exits
-from pi_cross_session.cli.console import PREFIX, Console, prepare_streams, setup_logging
+from pi_cross_session.cli.console import PREFIX, Console, prepare_streams
 from pi_cross_session.cli.parser import build_parser
-from pi_cross_session.protocol import sanitize
-from pi_cross_session.protocol.errors import CrossSessionError
 
+#: Commands that turn logging on themselves, once they import something that may log (so that a
+#: quick ``peers`` or ``paths`` does not pay for importing logging).
+_LOG_WHEN_NEEDED: Final = frozenset({"paths", "peers"})
 #: The module that runs each command.
 _RUNNERS: Final = {
     "paths": "paths_cmd",
@@ -43,21 +44,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     prepare_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
-    setup_logging(args.verbose)
     module = _RUNNERS.get(args.command or "")
     if module is None:
         parser.print_help(sys.stderr)
         return exits.EXIT_LOCAL
-    console = Console()
+    console = Console(verbosity=args.verbose)
+    if args.command not in _LOG_WHEN_NEEDED:
+        console.enable_logging()
     try:
         runner = importlib.import_module(f"{__name__}.{module}")
         code: int = runner.run(args, console)
-    except CrossSessionError as exc:
-        console.problem(f"{PREFIX}: {sanitize.line(exc.code)}: {sanitize.line(str(exc))}")
-        return exits.EXIT_LOCAL
     except KeyboardInterrupt:
         console.done()
         return exits.EXIT_INTERRUPTED
+    except Exception as exc:
+        # Imported here, as every command imports it only when it needs it (start-up time).
+        from pi_cross_session.protocol.errors import CrossSessionError
+        from pi_cross_session.protocol.sanitize import line
+
+        if not isinstance(exc, CrossSessionError):
+            raise
+        console.problem(f"{PREFIX}: {line(exc.code)}: {line(str(exc))}")
+        return exits.EXIT_LOCAL
     return code
 
 

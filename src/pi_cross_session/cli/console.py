@@ -13,12 +13,14 @@
 from __future__ import annotations
 
 import io
-import logging
 import re
 import sys
-from typing import Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from pi_cross_session.protocol import sanitize
+
+if TYPE_CHECKING:
+    import logging
 
 PREFIX: Final = "pi-cross-session"
 #: Erase the current terminal line (carriage return, then "erase to end of line").
@@ -53,10 +55,21 @@ def _encodes(text: str, stream: TextIO) -> bool:
 class Console:
     """The command line's two output streams."""
 
-    def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
+    def __init__(
+        self, out: TextIO | None = None, err: TextIO | None = None, *, verbosity: int = 0
+    ) -> None:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
+        self.verbosity = verbosity
         self._progress_shown = False
+        self._logging = False
+
+    def enable_logging(self) -> None:
+        """Send log records to stderr (see :func:`setup_logging`); idempotent. Commands call it
+        before they import what may log: a quick ``peers`` never imports logging at all."""
+        if not self._logging:
+            self._logging = True
+            setup_logging(self.verbosity)
 
     @property
     def err_is_tty(self) -> bool:
@@ -114,24 +127,31 @@ class Console:
             self._progress_shown = False
 
 
-class _SafeFormatter(logging.Formatter):
-    """One line per record, sanitised (a logged peer name cannot forge a line or drive the
-    terminal); a traceback follows indented, with its unsafe characters escaped."""
+def _safe_formatter() -> logging.Formatter:
+    import logging
 
-    def format(self, record: logging.LogRecord) -> str:
-        head = f"{PREFIX}: {record.levelname.lower()}: {record.name}: "
-        text = head + sanitize.line(record.getMessage())
-        if record.exc_info:
-            trace = self.formatException(record.exc_info)
-            text += "\n" + "\n".join("    " + part for part in sanitize.block(trace).split("\n"))
-        return text
+    class SafeFormatter(logging.Formatter):
+        """One line per record, sanitised (a logged peer name cannot forge a line or drive the
+        terminal); a traceback follows indented, with its unsafe characters escaped."""
+
+        def format(self, record: logging.LogRecord) -> str:
+            head = f"{PREFIX}: {record.levelname.lower()}: {record.name}: "
+            text = head + sanitize.line(record.getMessage())
+            if record.exc_info:
+                trace = sanitize.block(self.formatException(record.exc_info))
+                text += "\n" + "\n".join("    " + part for part in trace.split("\n"))
+            return text
+
+    return SafeFormatter()
 
 
 def setup_logging(verbosity: int) -> None:
     """Warnings always, as sanitised lines on stderr; ``-v`` adds this package's info records,
     ``-vv`` its debug records."""
+    import logging
+
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_SafeFormatter())
+    handler.setFormatter(_safe_formatter())
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.WARNING)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Final
 
-from pi_cross_session.protocol.codes import FINAL_ROW_STATES, PENDING_ROW_STATES, Code
-
 EXIT_OK: Final = 0
 EXIT_LOCAL: Final = 1
 EXIT_REFUSED: Final = 2
@@ -26,6 +24,9 @@ EXIT_INTERRUPTED: Final = 130
 def for_state(state: str) -> int:
     """The exit code of a message state as ``status`` and ``send --wait`` report it; a word no
     receiver of ours says counts as unknown."""
+    # Imported here: a command that reports no message state (peers) need not build the enum.
+    from pi_cross_session.protocol.codes import FINAL_ROW_STATES, PENDING_ROW_STATES, Code
+
     if state == Code.DELIVERED:
         return EXIT_OK
     if state == Code.SUBMITTED:
