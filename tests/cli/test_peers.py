@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session.plugin import cli_identity
-from pi_cross_session.protocol import discovery
+from pi_cross_session.plugin.cli_identity import SlotLock
+from pi_cross_session.protocol import discovery, paths
 from pi_cross_session.protocol.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security import fs
-from tests.support.cli_procs import Inboxes, Result, exists
+from tests.support.cli_procs import Inboxes, Result, exists, run_cli, tree_state
 
 Cli = Callable[..., Result]
 
@@ -167,3 +168,54 @@ async def test_other_listers_hide_the_command_line_while_it_is_published(
         assert listing.hidden == 1
         assert exists(mine)  # hidden, not reaped: its process is alive
     assert not exists(mine)
+
+
+# -- read-only, and never waiting for an identity ---------------------------------------------
+
+
+def test_peers_with_a_mistyped_agent_dir_creates_nothing(tmp_path: Path) -> None:
+    """The tracker's case: a typo in PI_CODING_AGENT_DIR used to create that whole tree."""
+    typo = tmp_path / "agnet" / "dir"
+    runtime_dir = paths.resolve(env={"PI_CODING_AGENT_DIR": str(typo)}).runtime_dir
+    for args in (("peers",), ("peers", "--json")):
+        listed = run_cli(typo, *args, cwd=tmp_path)
+        assert listed.returncode == 0, listed
+        assert listed.stderr == ""
+    assert listed.json() == {"peers": []}
+    assert not (tmp_path / "agnet").exists()
+    assert not exists(runtime_dir)
+
+
+def test_peers_changes_nothing_in_an_existing_agent_dir(
+    inboxes: Inboxes, cli: Cli, private_agent_dir: Path, locations: Locations
+) -> None:
+    inboxes.start("watched")
+    before = tree_state(private_agent_dir, locations.runtime_dir)
+    listed = cli("peers", "--json")
+    assert listed.returncode == 0, listed
+    assert [p["name"] for p in listed.json()["peers"]] == ["watched"]
+    assert tree_state(private_agent_dir, locations.runtime_dir) == before
+    assert not exists(cli_identity.state_dir(locations))  # no identity, no lock, no note
+
+
+def test_peers_does_not_wait_for_busy_identities(
+    inboxes: Inboxes, cli: Cli, locations: Locations
+) -> None:
+    """Every command-line identity is held (as by four sends waiting for receipts): a listing
+    needs none of them, so it neither waits nor says it waits."""
+    inboxes.start("still-visible")
+    state = Path(cli_identity.state_dir(locations))
+    state.mkdir(mode=0o700)
+    locks = [
+        SlotLock(str(state / cli_identity.slot_files(slot).lock)) for slot in cli_identity.ALL_SLOTS
+    ]
+    try:
+        for lock in locks:
+            assert lock.try_acquire()
+        listed = cli("peers")
+    finally:
+        for lock in locks:
+            lock.release()
+    assert listed.returncode == 0, listed
+    assert listed.stderr == ""
+    assert "still-visible [" in listed.stdout

@@ -358,29 +358,31 @@ async def test_the_rate_limit_follows_the_identity_across_invocations(
         )
 
     try:
-        async with anyio.create_task_group() as group:
-            async with cli_identity.holding(locations, [0], with_git=False) as held:
-                for lock in others:
-                    assert lock.try_acquire()
-                    lock.write_note(Holder(os.getpid(), "a test holding it", None))
-                burst_identity = held.identity.instance_id
-                group.start_soon(one_more)  # waits for an identity until this block ends
-                outbox = held.outbox
-                number = 0
-                while tally["rate_limited"] == 0:
+        async with (
+            anyio.create_task_group() as group,
+            cli_identity.holding(locations, [0], with_git=False) as held,
+        ):
+            for lock in others:
+                assert lock.try_acquire()
+                lock.write_note(Holder(os.getpid(), "a test holding it", None))
+            burst_identity = held.identity.instance_id
+            group.start_soon(one_more)  # waits for an identity until this block ends
+            outbox = held.outbox
+            number = 0
+            while tally["rate_limited"] == 0:
+                number += 1
+                assert number <= 40, tally
+                tally[(await outbound.send(outbox, "target", f"burst {number}")).status] += 1
+            # Drain the bucket exactly: the next admitted message leaves it nearly empty.
+            with anyio.fail_after(10):
+                while True:
                     number += 1
-                    assert number <= 40, tally
-                    tally[(await outbound.send(outbox, "target", f"burst {number}")).status] += 1
-                # Drain the bucket exactly: the next admitted message leaves it nearly empty.
-                with anyio.fail_after(10):
-                    while True:
-                        number += 1
-                        report = await outbound.send(outbox, "target", f"burst {number}")
-                        if report.ok:
-                            break
-                        assert report.status == "rate_limited", report
-                        await anyio.sleep(0.05)
-                assert not results  # still waiting for an identity
+                    report = await outbound.send(outbox, "target", f"burst {number}")
+                    if report.ok:
+                        break
+                    assert report.status == "rate_limited", report
+                    await anyio.sleep(0.05)
+            assert not results  # still waiting for an identity
     finally:
         for lock in others:
             lock.release()

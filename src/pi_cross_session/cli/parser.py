@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+from collections.abc import Sequence
 from typing import NoReturn
 
 from pi_cross_session import __version__
@@ -71,6 +72,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(exits.EXIT_LOCAL, f"{self.prog}: error: {message}\n")
 
 
+class _CommandParser(_Parser):
+    """A command's parser: options and positionals in any order (``send bob --wait 5 hi``).
+
+    Plain argparse gives an optional positional (``MESSAGE``) nothing once an option follows
+    the target; intermixed parsing reads the positionals after every option is set aside.
+    """
+
+    _intermixed = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._intermixed:  # the intermixed parse calls back in, twice
+            return super().parse_known_args(args, namespace)
+        self._intermixed = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixed = False
+
+
 def _with_verbose(parser: argparse.ArgumentParser, *, default: object) -> None:
     parser.add_argument(
         "-v",
@@ -99,7 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _with_verbose(parser, default=0)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=_CommandParser
+    )
 
     def command(name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
         sub = commands.add_parser(

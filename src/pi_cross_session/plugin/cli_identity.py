@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import time
 import uuid
@@ -75,6 +76,8 @@ DEFAULT_NAME: Final = "pi-cross-session-cli"
 LOCK_TIMEOUT_S: Final = CLI_IDENTITY_WAIT_S
 #: Every slot of the pool, in the order an invocation tries them.
 ALL_SLOTS: Final = tuple(range(CLI_IDENTITY_POOL))
+
+logger = logging.getLogger(__name__)
 
 
 class IdentityBusyError(CrossSessionError):
@@ -352,6 +355,7 @@ async def acquire_slot(
         for slot, lock in locks:
             if lock.try_acquire():
                 lock.write_note(Holder(os.getpid(), purpose, _now_ms()))
+                logger.info("took command-line identity %d (%s)", slot, purpose or "no purpose")
                 if told and reporter is not None:
                     reporter.ended(slot, time.monotonic() - started)
                 return slot, lock
@@ -470,6 +474,13 @@ async def holding(
             wall_ms=_now_ms,
             me=PublicPeer.from_registration(registration),
         )
+        logger.info(
+            "identity %d published as %s [%s] in %s",
+            slot,
+            registration.name,
+            registration.ref,
+            locations.peers_dir,
+        )
         yield Held(slot, identity, outbox, locations, registration)
     finally:
         with anyio.CancelScope(shield=True):
@@ -478,6 +489,7 @@ async def holding(
                     await anyio.to_thread.run_sync(fs.remove_file, registration_path)
             finally:
                 lock.release()
+                logger.info("released command-line identity %d", slot)
 
 
 @asynccontextmanager

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from pi_cross_session.plugin import render
-from pi_cross_session.protocol.text import clean_name, is_blank
+from pi_cross_session.protocol.text import clean_line, clean_name, is_blank
 
 #: Environment variable naming the inbound policy for one launch.
 INBOUND_ENV: Final = "PI_CROSS_SESSION_INBOUND"
@@ -116,10 +116,10 @@ class PluginOptions:
 def parse_name(value: object) -> str | None:
     """A session name as it will be published (cleaned as the wire cleans names), or ``None``
     when ``value`` is not a string or is blank."""
-    if not isinstance(value, str) or is_blank(value):
+    # Cleaned first: a name of only control or format characters is as blank as spaces.
+    if not isinstance(value, str) or is_blank(clean_line(value)):
         return None
-    cleaned = clean_name(value)
-    return None if is_blank(cleaned) else cleaned
+    return clean_name(value)
 
 
 def parse_inbound(value: object) -> Inbound | None:
