@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -24,7 +25,7 @@ from pi_cross_session.plugin.cli_identity import (
 )
 from pi_cross_session.protocol.limits import CLI_IDENTITY_POOL, CLI_SENT_IDS_KEPT
 from pi_cross_session.protocol.paths import Locations
-from tests.support.cli_procs import Inboxes, Result, cli_env, run_cli
+from tests.support.cli_procs import Inboxes, Result, cli_env, run_cli, run_with_tty_stderr
 
 Cli = Callable[..., Result]
 
@@ -201,3 +202,31 @@ async def test_status_asks_as_the_identity_that_sent_the_message(
     asked = await anyio.to_thread.run_sync(run, "status", "rows-per-sender", message_id, "--json")
     assert asked.returncode == 0, asked
     assert asked.json()["status"] == "delivered"
+
+
+def test_a_wait_for_an_identity_shows_on_a_terminal(
+    locations: Locations, private_agent_dir: Path, tmp_path: Path
+) -> None:
+    """All four identities are held: a status question says at once who holds them, shows the
+    wait on its terminal while it lasts, and goes on once one is free."""
+    locks = [SlotLock(lock_path(locations, slot)) for slot in ALL_SLOTS]
+    for lock in locks:
+        assert lock.try_acquire()
+        lock.write_note(Holder(os.getpid(), "send to someone", None))
+    release = threading.Timer(2.5, lambda: [lock.release() for lock in locks])
+    release.start()
+    try:
+        # Its message id is remembered by no identity, so it asks as each stored one (none yet:
+        # the first), and that is the one it waits for.
+        code, out, terminal = run_with_tty_stderr(
+            private_agent_dir, "status", "nobody", "an-id", cwd=tmp_path
+        )
+    finally:
+        release.join()
+        for lock in locks:
+            lock.release()
+    assert code == 4, (out, terminal)
+    assert "waiting (up to 60 s) for the identity this needs:" in terminal
+    assert f"identity 0: pid {os.getpid()}, send to someone" in terminal
+    assert "waiting for an identity… 1 s" in terminal  # the progress line, while it lasts
+    assert "got identity 0 after" in terminal

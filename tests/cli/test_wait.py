@@ -5,10 +5,6 @@ does (0 delivered, 5 submitted, 6 queued, 2 expired or dropped, 3 unknown).
 
 from __future__ import annotations
 
-import os
-import pty
-import select
-import subprocess
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -19,7 +15,13 @@ import pytest
 from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
 from pi_cross_session.protocol.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
-from tests.support.cli_procs import CLI, COMMAND_TIMEOUT_S, Inboxes, Result, cli_env, run_cli
+from tests.support.cli_procs import (
+    COMMAND_TIMEOUT_S,
+    Inboxes,
+    Result,
+    run_cli,
+    run_with_tty_stderr,
+)
 from tests.support.peers import running_peer
 
 Cli = Callable[..., Result]
@@ -89,39 +91,6 @@ def test_a_message_that_expires_in_the_queue_is_reported_expired(
     asked = cli("status", "stuck", report["messageId"])
     assert asked.returncode == 2, asked
     assert ": expired — it waited too long in the receiver's queue" in asked.stdout
-
-
-def run_with_tty_stderr(agent_dir: Path, *args: str, cwd: Path) -> tuple[int, str, str]:
-    """Run the command line with stderr on a pseudo-terminal (stdout stays a pipe)."""
-    master, slave = pty.openpty()
-    try:
-        process = subprocess.Popen(
-            [*CLI, *args],
-            env=cli_env(agent_dir),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=slave,
-        )
-        os.close(slave)
-        slave = -1
-        seen = b""
-        while True:
-            ready, _, _ = select.select([master], [], [], COMMAND_TIMEOUT_S)
-            assert ready, "the command line went silent on its terminal"
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the process closed its end
-                break
-            if not chunk:
-                break
-            seen += chunk
-        out = process.communicate(timeout=COMMAND_TIMEOUT_S)[0]
-        return process.returncode, out.decode(), seen.decode()
-    finally:
-        os.close(master)
-        if slave != -1:
-            os.close(slave)
 
 
 def test_a_terminal_sees_each_state_change_while_waiting(
