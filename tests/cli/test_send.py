@@ -403,3 +403,15 @@ async def test_the_rate_limit_follows_the_identity_across_invocations(
     assert identity_of(private_agent_dir)["instanceId"] == burst_identity
     sources = {e["source"] for e in inbox.events() if e["event"] == "state"}
     assert sources == {burst_identity}
+
+
+def test_send_name_is_the_sender_name_the_receiver_sees(inboxes: Inboxes, cli: Cli) -> None:
+    inbox = inboxes.start("named-receiver", busy=0)
+    sent = cli("send", "named-receiver", "who is this?", "--name", "  deploy\tscript ", "--json")
+    assert sent.returncode == 0, sent
+    message = inbox.wait_event("message", messageId=sent.json()["messageId"])
+    assert message["sender"]["name"] == "deploy script"  # cleaned as every published name
+    plain = cli("send", "named-receiver", "and without a name?", "--json")
+    assert plain.returncode == 0, plain
+    message = inbox.wait_event("message", messageId=plain.json()["messageId"])
+    assert message["sender"]["name"] == "pi-cross-session-cli"

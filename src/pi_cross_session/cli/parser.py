@@ -121,9 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _with_verbose(parser, default=0)
-    commands = parser.add_subparsers(
-        dest="command", metavar="COMMAND", parser_class=_CommandParser
-    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
 
     def command(name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
         sub = commands.add_parser(

@@ -232,8 +232,7 @@ _NEXT: Final[Mapping[str, str]] = {
         f"every {1 / RATE_REFILL_PER_S:g} s"
     ),
     "duplicate": (
-        f"it already took this message, or the same text within {TEXT_DEDUP_WINDOW_S:g} s; "
-        "change the text or wait"
+        f"send a different text, or wait {TEXT_DEDUP_WINDOW_S:g} s to send the same one again"
     ),
     "refused": "that session refuses messages from other sessions (its inbound setting)",
     "stopped": "its user must run /cross-session-resume in that session first",
