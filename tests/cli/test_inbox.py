@@ -92,7 +92,9 @@ def test_text_inbox_prints_readable_lines(inboxes: Inboxes, cli: Cli) -> None:
 def test_busy_inbox_queues_a_second_message_and_delivers_it_after_the_turn(
     inboxes: Inboxes, cli: Cli
 ) -> None:
-    inbox = inboxes.start("slowpoke", busy=2)
+    # Busy long enough that, even on a loaded machine, the second send and the status request
+    # both happen inside the first message's turn.
+    inbox = inboxes.start("slowpoke", busy=6)
     first = cli("send", "slowpoke", "first message", "--json")
     assert first.returncode == 0, first
     assert first.json()["status"] == "submitted"
