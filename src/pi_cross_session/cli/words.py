@@ -17,6 +17,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from pi_cross_session.protocol.codes import is_receipt_unknown
 from pi_cross_session.protocol.limits import (
     DISPLAY_CWD_CODE_POINTS,
     DISPLAY_DIAGNOSTIC_CODE_POINTS,
@@ -250,25 +251,13 @@ _NEXT: Final[Mapping[str, str]] = {
 
 def next_step(code: str, *, target: str | None = None, message_id: str | None = None) -> str | None:
     """The command-line advice for an ending, or ``None`` when there is nothing useful to add."""
-    if code in _RECEIPT_UNKNOWN and message_id is not None:
+    if is_receipt_unknown(code) and message_id is not None:
         where = "TARGET" if target is None else f"'{target}'"
         return (
             f"ask what became of it with: {PROG} status {where} {message_id} "
             "(never resend blindly: it may already have arrived)"
         )
     return _NEXT.get(code)
-
-
-_RECEIPT_UNKNOWN: Final = frozenset(
-    {
-        "timeout",
-        "connection_closed",
-        "cancelled",
-        "transport_error",
-        "invalid_response",
-        "invalid_receipt",
-    }
-)
 
 
 # -- send --------------------------------------------------------------------------------------
