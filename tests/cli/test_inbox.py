@@ -41,11 +41,23 @@ def test_json_inbox_reports_ready_then_each_state_and_the_message(
     assert message["sender"]["name"] == "pi-cross-session-cli"
     assert re.fullmatch(r"[0-9a-f]{32}", message["sender"]["instanceId"])
     assert message["sender"]["sessionId"].startswith("cli-")
-    state = inbox.wait_event("state", messageId=message_id, state="submitted")
-    assert inbox.states_of(message_id) == ["accepted", "submitted"]
+    state = inbox.wait_event("state", messageId=message_id, state="delivered")
+    # Shown as a sender asking about it would hear it: delivered once the host confirmed it,
+    # never a second "submitted".
+    assert inbox.states_of(message_id) == ["accepted", "submitted", "delivered"]
+    assert state["delivered"] is True
     assert state["sender"] == "pi-cross-session-cli"
     assert state["summary"] == "Please rebase on main."
     assert state["source"] == message["sender"]["instanceId"]
+    # Every event carries its time (epoch ms), in order.
+    stamps = [e["at"] for e in inbox.events()]
+    assert all(isinstance(at, int) for at in stamps)
+    assert stamps == sorted(stamps)
+    assert [e["delivered"] for e in inbox.events() if e["event"] == "state"] == [
+        False,
+        False,
+        True,
+    ]
 
 
 def test_text_inbox_prints_readable_lines(inboxes: Inboxes, cli: Cli) -> None:
@@ -64,6 +76,7 @@ def test_text_inbox_prints_readable_lines(inboxes: Inboxes, cli: Cli) -> None:
         rf"accepted\s+{message_id} from pi-cross-session-cli \[[0-9a-f]{{8}}\]: greeting"
     )
     inbox.wait_line(rf"submitted\s+{message_id} from pi-cross-session-cli")
+    inbox.wait_line(rf"delivered\s+{message_id} from pi-cross-session-cli")
     inbox.wait_line(rf"message {message_id} from pi-cross-session-cli \[[0-9a-f]{{8}}\]$")
     inbox.wait_line(r"^    hello in plain text$")
 
@@ -79,7 +92,9 @@ def test_text_inbox_prints_readable_lines(inboxes: Inboxes, cli: Cli) -> None:
 def test_busy_inbox_queues_a_second_message_and_delivers_it_after_the_turn(
     inboxes: Inboxes, cli: Cli
 ) -> None:
-    inbox = inboxes.start("slowpoke", busy=2)
+    # Busy long enough that, even on a loaded machine, the second send and the status request
+    # both happen inside the first message's turn.
+    inbox = inboxes.start("slowpoke", busy=6)
     first = cli("send", "slowpoke", "first message", "--json")
     assert first.returncode == 0, first
     assert first.json()["status"] == "submitted"
@@ -104,7 +119,8 @@ def test_busy_inbox_queues_a_second_message_and_delivers_it_after_the_turn(
 
     delivered = inbox.wait_event("message", messageId=second_id)
     assert delivered["text"] == "second message"
-    assert inbox.states_of(second_id) == ["accepted", "queued", "submitted"]
+    inbox.wait_event("state", messageId=second_id, state="delivered")
+    assert inbox.states_of(second_id) == ["accepted", "queued", "submitted", "delivered"]
     assert [e["messageId"] for e in inbox.events() if e["event"] == "message"] == [
         first_id,
         second_id,
@@ -148,8 +164,9 @@ def test_a_signal_stops_the_inbox_and_removes_its_files(
 
     assert inbox.stop(stop_signal) == 0
     events = inbox.events()
-    assert events[-1] == {"event": "stopped", "error": None}
+    assert {k: v for k, v in events[-1].items() if k != "at"} == {"event": "stopped", "error": None}
     assert events[-2]["event"] == "status"  # the final figures come just before
+    assert events[-2]["inbound"] == "accept"
     assert not registration.exists()
     assert not socket.exists()
     assert list(Path(locations.peers_dir).glob("*.json")) == []
@@ -168,12 +185,17 @@ def test_refusing_inbox_refuses_a_send_with_exit_2(inboxes: Inboxes, cli: Cli) -
     assert report["retryable"] is False
     assert report["ok"] is False
     assert "does not accept messages" in report["error"]
-    # Text mode goes to stderr, with the status word.
+    assert "error" in report
+    # Text mode goes to stderr, with the status word, in the command line's words: the frame
+    # went out, and the receiver refused it.
     text = cli("send", "closed-door", "let me in, please")
     assert text.returncode == 2, text
     assert text.stdout == ""
-    assert "Message not confirmed to closed-door [" in text.stderr
-    assert ": refused;" in text.stderr
+    assert text.stderr.startswith("Message refused by closed-door [")
+    assert "(refused): " in text.stderr
+    assert "refuses messages from other sessions (its inbound setting)" in text.stderr
+    assert "upgrade" not in text.stderr
+    assert "list_pi" not in text.stderr
     assert not [e for e in inbox.events() if e["event"] in ("state", "message")]
 
 

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session.plugin import cli_identity
-from pi_cross_session.protocol import discovery
+from pi_cross_session.plugin.cli_identity import SlotLock
+from pi_cross_session.protocol import discovery, paths
 from pi_cross_session.protocol.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security import fs
-from tests.support.cli_procs import Inboxes, Result, exists
+from tests.support.cli_procs import Inboxes, Result, exists, run_cli, tree_state
 
 Cli = Callable[..., Result]
 
@@ -89,10 +90,16 @@ def test_listing_has_every_public_field_and_no_token(
     text = cli("peers")
     assert text.returncode == 0, text
     cwd = tmp_path / "work"
-    assert sorted(text.stdout.splitlines()) == [
-        f"{r['name']} [{r['ref']}] — idle — {cwd} — git none — session {r['sessionId']}"
+    header, *rows = text.stdout.splitlines()
+    assert header.split() == ["ADDRESS", "STATUS", "INBOUND", "SESSION", "GIT", "CWD"]
+    assert sorted(row.split() for row in rows) == [
+        [f"{r['name']}", f"[{r['ref']}]", "idle", r["inbound"], r["sessionId"], "-", str(cwd)]
         for r in (alpha, beta)
     ]
+    # Aligned columns: each column starts where its header does, on every line.
+    for column in ("STATUS", "INBOUND", "SESSION", "GIT", "CWD"):
+        start = header.index(column)
+        assert all(row[start - 2 : start] == "  " and row[start] != " " for row in rows), column
     for token in tokens:
         assert token not in text.stdout
 
@@ -126,7 +133,7 @@ def test_git_metadata_of_an_advertised_cwd(inboxes: Inboxes, cli: Cli, tmp_path:
     [peer] = listed.json()["peers"]
     assert peer["git"] == {"worktree": str(repo), "branch": "topic", "head": head}
     text = cli("peers")
-    assert f"git {repo} (topic@{head[:8]})" in text.stdout
+    assert f"topic@{head[:8]}  {repo}" in text.stdout
 
 
 def test_the_command_line_never_lists_itself(
@@ -161,3 +168,54 @@ async def test_other_listers_hide_the_command_line_while_it_is_published(
         assert listing.hidden == 1
         assert exists(mine)  # hidden, not reaped: its process is alive
     assert not exists(mine)
+
+
+# -- read-only, and never waiting for an identity ---------------------------------------------
+
+
+def test_peers_with_a_mistyped_agent_dir_creates_nothing(tmp_path: Path) -> None:
+    """The tracker's case: a typo in PI_CODING_AGENT_DIR used to create that whole tree."""
+    typo = tmp_path / "agnet" / "dir"
+    runtime_dir = paths.resolve(env={"PI_CODING_AGENT_DIR": str(typo)}).runtime_dir
+    for args in (("peers",), ("peers", "--json")):
+        listed = run_cli(typo, *args, cwd=tmp_path)
+        assert listed.returncode == 0, listed
+        assert listed.stderr == ""
+    assert listed.json() == {"peers": []}
+    assert not (tmp_path / "agnet").exists()
+    assert not exists(runtime_dir)
+
+
+def test_peers_changes_nothing_in_an_existing_agent_dir(
+    inboxes: Inboxes, cli: Cli, private_agent_dir: Path, locations: Locations
+) -> None:
+    inboxes.start("watched")
+    before = tree_state(private_agent_dir, locations.runtime_dir)
+    listed = cli("peers", "--json")
+    assert listed.returncode == 0, listed
+    assert [p["name"] for p in listed.json()["peers"]] == ["watched"]
+    assert tree_state(private_agent_dir, locations.runtime_dir) == before
+    assert not exists(cli_identity.state_dir(locations))  # no identity, no lock, no note
+
+
+def test_peers_does_not_wait_for_busy_identities(
+    inboxes: Inboxes, cli: Cli, locations: Locations
+) -> None:
+    """Every command-line identity is held (as by four sends waiting for receipts): a listing
+    needs none of them, so it neither waits nor says it waits."""
+    inboxes.start("still-visible")
+    state = Path(cli_identity.state_dir(locations))
+    state.mkdir(mode=0o700)
+    locks = [
+        SlotLock(str(state / cli_identity.slot_files(slot).lock)) for slot in cli_identity.ALL_SLOTS
+    ]
+    try:
+        for lock in locks:
+            assert lock.try_acquire()
+        listed = cli("peers")
+    finally:
+        for lock in locks:
+            lock.release()
+    assert listed.returncode == 0, listed
+    assert listed.stderr == ""
+    assert "still-visible [" in listed.stdout

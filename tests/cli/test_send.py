@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -14,6 +15,7 @@ import anyio
 import pytest
 
 from pi_cross_session.plugin import cli_identity, outbound
+from pi_cross_session.plugin.cli_identity import Holder, SlotLock
 from pi_cross_session.protocol import discovery
 from pi_cross_session.protocol.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
@@ -32,9 +34,14 @@ REPORT_KEYS = {
     "next",
     "messageId",
     "target",
-    "error",
     "messageWritten",
 }
+
+
+def slot_lock_path(locations: Locations, slot: int) -> Path:
+    state = Path(cli_identity.state_dir(locations))
+    state.mkdir(mode=0o700, exist_ok=True)
+    return state / cli_identity.slot_files(slot).lock
 
 
 def identity_of(agent_dir: Path) -> dict[str, str]:
@@ -56,13 +63,12 @@ def test_json_report_of_a_submitted_message_with_a_summary(
     )
     assert sent.returncode == 0, sent
     report = sent.json()
-    assert set(report) == REPORT_KEYS
+    assert set(report) == REPORT_KEYS  # a success carries no "error" field at all
     assert report["ok"] is True
     assert report["status"] == "submitted"
     assert report["state"] == "submitted"
     assert report["retryable"] is False
     assert report["next"] is None
-    assert report["error"] is None
     assert report["messageWritten"] is True  # a receipt came back, so the frame went out
     assert len(report["messageId"]) == 36
     assert report["target"]["instanceId"] == ready_event["instanceId"]
@@ -84,16 +90,22 @@ def test_send_wait_reports_delivered_once_the_inbox_shows_the_message(
     sent = cli("send", "delta", "are you there?", "--wait", "5", "--json")
     assert sent.returncode == 0, sent
     report = sent.json()
-    assert (report["status"], report["delivery"]) == ("submitted", "delivered")
+    assert (report["status"], report["lastState"]) == ("submitted", "delivered")
+    assert report["followed"] == ["submitted", "delivered"]
+    assert report["deliveryConfirmable"] is True
+    assert "error" not in report
     inbox.wait_event("message", messageId=report["messageId"])
     text = cli("send", "delta", "and now in words", "--wait", "5")
     assert text.returncode == 0, text
-    assert "confirmed it entered its conversation (delivered)" in text.stdout
+    assert "submitted → delivered" in text.stdout
+    assert "confirmed it entered its conversation" in text.stdout
 
 
-def test_concurrent_invocations_take_turns_with_the_identity(
+def test_parallel_sends_do_not_wait_for_each_other(
     inboxes: Inboxes, private_agent_dir: Path, locations: Locations
 ) -> None:
+    """Three sends started together: each takes a free identity of the pool, none waits (and
+    none says it waits), and every one is taken by the receiver."""
     inbox = inboxes.start("busy-bee", busy=10)
     results: list[Result] = []
 
@@ -109,6 +121,7 @@ def test_concurrent_invocations_take_turns_with_the_identity(
         thread.join(timeout=60)
     assert len(results) == 3
     assert all(r.returncode == 0 for r in results), results
+    assert all(r.stderr == "" for r in results), results
     assert sorted(r.json()["status"] for r in results) == ["queued", "queued", "submitted"]
     ready_event = inbox.wait_event("ready")
     assert leftovers(locations, keep=[ready_event["instanceId"]]) == []
@@ -155,17 +168,24 @@ def test_an_unknown_target_is_not_found(inboxes: Inboxes, cli: Cli, locations: L
     assert report["messageId"] is None
     assert report["messageWritten"] is False
     assert report["target"] is None
-    assert "Live sessions: present." in report["error"]
+    assert f"Live sessions: present [{ready_event['ref']}]." in report["error"]
+    assert report["next"] == "see the live sessions with: pi-cross-session peers"
     text = cli("send", "absent", "hello again?")
     assert text.returncode == 4, text
-    assert "not_found" in text.stderr
+    # Command-line words: a message that never left says "not sent", the advice names the
+    # command to run, and nothing speaks of the model's tools or of upgrading a peer.
+    assert text.stderr.startswith('Message not sent (not_found): no live session matches "absent"')
+    assert "pi-cross-session peers" in text.stderr
+    assert "list_pi" not in text.stderr
+    assert "upgrade" not in text.stderr
+    assert "messageId" not in text.stderr
     assert leftovers(locations, keep=[ready_event["instanceId"]]) == []
 
 
 def test_nobody_there_is_not_found(cli: Cli) -> None:
     sent = cli("send", "anyone", "hello?")
     assert sent.returncode == 4, sent
-    assert "There are no other live sessions." in sent.stderr
+    assert "there are no other live sessions" in sent.stderr
 
 
 def test_two_sessions_of_one_name_are_ambiguous_until_a_ref_is_given(
@@ -181,6 +201,15 @@ def test_two_sessions_of_one_name_are_ambiguous_until_a_ref_is_given(
     assert report["messageWritten"] is False
     for ref in refs:
         assert f"twin [{ref}]" in report["error"]
+    assert sorted(c["ref"] for c in report["candidates"]) == sorted(refs)
+    # In text, one candidate per line, each with its ref and cwd.
+    text = cli("send", "twin", "which one, in words?")
+    assert text.returncode == 4, text
+    head, *candidates = text.stderr.rstrip("\n").split("\n")
+    assert head.startswith('Message not sent (ambiguous): "twin" matches 2 live sessions;')
+    assert sorted(c.split()[:2] for c in candidates[:2]) == sorted(
+        ["twin", f"[{ref}]"] for ref in refs
+    )
     precise = cli("send", f"@twin [{refs[1]}]", "you, the second one", "--json")
     assert precise.returncode == 0, precise
     assert precise.json()["target"]["ref"] == refs[1]
@@ -221,8 +250,7 @@ def test_invalid_input_in_text_mode_goes_to_stderr(cli: Cli, private_agent_dir: 
     text = cli("send", "someone", " \n ")
     assert text.returncode == 1, text
     assert text.stdout == ""
-    assert text.stderr.startswith("Message not confirmed to the target: invalid_message; ")
-    assert "the message is blank" in text.stderr
+    assert text.stderr.startswith("Message not sent (invalid_message): the message is blank.")
     assert list(private_agent_dir.iterdir()) == []
 
 
@@ -301,16 +329,19 @@ async def test_a_receiver_that_never_answers_the_message_is_receipt_unknown(
 async def test_the_rate_limit_follows_the_identity_across_invocations(
     inboxes: Inboxes, locations: Locations, private_agent_dir: Path
 ) -> None:
-    """A burst through the command line's identity (in-process, for speed) empties the receiver's
-    bucket for that identity; the next real invocation is then ``rate_limited`` (exit 2).
+    """A burst through the command line's first identity (in-process, for speed) empties the
+    receiver's bucket for it; the next real invocation, which gets that same identity, is then
+    ``rate_limited`` (exit 2).
 
-    The invocation is started while the burst still holds the identity's lock, so it is already
-    up and waiting when the lock is released: a token takes 2 s to grow back, far longer than the
-    gap between the last admitted burst message and its send.
+    The other identities of the pool are held meanwhile, so the invocation, started while the
+    burst still holds the first one, has to wait: it says so at once on stderr, naming the
+    holders, and it is already up when the first identity is released (a token takes 2 s to grow
+    back, far longer than the gap between the last admitted burst message and its send).
     """
     inbox = inboxes.start("target", busy=30)  # every message after the first waits in the queue
     tally: Counter[str] = Counter()
     results: list[Result] = []
+    others = [SlotLock(str(slot_lock_path(locations, slot))) for slot in (1, 2, 3)]
 
     async def one_more() -> None:
         results.append(
@@ -326,27 +357,35 @@ async def test_the_rate_limit_follows_the_identity_across_invocations(
             )
         )
 
-    async with (
-        anyio.create_task_group() as group,
-        cli_identity.publishing(locations, with_git=False) as outbox,
-    ):
-        burst_identity = outbox.sender.instance_id
-        group.start_soon(one_more)  # blocks on the identity lock until this block ends
-        number = 0
-        while tally["rate_limited"] == 0:
-            number += 1
-            assert number <= 40, tally
-            tally[(await outbound.send(outbox, "target", f"burst {number}")).status] += 1
-        # Drain the bucket exactly: the next admitted message leaves it nearly empty.
-        with anyio.fail_after(10):
-            while True:
+    try:
+        async with (
+            anyio.create_task_group() as group,
+            cli_identity.holding(locations, [0], with_git=False) as held,
+        ):
+            for lock in others:
+                assert lock.try_acquire()
+                lock.write_note(Holder(os.getpid(), "a test holding it", None))
+            burst_identity = held.identity.instance_id
+            group.start_soon(one_more)  # waits for an identity until this block ends
+            outbox = held.outbox
+            number = 0
+            while tally["rate_limited"] == 0:
                 number += 1
-                report = await outbound.send(outbox, "target", f"burst {number}")
-                if report.ok:
-                    break
-                assert report.status == "rate_limited", report
-                await anyio.sleep(0.05)
-        assert not results  # still waiting for the identity
+                assert number <= 40, tally
+                tally[(await outbound.send(outbox, "target", f"burst {number}")).status] += 1
+            # Drain the bucket exactly: the next admitted message leaves it nearly empty.
+            with anyio.fail_after(10):
+                while True:
+                    number += 1
+                    report = await outbound.send(outbox, "target", f"burst {number}")
+                    if report.ok:
+                        break
+                    assert report.status == "rate_limited", report
+                    await anyio.sleep(0.05)
+            assert not results  # still waiting for an identity
+    finally:
+        for lock in others:
+            lock.release()
     assert tally["submitted"] == 1
     assert tally["queued"] == 29
     [sent] = results
@@ -355,6 +394,24 @@ async def test_the_rate_limit_follows_the_identity_across_invocations(
     assert report["status"] == "rate_limited"
     assert report["retryable"] is True
     assert report["state"] == "refused"
+    assert "one every 2 s" in report["next"]
+    # It said who held what, then which identity it got.
+    assert "all 4 command-line identities are in use" in sent.stderr
+    assert f"identity 1: pid {os.getpid()}, a test holding it" in sent.stderr
+    assert f"identity 0: pid {os.getpid()}" in sent.stderr
+    assert "got identity 0 after" in sent.stderr
     assert identity_of(private_agent_dir)["instanceId"] == burst_identity
     sources = {e["source"] for e in inbox.events() if e["event"] == "state"}
     assert sources == {burst_identity}
+
+
+def test_send_name_is_the_sender_name_the_receiver_sees(inboxes: Inboxes, cli: Cli) -> None:
+    inbox = inboxes.start("named-receiver", busy=0)
+    sent = cli("send", "named-receiver", "who is this?", "--name", "  deploy\tscript ", "--json")
+    assert sent.returncode == 0, sent
+    message = inbox.wait_event("message", messageId=sent.json()["messageId"])
+    assert message["sender"]["name"] == "deploy script"  # cleaned as every published name
+    plain = cli("send", "named-receiver", "and without a name?", "--json")
+    assert plain.returncode == 0, plain
+    message = inbox.wait_event("message", messageId=plain.json()["messageId"])
+    assert message["sender"]["name"] == "pi-cross-session-cli"

@@ -2,7 +2,7 @@
 
 Every test already has its own agent dir (the root conftest); here it also gets its own pi home
 (``PI_HOME``), so nothing reads or writes ``~/.pi-python``, and no inherited
-``PI_CROSS_SESSION_INBOUND`` changes the default.
+``PI_CROSS_SESSION_INBOUND`` or ``PI_CROSS_SESSION_NAME`` changes the default.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def pi_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("PI_HOME", str(home))
     monkeypatch.delenv("PI_CROSS_SESSION_INBOUND", raising=False)
+    monkeypatch.delenv("PI_CROSS_SESSION_NAME", raising=False)
     return home
 
 

@@ -9,10 +9,14 @@ import pytest
 
 from pi_cross_session.plugin.options import (
     INBOUND_ENTRY_TYPE,
+    NAME_ENTRY_TYPE,
     InboundSource,
+    NameSource,
     load_options,
+    name_entry,
     session_choice,
     session_entry,
+    session_name_choice,
 )
 
 
@@ -105,3 +109,55 @@ def test_a_session_choice_wins_over_everything(tmp_path: Path) -> None:
     chosen = options.with_session_choice(choice)
     assert (chosen.inbound, chosen.inbound_source) == ("refuse", InboundSource.SESSION)
     assert options.with_session_choice(None) is options
+
+
+# -- the session's name ----------------------------------------------------------------------
+
+
+def test_no_name_option_leaves_the_host_its_name(tmp_path: Path) -> None:
+    options = load_options(tmp_path, env={})
+    assert (options.name, options.name_source) == (None, NameSource.HOST)
+
+
+def test_env_names_the_session_cleaned_as_the_wire_does(tmp_path: Path) -> None:
+    write_config(tmp_path, '[cross_session]\nname = "from-config"\n')
+    options = load_options(tmp_path, env={"PI_CROSS_SESSION_NAME": "  build\tbot\n"})
+    assert (options.name, options.name_source) == ("build bot", NameSource.ENV)
+    assert options.warnings == ()
+
+
+def test_agent_toml_names_the_session(tmp_path: Path) -> None:
+    write_config(tmp_path, '[cross_session]\nname = "reviewer"\n')
+    options = load_options(tmp_path, env={"PI_CROSS_SESSION_NAME": ""})  # empty: unset
+    assert (options.name, options.name_source) == ("reviewer", NameSource.CONFIG)
+
+
+@pytest.mark.parametrize(
+    ("env", "config", "warning"),
+    [
+        ({"PI_CROSS_SESSION_NAME": " \u200b "}, "", "PI_CROSS_SESSION_NAME sets a blank"),
+        ({}, "name = 42\n", "[cross_session] name in agent.toml must be a non-blank string"),
+        ({}, 'name = "\\t"\n', "[cross_session] name in agent.toml must be a non-blank string"),
+    ],
+    ids=["blank-env", "not-a-string", "blank-config"],
+)
+def test_a_bad_name_is_ignored_and_said(
+    tmp_path: Path, env: dict[str, str], config: str, warning: str
+) -> None:
+    write_config(tmp_path, "[cross_session]\n" + config)
+    options = load_options(tmp_path, env=env)
+    assert (options.name, options.name_source) == (None, NameSource.HOST)
+    assert options.inbound == "accept"  # a name is not a security setting: nothing fails closed
+    assert any(warning in text for text in options.warnings), options.warnings
+
+
+def test_a_name_chosen_in_the_session_wins(tmp_path: Path) -> None:
+    options = load_options(tmp_path, env={"PI_CROSS_SESSION_NAME": "env"})
+    entries = [
+        {"customType": NAME_ENTRY_TYPE, "data": name_entry("first", changed_at_ms=1)},
+        {"customType": NAME_ENTRY_TYPE, "data": {"name": "   "}},  # not ours: skipped
+        SimpleNamespace(customType=NAME_ENTRY_TYPE, data=name_entry("second", changed_at_ms=2)),
+    ]
+    chosen = options.with_session_name(session_name_choice(entries))
+    assert (chosen.name, chosen.name_source) == ("second", NameSource.SESSION)
+    assert options.with_session_name(None) == options

@@ -142,7 +142,7 @@ async def test_the_command_line_waits_for_delivery(locations: Locations) -> None
         code, out = await _cli("send", "alpha", "from the shell", "--wait", "5", "--json")
     assert code == 0
     report = json.loads(out)
-    assert (report["status"], report["delivery"]) == ("submitted", "delivered")
+    assert (report["status"], report["lastState"]) == ("submitted", "delivered")
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "30.5", "nan", "inf", "soon"])

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
+import select
 import signal
 import stat
 import subprocess
@@ -74,19 +76,61 @@ def run_cli(
     *args: str,
     cwd: str | os.PathLike[str] | None = None,
     timeout: float = COMMAND_TIMEOUT_S,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    encoding: str = "utf-8",
 ) -> Result:
-    """Run ``pi-cross-session ARGS`` to completion."""
+    """Run ``pi-cross-session ARGS`` to completion (``stdin``: text to feed it; ``env``: extra
+    variables; ``encoding``: how its output is decoded, with escapes for what does not decode)."""
     done = subprocess.run(
         [*CLI, *args],
-        env=cli_env(agent_dir),
+        env={**cli_env(agent_dir), **(env or {})},
         cwd=cwd,
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        encoding="utf-8",
+        encoding=encoding,
+        errors="backslashreplace",
         timeout=timeout,
         check=False,
     )
     return Result(tuple(args), done.returncode, done.stdout, done.stderr)
+
+
+def run_with_tty_stderr(
+    agent_dir: str | os.PathLike[str], *args: str, cwd: str | os.PathLike[str]
+) -> tuple[int, str, str]:
+    """Run the command line with stderr on a pseudo-terminal (stdout stays a pipe)."""
+    master, slave = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [*CLI, *args],
+            env=cli_env(agent_dir),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+        )
+        os.close(slave)
+        slave = -1
+        seen = b""
+        while True:
+            ready, _, _ = select.select([master], [], [], COMMAND_TIMEOUT_S)
+            assert ready, "the command line went silent on its terminal"
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the process closed its end
+                break
+            if not chunk:
+                break
+            seen += chunk
+        out = process.communicate(timeout=COMMAND_TIMEOUT_S)[0]
+        return process.returncode, out.decode(), seen.decode()
+    finally:
+        os.close(master)
+        if slave != -1:
+            os.close(slave)
 
 
 class InboxExitedError(ProcessExitedError):

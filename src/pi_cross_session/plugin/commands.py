@@ -5,6 +5,7 @@
 ``/cross-session-status``  a readable summary of the inbox; ``--json`` prints the raw object
 ``/cross-session-resume``  reopen a latched inbox, only when nothing is running
 ``/cross-session-inbound`` show, or set to ``accept`` / ``refuse``, and save the choice
+``/cross-session-name``    show, or change (and save) the name other sessions address this by
 =========================  =================================================================
 
 Commands are the local user's own channel: nothing a peer sends can reach them (a peer's text is
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pi_cross_session.plugin import render
-from pi_cross_session.plugin.options import Inbound, parse_inbound
+from pi_cross_session.plugin.options import Inbound, parse_inbound, parse_name
 from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.registration import PublicPeer
 
@@ -28,6 +29,7 @@ LIST_PI: Final = "list-pi"
 STATUS: Final = "cross-session-status"
 RESUME: Final = "cross-session-resume"
 INBOUND: Final = "cross-session-inbound"
+NAME: Final = "cross-session-name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,7 @@ COMMAND_SPECS: Final = (
     CommandSpec(STATUS, render.STATUS_COMMAND_DESCRIPTION),
     CommandSpec(RESUME, render.RESUME_COMMAND_DESCRIPTION),
     CommandSpec(INBOUND, render.INBOUND_COMMAND_DESCRIPTION),
+    CommandSpec(NAME, render.NAME_COMMAND_DESCRIPTION),
 )
 
 
@@ -54,6 +57,8 @@ class HostReport:
 
     inbound_source: str = "default"
     warnings: Sequence[str] = ()
+    #: Which level named the session (:class:`~pi_cross_session.plugin.options.NameSource`).
+    name_source: str = "host"
     problems: Sequence[str] = ()
 
 
@@ -86,6 +91,8 @@ def status_data(runtime: SessionRuntime, report: HostReport) -> dict[str, Any]:
         {
             "instanceId": None if me is None else me.instance_id,
             "address": None if me is None else render.address(me),
+            "name": runtime.name,
+            "nameSource": report.name_source,
             "inbound": runtime.inbound,
             "inboundSource": report.inbound_source,
             "warnings": list(report.warnings),
@@ -112,14 +119,18 @@ def status(runtime: SessionRuntime, args: str, report: HostReport) -> str:
         inbound_source=report.inbound_source,
         warnings=report.warnings,
         problems=report.problems,
-        sections=_status_sections(runtime),
+        sections=_status_sections(runtime, report),
     )
 
 
-def _status_sections(runtime: SessionRuntime) -> list[str]:
+def _status_sections(runtime: SessionRuntime, report: HostReport) -> list[str]:
     view = runtime.goal_view()
     lines = render.goal_lines(view.status, view.last_end, view.confirmations)
-    return [*lines, *render.peer_check_lines(runtime.peer_checks())]
+    return [
+        render.name_line(runtime.name, report.name_source),
+        *lines,
+        *render.peer_check_lines(runtime.peer_checks()),
+    ]
 
 
 def resume(runtime: SessionRuntime) -> str:
@@ -153,16 +164,44 @@ def inbound(
     return render.inbound_changed(choice, saved=True)
 
 
+async def name(
+    runtime: SessionRuntime,
+    args: str,
+    *,
+    source: str,
+    persist: Callable[[str], None],
+) -> str:
+    """``/cross-session-name [NEW]``: show the name, or publish a new one and save it.
+
+    The whole argument is the name, cleaned as the wire cleans names. A rename keeps the
+    incarnation (ref and message states); the registration is rewritten before the reply.
+    ``persist`` saves the choice; if it raises, the new name still holds for this session.
+    """
+    if not args.strip():
+        return render.name_current(runtime.name, source)
+    chosen = parse_name(args)
+    if chosen is None:
+        return render.NAME_USAGE
+    await runtime.rename(chosen)
+    try:
+        persist(chosen)
+    except Exception as exc:  # the new name stands; only its persistence failed
+        return render.name_changed(chosen, saved=False, error=str(exc))
+    return render.name_changed(chosen, saved=True)
+
+
 __all__ = [
     "COMMAND_SPECS",
     "INBOUND",
     "LIST_PI",
+    "NAME",
     "PEERS",
     "RESUME",
     "STATUS",
     "CommandSpec",
     "HostReport",
     "inbound",
+    "name",
     "peers",
     "resume",
     "status",

@@ -25,6 +25,13 @@ away with the session. Global defaults belong in ``agent.toml``, which the user 
 holds a sentence telling the user why. The invalid level is not skipped in favour of a wider one:
 the user meant *something* there, and we cannot know it was ``accept``.
 
+**The session's name** follows the same order, narrowest first: ``/cross-session-name NEW`` in
+this session (saved in the session, :data:`NAME_ENTRY_TYPE`, until changed again), then
+:data:`NAME_ENV`, then ``name = "..."`` in the ``[cross_session]`` table, then the host's own
+session name, then the contract's default (``pi-`` and the session id's start). A name is cleaned
+as the wire cleans names (spec §1.6); one that is blank once cleaned, or not a string, is ignored
+with a warning (a name is not a security setting, so there is nothing to fail closed about).
+
 The same table may also adjust the tool-call gate (:mod:`pi_cross_session.security.gate`):
 ``gated_tools_add = ["name", ...]`` gates more tools in peer-started turns, and
 ``gated_tools_remove = [...]`` stops gating some. Only the local user's own file can do this.
@@ -41,6 +48,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from pi_cross_session.plugin import render
+from pi_cross_session.protocol.text import clean_line, clean_name, is_blank
 
 #: Environment variable naming the inbound policy for one launch.
 INBOUND_ENV: Final = "PI_CROSS_SESSION_INBOUND"
@@ -49,6 +57,10 @@ CONFIG_FILE_NAME: Final = "agent.toml"
 CONFIG_TABLE: Final = "cross_session"
 #: Custom entry type under which ``/cross-session-inbound`` saves its choice in the session.
 INBOUND_ENTRY_TYPE: Final = "cross-session-inbound"
+#: Environment variable naming the session for one launch.
+NAME_ENV: Final = "PI_CROSS_SESSION_NAME"
+#: Custom entry type under which ``/cross-session-name`` saves its choice in the session.
+NAME_ENTRY_TYPE: Final = "cross-session-name"
 #: A settings file larger than this is not read (a real one is a few KiB).
 MAX_CONFIG_BYTES: Final = 1_048_576
 #: Gate adjustments kept from the config, at most (a list of tool names, not a data store).
@@ -66,6 +78,15 @@ class InboundSource(StrEnum):
     SESSION = "session"
 
 
+class NameSource(StrEnum):
+    """Which level named the session."""
+
+    HOST = "host"
+    ENV = "env"
+    CONFIG = "config"
+    SESSION = "session"
+
+
 @dataclass(frozen=True, slots=True)
 class PluginOptions:
     """The extension's effective options and what the user should be told about them."""
@@ -75,12 +96,30 @@ class PluginOptions:
     gated_tools_add: tuple[str, ...] = ()
     gated_tools_remove: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    #: The session's name from our options (cleaned), or ``None`` to use the host's.
+    name: str | None = None
+    name_source: NameSource = NameSource.HOST
+
+    def with_session_name(self, name: str | None) -> PluginOptions:
+        """Apply a name chosen in the session (the narrowest scope wins)."""
+        if name is None:
+            return self
+        return replace(self, name=name, name_source=NameSource.SESSION)
 
     def with_session_choice(self, choice: Inbound | None) -> PluginOptions:
         """Apply a choice saved in the session (the narrowest scope wins)."""
         if choice is None:
             return self
         return replace(self, inbound=choice, inbound_source=InboundSource.SESSION)
+
+
+def parse_name(value: object) -> str | None:
+    """A session name as it will be published (cleaned as the wire cleans names), or ``None``
+    when ``value`` is not a string or is blank."""
+    # Cleaned first: a name of only control or format characters is as blank as spaces.
+    if not isinstance(value, str) or is_blank(clean_line(value)):
+        return None
+    return clean_name(value)
 
 
 def parse_inbound(value: object) -> Inbound | None:
@@ -96,6 +135,8 @@ def parse_inbound(value: object) -> Inbound | None:
 class _Table:
     inbound: object = None
     has_inbound: bool = False
+    name: object = None
+    has_name: bool = False
     unreadable: str | None = None
     add: tuple[str, ...] = ()
     remove: tuple[str, ...] = ()
@@ -139,6 +180,8 @@ def _read_table(path: Path) -> _Table:
     return _Table(
         inbound=table.get("inbound"),
         has_inbound="inbound" in table,
+        name=table.get("name"),
+        has_name="name" in table,
         add=add,
         remove=remove,
         warnings=tuple(w for w in (add_problem, remove_problem) if w is not None),
@@ -174,13 +217,34 @@ def load_options(home: Path | str, *, env: Mapping[str, str] | None = None) -> P
         inbound = parsed or "refuse"
     else:
         source, inbound = InboundSource.DEFAULT, "accept"
+    name, name_source = _name(environ, table, warnings)
     return PluginOptions(
         inbound=inbound,
         inbound_source=source,
         gated_tools_add=table.add,
         gated_tools_remove=table.remove,
         warnings=tuple(warnings),
+        name=name,
+        name_source=name_source,
     )
+
+
+def _name(
+    environ: Mapping[str, str], table: _Table, warnings: list[str]
+) -> tuple[str | None, NameSource]:
+    """The session name from the environment, else the config; a bad one is ignored, and said."""
+    raw_env = environ.get(NAME_ENV)
+    if raw_env:  # an empty variable counts as unset
+        parsed = parse_name(raw_env)
+        if parsed is not None:
+            return parsed, NameSource.ENV
+        warnings.append(render.invalid_name_option(NAME_ENV))
+    if table.has_name:
+        parsed = parse_name(table.name)
+        if parsed is not None:
+            return parsed, NameSource.CONFIG
+        warnings.append(render.invalid_config_entry("name", "a non-blank string"))
+    return None, NameSource.HOST
 
 
 def session_choice(entries: Iterable[object]) -> Inbound | None:
@@ -213,6 +277,21 @@ def entry_data(entries: Iterable[object], custom_type: str) -> list[Mapping[str,
     return found
 
 
+def session_name_choice(entries: Iterable[object]) -> str | None:
+    """The last valid name saved with ``/cross-session-name`` in a session, if any."""
+    choice: str | None = None
+    for data in entry_data(entries, NAME_ENTRY_TYPE):
+        parsed = parse_name(data.get("name"))
+        if parsed is not None:
+            choice = parsed
+    return choice
+
+
+def name_entry(name: str, *, changed_at_ms: int) -> dict[str, object]:
+    """The data saved for a ``/cross-session-name`` choice."""
+    return {"name": name, "changedAt": changed_at_ms}
+
+
 def session_entry(value: Inbound, *, changed_at_ms: int) -> dict[str, object]:
     """The data saved for a ``/cross-session-inbound`` choice."""
     return {"inbound": value, "changedAt": changed_at_ms}
@@ -231,11 +310,17 @@ __all__ = [
     "INBOUND_ENV",
     "MAX_CONFIG_BYTES",
     "MAX_GATE_NAMES",
+    "NAME_ENTRY_TYPE",
+    "NAME_ENV",
     "Inbound",
     "InboundSource",
+    "NameSource",
     "PluginOptions",
     "load_options",
+    "name_entry",
     "parse_inbound",
+    "parse_name",
     "session_choice",
     "session_entry",
+    "session_name_choice",
 ]

@@ -168,10 +168,16 @@ def inbox_message(delivery: Delivery) -> str:
 
 
 def inbox_row(row: Row) -> str:
-    """What ``pi-cross-session inbox`` prints when a message changes state (one line)."""
+    """What ``pi-cross-session inbox`` prints when a message changes state (one line): the state
+    a sender asking about it would hear (``delivered`` once the host confirmed it), and the
+    receiver's note on it, if any."""
+    shown = Code.DELIVERED if row.delivered else row.state
     who = f"{_name(row.sender_name)} [{_word(row.sender_instance_id[:8])}]"
     summary = sanitize.line(row.summary, MAX_SUMMARY_CODE_POINTS)
-    return f"{_word(row.state):<18} {_message_id(row.message_id)} from {who}: {summary}"
+    text = f"{_word(shown):<18} {_message_id(row.message_id)} from {who}: {summary}"
+    if row.diagnostic:
+        text += f" ({_diagnostic(row.diagnostic)})"
+    return text
 
 
 def listing(me: PublicPeer | None, peers: Sequence[PublicPeer]) -> str:
@@ -764,6 +770,58 @@ def status_command_json(data: dict[str, Any]) -> str:
     return sanitize.dumps(data, indent=2)
 
 
+# -- host extension: the session's name ---------------------------------------------------------
+
+NAME_COMMAND_DESCRIPTION: Final = (
+    "Show or change the name other sessions address this one by: /cross-session-name [NEW]"
+)
+NAME_USAGE: Final = (
+    "Usage: /cross-session-name NEW (without an argument: show the current name and its source)"
+)
+
+#: How each source of the session's name is named to the user.
+NAME_SOURCES: Final = {
+    "host": "the host's session name, or the default",
+    "env": "the environment variable PI_CROSS_SESSION_NAME",
+    "config": "[cross_session] name in agent.toml",
+    "session": "/cross-session-name in this session",
+}
+
+
+def name_line(name: str | None, source: str) -> str:
+    """The name line of ``/cross-session-status``."""
+    where = NAME_SOURCES.get(source, source)
+    shown = "not registered" if name is None else sanitize.line(name)
+    return f"Name: {shown} (set by {where})"
+
+
+def name_current(name: str | None, source: str) -> str:
+    """``/cross-session-name`` without an argument."""
+    return f"{name_line(name, source)}\n{NAME_USAGE}"
+
+
+def name_changed(name: str, *, saved: bool, error: str | None = None) -> str:
+    """What ``/cross-session-name NEW`` did, and how long it lasts."""
+    did = (
+        f"This session is now named {sanitize.line(name)}; its registration says so from now on "
+        "(other sessions address it by the new name and its unchanged ref)."
+    )
+    if saved:
+        lasts = (
+            "The name is saved with this session and applies when it is resumed; new sessions "
+            "still follow PI_CROSS_SESSION_NAME or [cross_session] name in agent.toml."
+        )
+    else:
+        reason = _diagnostic(error or "unknown error")
+        lasts = f"It could not be saved ({reason}), so it lasts until this session ends."
+    return f"{did} {lasts}"
+
+
+def invalid_name_option(where: str) -> str:
+    """A session name that is blank once cleaned: ignored, and said."""
+    return f"Cross-session: {where} sets a blank session name; it is ignored."
+
+
 __all__ = [
     "DELIVERY_MEANINGS",
     "GOAL_ACTION_DESCRIPTION",
@@ -786,6 +844,9 @@ __all__ = [
     "LIST_PI_DESCRIPTION",
     "LIST_PI_LABEL",
     "LIST_PI_SNIPPET",
+    "NAME_COMMAND_DESCRIPTION",
+    "NAME_SOURCES",
+    "NAME_USAGE",
     "NO_PEERS",
     "PEERS_COMMAND_DESCRIPTION",
     "PEER_TEXT_NOTICE",
@@ -823,8 +884,12 @@ __all__ = [
     "inbox_start_failed",
     "invalid_config_entry",
     "invalid_inbound_option",
+    "invalid_name_option",
     "listing",
     "message_preview",
+    "name_changed",
+    "name_current",
+    "name_line",
     "new_fence_nonce",
     "peer_check_data",
     "peer_check_lines",

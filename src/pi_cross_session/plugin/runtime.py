@@ -189,6 +189,8 @@ class SessionRuntime:
         self.locations = locations or paths.resolve()
         self.options = options or RuntimeOptions()
         self._inbound = inbound_from_flag(self.options.inbound)
+        # A name set for this session (options or /cross-session-name); None: the host's.
+        self._name: str | None = None
         self._current: _Incarnation | None = None
         self._stop_requested = False
         self._reload_requested = False
@@ -402,7 +404,7 @@ class SessionRuntime:
     ) -> Registration:
         return build_registration(
             session_id=identity.session_id,
-            session_name=default_name(identity.session_id, self.host.session_name),
+            session_name=default_name(identity.session_id, self._session_name()),
             instance_id=identity.instance_id,
             cwd=self.host.cwd,
             pid=identity.pid,
@@ -572,6 +574,35 @@ class SessionRuntime:
         if (inc := self._current) is not None:
             self._wake(inc, refresh=True)
         return self._inbound
+
+    def _session_name(self) -> str | None:
+        return self._name if self._name is not None else self.host.session_name
+
+    @property
+    def name(self) -> str | None:
+        """The name the registration publishes now (cleaned), or ``None`` when not running."""
+        inc = self._current
+        return None if inc is None else default_name(inc.identity.session_id, self._session_name())
+
+    def set_name(self, name: str | None) -> None:
+        """Publish ``name`` from now on (``None``: the host's session name again).
+
+        The incarnation stays the same (instance id, token, ref, message states): only the
+        registration is rewritten, as every write refreshes its name (spec §1.4).
+        """
+        self._name = name
+        if (inc := self._current) is not None:
+            self._wake(inc, refresh=True)
+
+    async def rename(self, name: str | None) -> str | None:
+        """:meth:`set_name`, then wait until the registration says so; returns the published
+        name (``None`` when not running). Raises the file layer's error if the write fails."""
+        self.set_name(name)
+        inc = self._current
+        if inc is None:
+            return None
+        await inc.registrar.refresh()
+        return self.name
 
     def resume(self) -> ResumeOutcome:
         """``/cross-session-resume``."""

@@ -134,6 +134,35 @@ MAX_DELIVERY_WAIT_S: Final = 30.0
 #: How often a waiting sender asks (a status query costs the receiver no budget and no token).
 DELIVERY_POLL_S: Final = 0.25
 
+#: After the queue TTL, how long ``send --wait`` keeps following a message that is still queued:
+#: the receiver's expiry check plus one status round-trip. So a queued message's fate (submitted
+#: or expired) is known before the wait ends, and the wait cannot race the queue's expiry.
+QUEUE_FATE_MARGIN_S: Final = 2.0
+
+# -- the command line ------------------------------------------------------------------------------
+#: Sender identities the command line keeps per agent dir. Each is one sender to a receiver (its
+#: own rate bucket, duplicate window and status rows), and one process holds it at a time (a
+#: receiver checks the hello comes from the pid its registration names). So this many invocations
+#: can send at once, and a script gets at most this many times one sender's rate.
+CLI_IDENTITY_POOL: Final = 4
+#: How long an invocation waits for a free identity when all are in use: longer than the longest
+#: legitimate hold (a send whose --wait follows a queued message to its fate, about 40 s).
+CLI_IDENTITY_WAIT_S: Final = 60.0
+#: How often an invocation that waits for an identity tries them again.
+CLI_IDENTITY_RETRY_S: Final = 0.1
+#: Message ids each identity remembers sending, so ``status`` asks as the identity that sent the
+#: message; a receiver keeps no more rows than this for all its senders together.
+CLI_SENT_IDS_KEPT: Final = MAX_CACHE_ENTRIES
+#: Bytes read of a lock's holder note (pid, command, since when): a few dozen in practice.
+CLI_HOLDER_NOTE_BYTES: Final = 4096
+#: Longest simulated turn ``pi-cross-session inbox --busy`` takes (a tool for trying things out;
+#: a longer one only makes the queue expire).
+MAX_INBOX_BUSY_S: Final = 60.0
+#: Bytes read from a message file or stdin, at most: a UTF-8 text longer than one frame cannot
+#: be sent (it has at least as many bytes as UTF-16 units), so a larger input is refused before
+#: it is read whole.
+MAX_MESSAGE_INPUT_BYTES: Final = MAX_FRAME_BYTES
+
 # -- goals (goal-scoped peer grants, spec/goal-scoped-v1.md) ---------------------------------------
 #: Objective of a goal, utf16: the reference's tool schema (``maxLength`` on a JS string).
 MAX_GOAL_OBJECTIVE_UNITS: Final = 4096

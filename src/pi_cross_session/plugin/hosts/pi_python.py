@@ -41,7 +41,8 @@ What it wires, and why each way (the host's gaps are numbered as in ``spec/host-
   error through our own ``tool_result`` hook, keeping its structured details.
 * **Commands** (gap 9): a command's reply is what it passes to ``api.send_message`` while it runs.
 * **Names.** pi-python sessions have no name, and their ids are UUIDv7 (clock first): see
-  :func:`default_session_name`.
+  :func:`default_session_name`. A name set by ``PI_CROSS_SESSION_NAME``, ``[cross_session] name``
+  or ``/cross-session-name`` wins over it (:mod:`pi_cross_session.plugin.options`).
 
 Known limits, all failing closed: a manual ``compact()`` or ``navigate_tree()`` leaves idle
 without any hook, so a message submitted then waits in the host's steer queue and the inbox latches
@@ -71,12 +72,15 @@ from pi_agent_core.types import AgentToolResult, ToolAnnotations
 from pi_cross_session.plugin import commands, render, tools
 from pi_cross_session.plugin.options import (
     INBOUND_ENTRY_TYPE,
+    NAME_ENTRY_TYPE,
     Inbound,
     PluginOptions,
     entry_data,
     load_options,
+    name_entry,
     session_choice,
     session_entry,
+    session_name_choice,
 )
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol import paths, sanitize
@@ -271,6 +275,8 @@ class PiPythonSession:
             options=replace(runtime_options or RuntimeOptions(), inbound=self.options.inbound),
             on_goal_evidence=self._journal_goal_evidence,
         )
+        # PI_CROSS_SESSION_NAME or agent.toml, until a name saved in the session is read back.
+        self.runtime.set_name(self.options.name)
         self.policy: GatePolicy = DEFAULT_POLICY.with_tools(
             self.options.gated_tools_add, self.options.gated_tools_remove
         ).with_protected_roots(str(api.home), self.locations.agent_dir, cwd=self._cwd)
@@ -318,6 +324,9 @@ class PiPythonSession:
             commands.RESUME: lambda _args: self._resume(),
             commands.INBOUND: lambda args: commands.inbound(
                 self.runtime, args, source=self.options.inbound_source, persist=self._persist
+            ),
+            commands.NAME: lambda args: commands.name(
+                self.runtime, args, source=self.options.name_source, persist=self._persist_name
             ),
         }
         for command in commands.COMMAND_SPECS:
@@ -403,6 +412,7 @@ class PiPythonSession:
             inbound_source=str(self.options.inbound_source),
             warnings=self.options.warnings,
             problems=tuple(self.problems),
+            name_source=str(self.options.name_source),
         )
 
     def _persist(self, value: Inbound) -> None:
@@ -410,6 +420,13 @@ class PiPythonSession:
             INBOUND_ENTRY_TYPE, session_entry(value, changed_at_ms=time.time_ns() // 1_000_000)
         )
         self.options = self.options.with_session_choice(value)
+
+    def _persist_name(self, name: str) -> None:
+        # The name holds for this session even if the journal refuses the entry.
+        self.options = self.options.with_session_name(name)
+        self._api.append_entry(
+            NAME_ENTRY_TYPE, name_entry(name, changed_at_ms=time.time_ns() // 1_000_000)
+        )
 
     def _problem(self, what: str, exc: BaseException) -> None:
         exc = _describe(exc)
@@ -425,6 +442,9 @@ class PiPythonSession:
         try:
             entries = self._api.get_custom_entries(INBOUND_ENTRY_TYPE)
             self.options = self.options.with_session_choice(session_choice(entries))
+            names = self._api.get_custom_entries(NAME_ENTRY_TYPE)
+            self.options = self.options.with_session_name(session_name_choice(names))
+            self.runtime.set_name(self.options.name)
             # Task ownership evidence of earlier goals (never a goal: a reload starts with none).
             evidence = self._api.get_custom_entries(GOAL_EVIDENCE_TYPE)
             self.runtime.seed_goal_evidence(entry_data(evidence, GOAL_EVIDENCE_TYPE))

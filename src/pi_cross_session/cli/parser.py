@@ -1,0 +1,232 @@
+"""The argument parser of ``pi-cross-session``: what each command takes, and its ``--help``.
+
+Light on purpose: it imports nothing but argparse and the limits, because every invocation builds
+it before it knows which command (and so which modules) it needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from collections.abc import Sequence
+from typing import NoReturn
+
+from pi_cross_session import __version__
+from pi_cross_session.cli import exits
+from pi_cross_session.protocol.limits import (
+    CLI_IDENTITY_POOL,
+    MAX_DELIVERY_WAIT_S,
+    MAX_INBOX_BUSY_S,
+    MAX_SUMMARY_CODE_POINTS,
+    QUEUE_FATE_MARGIN_S,
+    QUEUE_TTL_S,
+)
+from pi_cross_session.protocol.paths import is_instance_id
+
+PROG = "pi-cross-session"
+
+
+def _instance_id(value: str) -> str:
+    if not is_instance_id(value):
+        raise argparse.ArgumentTypeError("an instance id is 32 lowercase hex characters")
+    return value
+
+
+def _wait_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= MAX_DELIVERY_WAIT_S:  # NaN fails this too
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds above 0 and at most {MAX_DELIVERY_WAIT_S:g}"
+        )
+    return seconds
+
+
+def _message_id(value: str) -> str:
+    # Imported here: the frame module builds pydantic models, which only status needs.
+    from pi_cross_session.protocol.frames import ID_RE
+
+    if ID_RE.fullmatch(value) is None:
+        raise argparse.ArgumentTypeError("a message id is 1 to 128 of A-Z a-z 0-9 _ -")
+    return value
+
+
+def _busy_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("a number of seconds") from exc
+    if not 0 <= seconds <= MAX_INBOX_BUSY_S:
+        raise argparse.ArgumentTypeError(f"between 0 and {MAX_INBOX_BUSY_S:g} seconds")
+    return seconds
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on a usage error, which here means "refused": exit 1 instead."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(exits.EXIT_LOCAL, f"{self.prog}: error: {message}\n")
+
+
+class _CommandParser(_Parser):
+    """A command's parser: options and positionals in any order (``send bob --wait 5 hi``).
+
+    Plain argparse gives an optional positional (``MESSAGE``) nothing once an option follows
+    the target; intermixed parsing reads the positionals after every option is set aside.
+    """
+
+    _intermixed = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._intermixed:  # the intermixed parse calls back in, twice
+            return super().parse_known_args(args, namespace)
+        self._intermixed = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixed = False
+
+
+def _with_verbose(parser: argparse.ArgumentParser, *, default: object) -> None:
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=default,
+        help="log what happens to stderr (-vv for debug detail)",
+    )
+
+
+_WAIT_HELP = (
+    "after a good receipt, follow the message for up to S seconds (at most "
+    f"{MAX_DELIVERY_WAIT_S:g}) until the receiver confirms delivery; a message still queued "
+    f"then is followed until it leaves the queue (at most {QUEUE_TTL_S:g} s, its time to live, "
+    f"plus {QUEUE_FATE_MARGIN_S:g} s). Reports the last state known; exits as status does"
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; exposed so tests and docs can inspect it."""
+    parser = _Parser(
+        prog=PROG,
+        description="Discover and message agent sessions on this machine.",
+        epilog=exits.TABLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _with_verbose(parser, default=0)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
+
+    def command(name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+        sub = commands.add_parser(
+            name,
+            help=help,
+            # Filled here: the raw formatter (which keeps the exit-code table as written) would not.
+            description=None if description is None else textwrap.fill(description, 79),
+            epilog=exits.TABLE,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        # After the command word too (``send -v``); SUPPRESS keeps a top-level -v when absent.
+        _with_verbose(sub, default=argparse.SUPPRESS)
+        return sub
+
+    show = command(
+        "paths",
+        help="show the agent dir, namespace, runtime dir and socket path in effect",
+        description=(
+            "Show where sessions of this environment register and listen. Two sessions see "
+            "each other only when they resolve the same agent dir (PI_CODING_AGENT_DIR). "
+            "Creates nothing."
+        ),
+    )
+    show.add_argument(
+        "--instance-id",
+        type=_instance_id,
+        help="compute the socket path for this instance id (default: a random example id)",
+    )
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+
+    inbox = command(
+        "inbox",
+        help="run a live session without a model and print what it receives",
+        description=(
+            "Register a session that receives messages and prints each one as its state changes "
+            "(accepted, queued, submitted, delivered, expired, dropped). Each delivered message "
+            "keeps the inbox busy for --busy seconds, so senders see queueing as with a real "
+            "agent. Ctrl-C or SIGTERM stops it and removes its files; SIGUSR1 prints its status."
+        ),
+    )
+    inbox.add_argument("--name", help="the session name others address it by")
+    inbox.add_argument("--cwd", help="the working directory it advertises (default: the current)")
+    inbox.add_argument("--refuse", action="store_true", help="refuse every inbound message")
+    inbox.add_argument(
+        "--busy",
+        type=_busy_seconds,
+        metavar="SECONDS",
+        help="how long each delivered message keeps it busy, as a turn would (default: 1)",
+    )
+    inbox.add_argument(
+        "--json", action="store_true", help="one JSON object per event, each with its time"
+    )
+
+    peers = command(
+        "peers",
+        help="list the live sessions",
+        description=(
+            "List the live sessions of this agent dir: address (name [ref]), status, inbound "
+            "policy, working directory, git branch and session id. Needs no identity and creates "
+            "nothing."
+        ),
+    )
+    peers.add_argument("--json", action="store_true", help="print one JSON object")
+
+    send = command(
+        "send",
+        help="send one message to a session",
+        description=(
+            "Send a message to TARGET (a name, 'name [ref]', a session or instance id, or 6+ hex "
+            "of an instance id). The message is MESSAGE, or stdin when MESSAGE is '-', or the "
+            "file given with --file. Prints the receipt and the messageId. Nothing is retried. "
+            f"Up to {CLI_IDENTITY_POOL} sends may run at once; another one waits and says for "
+            "whom."
+        ),
+    )
+    send.add_argument("target", metavar="TARGET")
+    send.add_argument("message", metavar="MESSAGE", nargs="?", help="the text, or - for stdin")
+    send.add_argument("--file", metavar="PATH", help="read the message from this file (UTF-8)")
+    send.add_argument(
+        "--summary",
+        help=(
+            f"a one-line preview (default: the first line); longer than "
+            f"{MAX_SUMMARY_CODE_POINTS} characters is an error"
+        ),
+    )
+    send.add_argument("--wait", type=_wait_seconds, default=0.0, metavar="S", help=_WAIT_HELP)
+    send.add_argument(
+        "--name", help="the sender name the receiver sees (default: pi-cross-session-cli)"
+    )
+    send.add_argument("--json", action="store_true", help="print one JSON object")
+
+    status = command(
+        "status",
+        help="ask a session what became of a message sent from this command line",
+        description=(
+            "Ask TARGET what became of MESSAGE_ID, as the command-line identity that sent it. "
+            "The exit code says the state (see below)."
+        ),
+    )
+    status.add_argument("target", metavar="TARGET")
+    status.add_argument("message_id", metavar="MESSAGE_ID", type=_message_id)
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+
+    check = command(
+        "doctor", help="check dirs, registrations and sockets, and say how to fix problems"
+    )
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser

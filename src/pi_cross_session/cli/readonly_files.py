@@ -1,0 +1,53 @@
+"""The file layer for a listing that must create nothing (``pi-cross-session peers``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGISTRATION_BYTES
+from pi_cross_session.security import fs
+
+
+class ReadOnlyFiles:
+    """:mod:`pi_cross_session.security.fs` for discovery, except that nothing is created.
+
+    Only :meth:`ensure_private_dir` differs: a missing dir stays missing (there is nothing to
+    list), while an existing one is judged, and its mode repaired, as every lister does.
+    """
+
+    def ensure_private_dir(self, path: str, *, uid: int | None = None) -> None:
+        """Judge an existing dir as :func:`fs.ensure_private_dir` does; create nothing."""
+        if fs.inspect_private_dir(path, uid=uid) == "missing":
+            return
+        fs.ensure_private_dir(path, uid=uid)
+
+    def list_registration_names(
+        self, peers_dir: str, *, limit: int = MAX_LISTED_REGISTRATIONS
+    ) -> list[str]:
+        """See :func:`fs.list_registration_names` (a missing dir gives no names)."""
+        return fs.list_registration_names(peers_dir, limit=limit)
+
+    def read_registration_bytes(
+        self, path: str, *, uid: int | None = None, max_bytes: int = MAX_REGISTRATION_BYTES
+    ) -> bytes:
+        """See :func:`fs.read_registration_bytes`."""
+        return fs.read_registration_bytes(path, uid=uid, max_bytes=max_bytes)
+
+    def write_registration(
+        self,
+        peers_dir: str,
+        instance_id: str,
+        data: bytes,
+        *,
+        still_current: Callable[[], bool],
+    ) -> bool:
+        """A read-only listing writes no registration."""
+        raise RuntimeError("a read-only listing writes no registration")
+
+    def remove_file(self, path: str) -> None:
+        """Reaping a peer whose process is proven dead (spec §1.5): see :func:`fs.remove_file`."""
+        fs.remove_file(path)
+
+    def pid_is_dead(self, pid: int) -> bool:
+        """See :func:`fs.pid_is_dead`."""
+        return fs.pid_is_dead(pid)

@@ -1,0 +1,480 @@
+"""Every text the command line prints, in the command line's own words.
+
+The model's texts (:mod:`pi_cross_session.plugin.render`) speak of tools (``list_pi``) and tell a
+model what to do; a person at a shell needs commands (``pi-cross-session peers``) and the plain
+facts. So the command line keeps its words here, and shares only the wire's vocabulary.
+
+Every string a peer controls (names, refs are ours, cwds, session ids, branch names, a receiver's
+diagnostics and refusal texts, the target a user typed) goes through
+:func:`~pi_cross_session.protocol.sanitize.line` before it is placed in a line here; message bodies
+go through :func:`~pi_cross_session.protocol.sanitize.block` and are indented by the caller.
+"""
+
+from __future__ import annotations
+
+import time
+import unicodedata
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from pi_cross_session.protocol.codes import is_receipt_unknown
+from pi_cross_session.protocol.limits import (
+    DISPLAY_CWD_CODE_POINTS,
+    DISPLAY_DIAGNOSTIC_CODE_POINTS,
+    DISPLAY_SESSION_ID_CODE_POINTS,
+    MAX_NAME_CODE_POINTS,
+    QUEUE_TTL_S,
+    RATE_CAPACITY,
+    RATE_REFILL_PER_S,
+    TEXT_DEDUP_WINDOW_S,
+)
+from pi_cross_session.protocol.sanitize import line
+
+if TYPE_CHECKING:  # only for annotations: these modules are heavy to import
+    from pi_cross_session.cli.follow import FollowResult
+    from pi_cross_session.plugin.cli_identity import Holder
+    from pi_cross_session.plugin.render import SendReport
+    from pi_cross_session.protocol.registration import PublicPeer
+
+PROG: Final = "pi-cross-session"
+NO_PEERS: Final = "No other live sessions."
+#: Live sessions named in a not-found message, at most.
+_NAMED_AT_MOST: Final = 10
+#: Characters of a git HEAD shown.
+_HEAD_CHARS: Final = 8
+
+
+def address(name: str, ref: str) -> str:
+    """How to name a session on the command line: ``name [ref]``."""
+    return f"{line(name, MAX_NAME_CODE_POINTS)} [{line(ref, 32)}]"
+
+
+def peer_address(peer: PublicPeer) -> str:
+    """``name [ref]`` of a listed peer."""
+    return address(peer.name, peer.ref)
+
+
+def _quoted(text: str) -> str:
+    return '"' + line(text, DISPLAY_DIAGNOSTIC_CODE_POINTS) + '"'
+
+
+def _sentence(text: str) -> str:
+    """``text`` as one sentence: no trailing period doubled."""
+    text = text.rstrip()
+    return text if text.endswith((".", "!", "?", ":")) else text + "."
+
+
+# -- peers -----------------------------------------------------------------------------------------
+
+
+def _width(text: str) -> int:
+    """Columns a terminal gives ``text``: wide (CJK, emoji) characters take two, combining
+    marks none."""
+    width = 0
+    for char in text:
+        if unicodedata.combining(char):
+            continue
+        width += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+    return width
+
+
+def _git_cell(peer: PublicPeer) -> str:
+    git = peer.git
+    if git is None:
+        return "-"
+    branch = "detached" if git.branch is None else line(git.branch, MAX_NAME_CODE_POINTS)
+    cell = f"{branch}@{line(git.head, 64)[:_HEAD_CHARS]}"
+    if git.worktree != peer.cwd:
+        cell += f" ({line(git.worktree, DISPLAY_CWD_CODE_POINTS)})"
+    return cell
+
+
+PEER_COLUMNS: Final = ("ADDRESS", "STATUS", "INBOUND", "SESSION", "GIT", "CWD")
+
+
+def peer_table(peers: Sequence[PublicPeer]) -> str:
+    """The live sessions as aligned columns, a header first; or a line saying there is none."""
+    if not peers:
+        return NO_PEERS
+    rows = [PEER_COLUMNS] + [
+        (
+            peer_address(peer),
+            line(peer.status, 16),
+            line(peer.inbound, 16),
+            line(peer.id, DISPLAY_SESSION_ID_CODE_POINTS),
+            _git_cell(peer),
+            line(peer.cwd, DISPLAY_CWD_CODE_POINTS) or "-",
+        )
+        for peer in peers
+    ]
+    widths = [max(_width(row[column]) for row in rows) for column in range(len(PEER_COLUMNS))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell + " " * (widths[column] - _width(cell)) for column, cell in enumerate(row[:-1])
+        ]
+        lines.append("  ".join([*cells, row[-1]]))
+    return "\n".join(lines)
+
+
+# -- waiting for an identity -------------------------------------------------------------------
+
+
+def _holder(slot: int, holder: Holder | None, now_ms: int) -> str:
+    if holder is None or holder.pid is None:
+        return f"  identity {slot}: in use (its holder left no note)"
+    what = line(holder.purpose, 120) or "a command"
+    since = ""
+    if holder.since_ms is not None:
+        since = f", for {max(0, now_ms - holder.since_ms) / 1000:.0f} s"
+    return f"  identity {slot}: pid {holder.pid}, {what}{since}"
+
+
+def identity_wait(
+    holders: Sequence[tuple[int, Holder | None]], timeout_s: float, *, now_ms: int | None = None
+) -> str:
+    """Said once, at once, when an invocation must wait for a sender identity: who holds what."""
+    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    if len(holders) == 1:
+        head = f"{PROG}: waiting (up to {timeout_s:g} s) for the identity this needs:"
+    else:
+        head = (
+            f"{PROG}: all {len(holders)} command-line identities are in use; waiting "
+            f"(up to {timeout_s:g} s) for one:"
+        )
+    return "\n".join([head, *(_holder(slot, holder, now) for slot, holder in holders)])
+
+
+def identity_wait_progress(elapsed_s: float) -> str:
+    """The progress line while waiting for an identity (terminal only)."""
+    return f"{PROG}: waiting for an identity… {elapsed_s:.0f} s"
+
+
+def identity_wait_over(slot: int, elapsed_s: float) -> str:
+    """The wait for an identity is over."""
+    return f"{PROG}: got identity {slot} after {elapsed_s:.1f} s"
+
+
+def identity_purpose(command: str, target: str) -> str:
+    """What a holder writes in its lock's note: the command and its target."""
+    return f"{command} to {line(target, 80)}" if command == "send" else f"{command} at {target}"
+
+
+# -- input -------------------------------------------------------------------------------------
+
+
+def summary_too_long(limit: int) -> str:
+    """A ``--summary`` the wire would have to cut."""
+    return (
+        f"the summary is longer than {limit} characters (after folding whitespace), so the "
+        "receiver would see it cut; shorten it"
+    )
+
+
+def input_too_large(source: str, limit: int) -> str:
+    """A message file or stdin larger than one frame."""
+    return f"{source} holds more than {limit:,} bytes; a message must fit one {limit:,}-byte frame"
+
+
+def input_not_utf8(source: str) -> str:
+    """A message file or stdin that is not UTF-8."""
+    return f"{source} is not UTF-8 text"
+
+
+def input_unreadable(source: str, reason: str) -> str:
+    """A message file that cannot be read."""
+    return f"cannot read {source}: {line(reason, DISPLAY_DIAGNOSTIC_CODE_POINTS)}"
+
+
+INPUT_CONFLICT: Final = "give the message once: as MESSAGE, as - for stdin, or with --file"
+INPUT_MISSING: Final = "no message: give MESSAGE, - to read stdin, or --file PATH"
+READING_STDIN: Final = f"{PROG}: reading the message from stdin; end it with Ctrl-D"
+
+
+# -- addressing --------------------------------------------------------------------------------
+
+
+def not_found(target: str, live: Sequence[PublicPeer]) -> str:
+    """No live session matches the target (the list of those that do exist comes along)."""
+    head = f"no live session matches {_quoted(target)}"
+    if not live:
+        return f"{head}; there are no other live sessions."
+    named = [peer_address(peer) for peer in live[:_NAMED_AT_MOST]]
+    more = f" and {len(live) - _NAMED_AT_MOST} more" if len(live) > _NAMED_AT_MOST else ""
+    return f"{head}. Live sessions: {', '.join(named)}{more}."
+
+
+def ambiguous(target: str, candidates: Sequence[PublicPeer]) -> str:
+    """Several sessions match: one candidate per line, each with its ref and cwd."""
+    lines = [
+        f"{_quoted(target)} matches {len(candidates)} live sessions; "
+        "name one as 'name [ref]' (or by its ref alone):"
+    ]
+    for peer in sorted(candidates, key=lambda p: (p.name, p.ref)):
+        cwd = line(peer.cwd, DISPLAY_CWD_CODE_POINTS) or "(no cwd)"
+        lines.append(f"  {peer_address(peer)}  {cwd}")
+    return "\n".join(lines)
+
+
+def to_itself(target: str) -> str:
+    """The target names this command line's own identity."""
+    return f"{_quoted(target)} is this command line itself; it cannot send a message to itself."
+
+
+# -- what to do next, per code -----------------------------------------------------------------
+
+_NEXT: Final[Mapping[str, str]] = {
+    "not_found": f"see the live sessions with: {PROG} peers",
+    "ambiguous": f"see the live sessions with: {PROG} peers",
+    "busy": "it is between turns; retry explicitly once it is idle (nothing is retried for you)",
+    "queue_full": "its queue is full; retry explicitly later (nothing is retried for you)",
+    "rate_limited": (
+        f"wait before sending again: each sender may send {RATE_CAPACITY} at once, then one "
+        f"every {1 / RATE_REFILL_PER_S:g} s"
+    ),
+    "duplicate": (
+        f"send a different text, or wait {TEXT_DEDUP_WINDOW_S:g} s to send the same one again"
+    ),
+    "refused": "that session refuses messages from other sessions (its inbound setting)",
+    "stopped": "its user must run /cross-session-resume in that session first",
+    "budget_exhausted": "that session admits no more messages until it restarts",
+    "message_too_large": "send less: one message must fit a 1 MiB frame",
+    "unsupported": "that session runs an older version of the extension; upgrade it",
+    "expired": "the message was too old when it arrived; check both machines' clocks",
+    "authentication_failed": f"run {PROG} doctor",
+    "unsafe_endpoint": f"run {PROG} doctor",
+    "missing_endpoint": f"run {PROG} doctor",
+    "wrong_endpoint": f"run {PROG} doctor",
+    "identity_busy": "try again once the other commands are done",
+}
+
+
+def next_step(code: str, *, target: str | None = None, message_id: str | None = None) -> str | None:
+    """The command-line advice for an ending, or ``None`` when there is nothing useful to add."""
+    if is_receipt_unknown(code) and message_id is not None:
+        where = "TARGET" if target is None else f"'{target}'"
+        return (
+            f"ask what became of it with: {PROG} status {where} {message_id} "
+            "(never resend blindly: it may already have arrived)"
+        )
+    return _NEXT.get(code)
+
+
+# -- send --------------------------------------------------------------------------------------
+
+RECEIPT_MEANINGS: Final[Mapping[str, str]] = {
+    "submitted": "handed to that session's conversation (not yet read or acted on)",
+    "queued": (
+        f"it waits in that session's queue until its current turn ends (at most {QUEUE_TTL_S:g} s)"
+    ),
+    "accepted": "an in-process handler of that session took it",
+}
+
+#: What each state means at the end of a wait, or in a status answer.
+STATE_MEANINGS: Final[Mapping[str, str]] = {
+    "delivered": (
+        "the receiving session confirmed it entered its conversation (not a sign it was read "
+        "or acted on)"
+    ),
+    "submitted": "handed to the receiver's conversation (not a sign it was read or acted on)",
+    "queued": "waiting in the receiver's queue for its current turn to end",
+    "accepted": "admitted, being handed over",
+    "expired": "it waited too long in the receiver's queue; it will not be delivered",
+    "dropped": "dropped before it reached the conversation; it will not be delivered",
+    "dropped_cancelled": (
+        "dropped because the receiver's turn was aborted; it will not be delivered"
+    ),
+    "dropped_shutdown": "dropped because the receiving session shut down",
+    "dropped_user_reset": "dropped when the receiver's user reopened its inbox",
+    "dropped_goal_revoked": "dropped because its goal ended",
+    "injection_failed": "the receiving session could not take it into its conversation",
+    "unknown": (
+        "that session has no record of it. This does not mean it was not delivered: a "
+        "restarted session forgets everything, and a message it never admitted is unknown too"
+    ),
+}
+
+
+def _target_of(report: SendReport) -> str | None:
+    return None if report.target is None else peer_address(report.target)
+
+
+def _follow_text(follow: FollowResult) -> str:
+    path = " → ".join(line(state, 32) for state in follow.states)
+    state = follow.last_state
+    if state == "submitted":
+        meaning = (
+            "handed to its conversation; that session cannot confirm delivery"
+            if follow.confirmable is False
+            else "handed to its conversation; delivery was not confirmed within the wait"
+        )
+    elif state == "queued":
+        meaning = "still in that session's queue when the wait ended"
+    else:
+        meaning = STATE_MEANINGS.get(state, "as that session reported it")
+    text = f"Followed {follow.elapsed_s:.1f} s: {path}: {meaning}."
+    if follow.failed_queries and follow.confirmable is None:
+        text += " (No status question was answered.)"
+    return text
+
+
+def sent(report: SendReport, follow: FollowResult | None = None) -> str:
+    """A good receipt, and what following the message learnt."""
+    where = _target_of(report) or "the target"
+    status = line(report.status, 32)
+    meaning = RECEIPT_MEANINGS.get(report.status, "the receiver took it")
+    text = f"Message {status} to {where}: {meaning}."
+    if follow is not None:
+        text += " " + _follow_text(follow)
+    return f"{text} messageId={report.message_id}"
+
+
+def _detail(report: SendReport, trusted: str | None) -> str:
+    # A receiver's refusal text is peer-controlled: one sanitised line, always. Only a detail we
+    # wrote ourselves (``trusted``, already sanitised: ambiguous candidates) may span lines.
+    if trusted is not None:
+        return trusted
+    return _sentence(line(report.detail or report.status, DISPLAY_DIAGNOSTIC_CODE_POINTS * 4))
+
+
+def not_delivered(
+    report: SendReport, next_text: str | None, *, trusted_detail: str | None = None
+) -> str:
+    """A send that did not end in a good receipt: not sent, refused, or outcome unknown."""
+    code = line(report.status, 64)
+    detail = _detail(report, trusted_detail)
+    where = _target_of(report)
+    if not report.message_written:
+        head = f"Message not sent{' to ' + where if where else ''} ({code}): {detail}"
+    elif report.state == "receipt_unknown":
+        head = (
+            f"Message to {where or 'the target'}: outcome unknown ({code}): {detail} "
+            "It may or may not have arrived."
+        )
+    else:
+        head = f"Message refused by {where or 'the target'} ({code}): {detail}"
+    parts = [head]
+    if next_text:
+        parts.append(f"Next: {next_text}.")
+    if report.message_written and report.message_id:
+        parts.append(f"messageId={report.message_id}")
+    return " ".join(parts)
+
+
+def send_json(
+    report: SendReport,
+    *,
+    next_text: str | None,
+    follow: FollowResult | None = None,
+    candidates: Sequence[PublicPeer] = (),
+) -> dict[str, Any]:
+    """The ``send --json`` object: no ``error`` unless it failed, no field that contradicts
+    another."""
+    data: dict[str, Any] = {
+        "ok": report.ok,
+        "status": report.status,
+        "state": report.state or report.status,
+        "retryable": report.retryable,
+        "next": next_text,
+        "messageId": report.message_id,
+        "target": None if report.target is None else report.target.to_dict(),
+        "messageWritten": report.message_written,
+    }
+    if not report.ok:
+        data["error"] = report.detail or report.status
+    if candidates:
+        data["candidates"] = [peer.to_dict() for peer in candidates]
+    if follow is not None:
+        data["lastState"] = follow.last_state
+        data["followed"] = list(follow.states)
+        data["deliveryConfirmable"] = follow.confirmable
+        data["followedSeconds"] = round(follow.elapsed_s, 1)
+    return data
+
+
+# -- following a message (send --wait), on a terminal --------------------------------------------
+
+
+def follow_milestone(state: str, elapsed_s: float) -> str:
+    """One state change while following a message."""
+    return f"{PROG}: {line(state, 32)} after {elapsed_s:.1f} s"
+
+
+def follow_progress(state: str, elapsed_s: float, remaining_s: float) -> str:
+    """The progress line while following (replaced every poll)."""
+    return (
+        f"{PROG}: {line(state, 32)}; following {elapsed_s:.0f} s (at most {remaining_s:.0f} s "
+        "more)…"
+    )
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def status_answer(
+    message_id: str, peer: PublicPeer, state: str, diagnostic: str | None, *, confirmable: bool
+) -> str:
+    """What a session said about one message."""
+    meaning = STATE_MEANINGS.get(state, "as that session reported it")
+    if state == "submitted" and not confirmable:
+        meaning += "; that session cannot confirm delivery"
+    text = f"Message {message_id} at {peer_address(peer)}: {line(state, 32)} — {meaning}"
+    if diagnostic:
+        text += f" (its note: {line(diagnostic, DISPLAY_DIAGNOSTIC_CODE_POINTS)})"
+    return text
+
+
+def status_json(
+    message_id: str, peer: PublicPeer, state: str, diagnostic: str | None, *, confirmable: bool
+) -> dict[str, Any]:
+    """The ``status --json`` object of an answered question (``diagnostic``, not ``error``: the
+    receiver's note on a row is not a failure)."""
+    data: dict[str, Any] = {
+        "ok": True,
+        "status": state,
+        "messageId": message_id,
+        "target": peer.to_dict(),
+        "deliveryConfirmable": confirmable,
+    }
+    if diagnostic:
+        data["diagnostic"] = diagnostic
+    return data
+
+
+def status_not_asked(
+    report: SendReport, next_text: str | None, *, trusted_detail: str | None = None
+) -> str:
+    """A status question that got no answer (no such target, or the exchange failed)."""
+    code = line(report.status, 64)
+    detail = _detail(report, trusted_detail)
+    where = _target_of(report)
+    text = f"Could not ask{' ' + where if where else ''} ({code}): {detail}"
+    if next_text:
+        text += f" Next: {next_text}."
+    return text
+
+
+# -- inbox -------------------------------------------------------------------------------------
+
+
+def inbox_ready(name: str, ref: str, session_id: str, pid: int, *, refusing: bool) -> str:
+    """The inbox's first line: who it is, and whether it takes messages at all."""
+    policy = "; refusing every message (--refuse)" if refusing else ""
+    return (
+        f"inbox {address(name, ref)} listening as session "
+        f"{line(session_id, DISPLAY_SESSION_ID_CODE_POINTS)} (pid {pid}){policy}; Ctrl-C to stop"
+    )
+
+
+def inbox_inbound(refusing: bool) -> str:
+    """The inbound line of the inbox's status."""
+    if refusing:
+        return "Inbound: refuse — every message is refused (--refuse)"
+    return "Inbound: accept"
+
+
+def inbox_stopped(error: str | None) -> str:
+    """The inbox's last line."""
+    if error is None:
+        return "stopped; files removed"
+    return f"stopped after an error: {line(error, DISPLAY_DIAGNOSTIC_CODE_POINTS)}"

@@ -1,0 +1,157 @@
+"""``pi-cross-session send``: the message from stdin or a file, and a summary that is never cut.
+
+A message is ``MESSAGE``, stdin with ``-``, or ``--file PATH``; a file or stdin is read at most
+one frame's size plus one byte, so an input too large to send is refused before it is read whole.
+Every refusal here is decided before anything is published: exit 1, and the agent dir untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
+from tests.support.cli_procs import Inboxes, Result, run_cli
+
+Cli = Callable[..., Result]
+
+
+def test_a_message_from_stdin(inboxes: Inboxes, private_agent_dir: Path, tmp_path: Path) -> None:
+    inbox = inboxes.start("reader", busy=0)
+    text = "from a pipe\nsecond line, ünïcode 🦊\n"
+    sent = run_cli(private_agent_dir, "send", "reader", "-", "--json", stdin=text, cwd=tmp_path)
+    assert sent.returncode == 0, sent
+    message = inbox.wait_event("message", messageId=sent.json()["messageId"])
+    assert message["text"] == text  # exactly what was piped, trailing newline included
+    assert message["summary"] == "from a pipe"
+
+
+def test_a_200_kb_message_from_a_file(
+    inboxes: Inboxes, cli: Cli, tmp_path: Path, private_agent_dir: Path
+) -> None:
+    """Too long for an argument list (the tracker's 200 KB "Argument list too long"), fine as
+    a file."""
+    inbox = inboxes.start("big", busy=0)
+    text = "".join(f"line {n:06d} of a long report\n" for n in range(200_000 // 28))
+    assert len(text.encode()) > 190_000
+    path = tmp_path / "report.txt"
+    path.write_text(text, encoding="utf-8")
+    sent = cli("send", "big", "--file", str(path), "--summary", "the long report", "--json")
+    assert sent.returncode == 0, sent
+    message = inbox.wait_event("message", messageId=sent.json()["messageId"])
+    assert message["text"] == text
+    assert message["summary"] == "the long report"
+
+
+def nothing_created(agent_dir: Path) -> bool:
+    return list(agent_dir.iterdir()) == []
+
+
+def test_a_file_larger_than_a_frame_is_refused_unsent(
+    cli: Cli, tmp_path: Path, private_agent_dir: Path
+) -> None:
+    path = tmp_path / "huge.txt"
+    path.write_bytes(b"x" * (MAX_FRAME_BYTES + 1))
+    sent = cli("send", "anyone", "--file", str(path))
+    assert sent.returncode == 1, sent
+    assert sent.stderr.startswith("Message not sent (invalid_message): ")
+    assert f"holds more than {MAX_FRAME_BYTES:,} bytes" in sent.stderr
+    assert nothing_created(private_agent_dir)
+
+
+def test_an_endless_input_is_refused_without_being_read_whole(
+    cli: Cli, private_agent_dir: Path
+) -> None:
+    """/dev/zero never ends: only a bounded read lets the command answer at all."""
+    sent = cli("send", "anyone", "--file", "/dev/zero", "--json")
+    assert sent.returncode == 1, sent
+    report = sent.json()
+    assert report["status"] == "invalid_message"
+    assert report["messageWritten"] is False
+    assert "more than" in report["error"]
+    assert nothing_created(private_agent_dir)
+
+
+def test_a_file_that_is_not_utf8_is_refused(
+    cli: Cli, tmp_path: Path, private_agent_dir: Path
+) -> None:
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("caf\xe9".encode("latin-1"))
+    sent = cli("send", "anyone", "--file", str(path))
+    assert sent.returncode == 1, sent
+    assert "is not UTF-8 text" in sent.stderr
+    assert nothing_created(private_agent_dir)
+
+
+def test_a_missing_file_is_refused(cli: Cli, tmp_path: Path, private_agent_dir: Path) -> None:
+    sent = cli("send", "anyone", "--file", str(tmp_path / "nope.txt"))
+    assert sent.returncode == 1, sent
+    assert "cannot read" in sent.stderr
+    assert "No such file or directory" in sent.stderr
+    assert nothing_created(private_agent_dir)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--file", "x.txt", "also a message"), "give the message once"),
+        ((), "no message: give MESSAGE, - to read stdin, or --file PATH"),
+    ],
+    ids=["message-and-file", "no-message"],
+)
+def test_the_message_is_given_exactly_once(
+    cli: Cli, private_agent_dir: Path, args: tuple[str, ...], expected: str
+) -> None:
+    sent = cli("send", "anyone", *args)
+    assert sent.returncode == 1, sent
+    assert expected in sent.stderr
+    assert nothing_created(private_agent_dir)
+
+
+def test_a_summary_the_wire_would_cut_is_an_error(
+    inboxes: Inboxes, cli: Cli, private_agent_dir: Path
+) -> None:
+    """The wire keeps 200 characters of a summary: 201 would be cut, so it is refused; 200
+    arrives whole; whitespace runs fold before counting, as the wire folds them."""
+    inbox = inboxes.start("summaries", busy=0)
+    cut = cli("send", "summaries", "text", "--summary", "s" * 201, "--json")
+    assert cut.returncode == 1, cut
+    assert cut.json()["status"] == "invalid_message"
+    assert "would see it cut" in cut.json()["error"]
+    over_the_tool_limit = cli("send", "summaries", "text", "--summary", "s" * 401)
+    assert over_the_tool_limit.returncode == 1, over_the_tool_limit
+    assert "Message not sent (invalid_message)" in over_the_tool_limit.stderr
+    whole = "w" * 200
+    sent = cli("send", "summaries", "text", "--summary", whole, "--json")
+    assert sent.returncode == 0, sent
+    assert inbox.wait_event("message", messageId=sent.json()["messageId"])["summary"] == whole
+    folded = "a   " * 60  # 240 characters, 119 once its runs of spaces fold
+    sent = cli("send", "summaries", "more text", "--summary", folded, "--json")
+    assert sent.returncode == 0, sent
+    summary = inbox.wait_event("message", messageId=sent.json()["messageId"])["summary"]
+    assert summary == " ".join(["a"] * 60)
+
+
+def test_stdin_when_a_file_is_given_is_left_alone(
+    inboxes: Inboxes, private_agent_dir: Path, tmp_path: Path
+) -> None:
+    inbox = inboxes.start("files", busy=0)
+    path = tmp_path / "note.txt"
+    path.write_text("from the file", encoding="utf-8")
+    sent = run_cli(
+        private_agent_dir,
+        "send",
+        "files",
+        "--file",
+        os.fspath(path),
+        "--json",
+        stdin="from stdin, ignored",
+        cwd=tmp_path,
+    )
+    assert sent.returncode == 0, sent
+    assert inbox.wait_event("message", messageId=sent.json()["messageId"])["text"] == (
+        "from the file"
+    )

@@ -1,0 +1,128 @@
+"""``send --wait S`` tells the truth: it follows a queued message until the queue decides its fate,
+reports the last state actually known, shows progress on a terminal only, and exits as ``status``
+does (0 delivered, 5 submitted, 6 queued, 2 expired or dropped, 3 unknown).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import anyio
+import pytest
+
+from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
+from pi_cross_session.protocol.endpoint import EndpointConfig
+from pi_cross_session.protocol.paths import Locations
+from tests.support.cli_procs import (
+    COMMAND_TIMEOUT_S,
+    Inboxes,
+    Result,
+    run_cli,
+    run_with_tty_stderr,
+)
+from tests.support.peers import running_peer
+
+Cli = Callable[..., Result]
+
+
+def occupy(inboxes: Inboxes, cli: Cli, name: str, busy: float) -> None:
+    """Start an inbox whose first message keeps it busy for ``busy`` seconds, and send that."""
+    inbox = inboxes.start(name, busy=busy)
+    first = cli("send", name, "keeps it busy")
+    assert first.returncode == 0, first
+    inbox.wait_event("message", messageId=first.message_id())
+
+
+def test_a_queued_message_is_followed_past_s_until_it_leaves_the_queue(
+    inboxes: Inboxes, cli: Cli
+) -> None:
+    """--wait 1 to a message queued for about 5 s: the wait does not end at 1 s with a guess, it
+    follows the message out of the queue and reports what the receiver said last."""
+    occupy(inboxes, cli, "slow", busy=5)
+    sent = cli("send", "slow", "after you", "--wait", "1", "--json")
+    assert sent.returncode == 0, sent  # 0: delivered
+    report = sent.json()
+    assert report["status"] == "queued"  # the receipt
+    assert report["followed"][0] == "queued"
+    assert report["followed"][-1] == "delivered"
+    assert set(report["followed"]) <= {"queued", "submitted", "delivered"}
+    assert report["lastState"] == "delivered"
+    assert report["deliveryConfirmable"] is True
+    assert "error" not in report
+
+
+def test_text_report_of_a_followed_message(inboxes: Inboxes, cli: Cli) -> None:
+    occupy(inboxes, cli, "wordy", busy=3)
+    sent = cli("send", "wordy", "in words, please", "--wait", "1")
+    assert sent.returncode == 0, sent
+    assert sent.stdout.startswith("Message queued to wordy [")
+    assert "queued → " in sent.stdout
+    assert "→ delivered: the receiving session confirmed it entered its conversation" in (
+        sent.stdout
+    )
+    assert "not yet confirmed" not in sent.stdout
+    assert sent.stderr == ""  # progress is for terminals only
+
+
+@pytest.mark.slow
+def test_a_message_that_expires_in_the_queue_is_reported_expired(
+    inboxes: Inboxes, cli: Cli, private_agent_dir: Path, tmp_path: Path
+) -> None:
+    """The queue's 30 s TTL runs out while the receiver is still busy: the wait, bounded by the
+    TTL plus a margin, sees the expiry and says so (exit 2), never "submitted, not confirmed"."""
+    occupy(inboxes, cli, "stuck", busy=45)
+    sent = run_cli(
+        private_agent_dir,
+        "send",
+        "stuck",
+        "too late",
+        "--wait",
+        "2",
+        "--json",
+        cwd=tmp_path,
+        timeout=2 * COMMAND_TIMEOUT_S,
+    )
+    assert sent.returncode == 2, sent
+    report = sent.json()
+    assert (report["status"], report["lastState"]) == ("queued", "expired")
+    assert report["followed"] == ["queued", "expired"]
+    asked = cli("status", "stuck", report["messageId"])
+    assert asked.returncode == 2, asked
+    assert ": expired — it waited too long in the receiver's queue" in asked.stdout
+
+
+def test_a_terminal_sees_each_state_change_while_waiting(
+    inboxes: Inboxes, cli: Cli, private_agent_dir: Path, tmp_path: Path
+) -> None:
+    occupy(inboxes, cli, "watched", busy=3)
+    code, out, terminal = run_with_tty_stderr(
+        private_agent_dir, "send", "watched", "show me", "--wait", "1", cwd=tmp_path
+    )
+    assert code == 0, (out, terminal)
+    assert "pi-cross-session: queued after 0.0 s" in terminal
+    assert "pi-cross-session: delivered after " in terminal
+    assert terminal.index("queued after") < terminal.index("delivered after")
+    assert out.startswith("Message queued to watched [")  # the report itself stays on stdout
+
+
+@pytest.mark.anyio
+async def test_a_receiver_without_delivery_receipts_ends_the_wait_at_submitted(
+    locations: Locations, private_agent_dir: Path, tmp_path: Path
+) -> None:
+    """An older receiver never says ``delivered``: the wait ends as soon as it says
+    ``submitted`` (exit 5), and ``status`` says the same, noting it cannot confirm delivery."""
+    older = EndpointConfig(capabilities=(CANCEL_SAFE_QUEUE,))
+    async with running_peer(locations, "legacy", config=older) as legacy:
+        run = partial(run_cli, private_agent_dir, cwd=tmp_path)
+        sent = await anyio.to_thread.run_sync(run, "send", "legacy", "hi", "--wait", "30", "--json")
+        assert sent.returncode == 5, sent
+        report = sent.json()
+        assert (report["lastState"], report["deliveryConfirmable"]) == ("submitted", False)
+        assert report["followedSeconds"] < 30  # ended at the first answer, not at S
+        asked = await anyio.to_thread.run_sync(run, "status", "legacy", report["messageId"])
+        assert asked.returncode == 5, asked
+        assert ": submitted — " in asked.stdout
+        assert "that session cannot confirm delivery" in asked.stdout
+        assert len(legacy.inbox.entries) == 1  # asked about, never resent
