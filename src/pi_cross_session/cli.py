@@ -352,13 +352,10 @@ async def _peers(args: argparse.Namespace) -> int:
     async with cli_identity.publishing(paths.resolve()) as outbox:
         listing = await outbox.list_peers()
     if args.json:
-        print(
-            json.dumps(
-                {"peers": [peer.to_dict() for peer in listing.peers]}, ensure_ascii=False, indent=2
-            )
-        )
+        peers = [peer.to_dict() for peer in listing.peers]
+        print(json.dumps({"peers": peers, "unread": listing.unread}, ensure_ascii=False, indent=2))
         return EXIT_OK
-    print("\n".join(render.peer_lines(listing.peers)))
+    print("\n".join(render.peer_lines(listing.peers, unread=listing.unread)))
     return EXIT_OK
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.discovery import NameWindow
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGISTRATION_BYTES
 from pi_cross_session.protocol.paths import instance_id_from_filename
@@ -270,7 +271,7 @@ def test_a_dir_swapped_for_a_symlink_before_its_repair_is_refused(
 
 
 def test_a_missing_peers_dir_lists_nothing(tmp_path: Path) -> None:
-    assert list_registration_names(str(tmp_path / "missing")) == []
+    assert list_registration_names(str(tmp_path / "missing")) == NameWindow([], 0)
 
 
 def test_a_peers_path_that_is_a_file_is_an_os_failure(tmp_path: Path) -> None:
@@ -308,24 +309,29 @@ def test_only_regular_files_named_like_registrations_are_listed(tmp_path: Path) 
     (tmp_path / f"{'d' * 32}.json").mkdir()  # subdirectory named like a registration
     os.mkfifo(tmp_path / f"{'e' * 32}.json")  # FIFO named like a registration
 
-    assert set(list_registration_names(str(tmp_path))) == valid
+    window = list_registration_names(str(tmp_path))
+    assert set(window.names) == valid
+    assert window.unread == 0
 
 
 def test_the_listing_stops_at_the_limit(tmp_path: Path) -> None:
     created = {f"{index:032x}.json" for index in range(600)}
     for name in created:
         (tmp_path / name).touch()
-    listed = list_registration_names(str(tmp_path))
+    listed, unread = list_registration_names(str(tmp_path))
     assert len(listed) == MAX_LISTED_REGISTRATIONS == 512
     assert len(set(listed)) == 512
     assert set(listed) <= created
+    assert unread == 600 - 512
 
 
 @pytest.mark.parametrize("limit", [0, 1, 4, 5, 6])
 def test_the_limit_is_overridable(tmp_path: Path, limit: int) -> None:
     for index in range(5):
         (tmp_path / f"{index:032x}.json").touch()
-    assert len(list_registration_names(str(tmp_path), limit=limit)) == min(limit, 5)
+    listed, unread = list_registration_names(str(tmp_path), limit=limit)
+    assert len(listed) == min(limit, 5)
+    assert unread == 5 - len(listed)
 
 
 def test_a_negative_limit_is_a_bug(tmp_path: Path) -> None:
@@ -333,36 +339,26 @@ def test_a_negative_limit_is_a_bug(tmp_path: Path) -> None:
         list_registration_names(str(tmp_path), limit=-1)
 
 
-def test_reading_stops_as_soon_as_the_limit_is_reached(
+def test_names_past_the_limit_are_counted_never_returned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """One pass over the dir: the first ``limit`` names are kept, the rest only counted (the
+    junk a dir holds costs the same pass), and no file is opened."""
     for index in range(600):
         (tmp_path / f"{index:032x}.json").touch()
-    consumed = 0
-    real_scandir = os.scandir
+    for index in range(7):
+        (tmp_path / f"junk-{index}").touch()
+    opened: list[str] = []
+    real_open = fs._open
 
-    class Counting:
-        def __init__(self, path: str) -> None:
-            self._inner = real_scandir(path)
+    def recording_open(path: str, flags: int, mode: int) -> int:
+        opened.append(path)
+        return real_open(path, flags, mode)
 
-        def __enter__(self) -> Counting:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            self._inner.close()
-
-        def __iter__(self) -> Counting:
-            return self
-
-        def __next__(self) -> os.DirEntry[str]:
-            nonlocal consumed
-            entry = next(self._inner)
-            consumed += 1
-            return entry
-
-    monkeypatch.setattr(os, "scandir", Counting)
-    assert len(list_registration_names(str(tmp_path), limit=10)) == 10
-    assert consumed == 10
+    monkeypatch.setattr(fs, "_open", recording_open)
+    listed, unread = list_registration_names(str(tmp_path), limit=10)
+    assert (len(listed), unread) == (10, 590)
+    assert opened == []
 
 
 def test_ten_thousand_junk_files_do_not_hide_the_real_ones(tmp_path: Path) -> None:
@@ -371,7 +367,8 @@ def test_ten_thousand_junk_files_do_not_hide_the_real_ones(tmp_path: Path) -> No
         (tmp_path / f"junk-{index}").touch()
     for index in range(3):
         (tmp_path / f"{index:032x}.json").touch()
-    assert len(list_registration_names(str(tmp_path))) == 3
+    assert list_registration_names(str(tmp_path)).unread == 0
+    assert len(list_registration_names(str(tmp_path)).names) == 3
 
 
 # -- read_registration_bytes -----------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.limits import (
     DISPLAY_DIAGNOSTIC_CODE_POINTS,
     DISPLAY_SESSION_ID_CODE_POINTS,
+    MAX_LISTED_REGISTRATIONS,
     MAX_SUMMARY_CODE_POINTS,
 )
 from pi_cross_session.protocol.registration import PublicPeer, Registration, display_line
@@ -78,10 +79,11 @@ def message_preview(delivery: Delivery) -> str:
     return f"\u203a Message from @{name}: {summary}"
 
 
-def listing(me: PublicPeer | None, peers: Sequence[PublicPeer]) -> str:
-    """The text of ``list_pi`` and ``/peers``: this session first, then one line per peer."""
+def listing(me: PublicPeer | None, peers: Sequence[PublicPeer], *, unread: int = 0) -> str:
+    """The text of ``list_pi`` and ``/peers``: this session first, then one line per peer, then
+    a line saying how many registrations the listing left unread, if any."""
     first = f"This session: {display_line(me)}" if me is not None else INBOX_UNAVAILABLE
-    return "\n".join([first, *peer_lines(peers)])
+    return "\n".join([first, *peer_lines(peers, unread=unread)])
 
 
 def address(peer: PublicPeer | Registration) -> str:
@@ -98,9 +100,26 @@ def runtime_ids(peers: Sequence[PublicPeer]) -> str | None:
     return f"Runtime ids (for peer_goal bind): {ids}"
 
 
-def peer_lines(peers: Sequence[PublicPeer]) -> list[str]:
-    """One display line per live peer, or a line saying there is none."""
-    return [display_line(peer) for peer in peers] or [NO_PEERS]
+def peer_lines(peers: Sequence[PublicPeer], *, unread: int = 0) -> list[str]:
+    """One display line per live peer, or a line saying there is none; then the
+    :func:`unread_line`, if the listing left registrations unread."""
+    lines = [display_line(peer) for peer in peers] or [NO_PEERS]
+    note = unread_line(unread)
+    return lines if note is None else [*lines, note]
+
+
+def unread_line(unread: int) -> str | None:
+    """What a listing that left registrations unread must say: a live session may be among them.
+
+    ``None`` when it read every one.
+    """
+    if unread <= 0:
+        return None
+    return (
+        f"{unread} more registration{'s were' if unread != 1 else ' was'} left unread: a listing "
+        f"reads only the first {MAX_LISTED_REGISTRATIONS} in the peers dir, so a live session "
+        "among the rest is not shown. `pi-cross-session doctor` says what fills the peers dir."
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -704,6 +723,7 @@ __all__ = [
     "status_query_result",
     "status_text",
     "tool_failure",
+    "unread_line",
     "unreadable_config",
     "utf16_limit_error",
 ]

@@ -51,6 +51,7 @@ from enum import StrEnum
 from typing import Final
 
 from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.discovery import NameWindow
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGISTRATION_BYTES
 from pi_cross_session.protocol.paths import (
@@ -307,13 +308,15 @@ def _repair_dir_mode(path: str, judged: os.stat_result) -> None:
 # -- registrations ---------------------------------------------------------------------------------
 
 
-def list_registration_names(peers_dir: str, *, limit: int = MAX_LISTED_REGISTRATIONS) -> list[str]:
-    """File names in ``peers_dir`` that a listing reads, at most ``limit``, in directory order.
+def list_registration_names(peers_dir: str, *, limit: int = MAX_LISTED_REGISTRATIONS) -> NameWindow:
+    """The registration names a listing reads (at most ``limit``, in directory order), and how
+    many more there are.
 
     Kept: entries that are regular files by their directory-entry type (a symlink is not followed
-    and not kept) named ``<32 lowercase hex>.json``. Reading stops as soon as ``limit`` names are
-    found, so a dir stuffed with junk costs one pass at most and a dir stuffed with valid-looking
-    names costs no more than ``limit`` of them (spec §1.5). A missing dir gives ``[]``.
+    and not kept) named ``<32 lowercase hex>.json``. Only the first ``limit`` such names are
+    returned (spec §1.5); the ones after them are counted, never returned, so a listing can say
+    how many it left unread. The dir is walked once, which is what a dir stuffed with junk names
+    already costs; no file is opened. A missing dir gives no names.
 
     The caller runs :func:`ensure_private_dir` first. Raises :class:`FileOperationError` if the
     dir cannot be read (for instance, it is a file).
@@ -321,8 +324,7 @@ def list_registration_names(peers_dir: str, *, limit: int = MAX_LISTED_REGISTRAT
     if limit < 0:
         raise ValueError("limit must not be negative")
     names: list[str] = []
-    if limit == 0:
-        return names
+    unread = 0
     try:
         with os.scandir(peers_dir) as entries:
             for entry in entries:
@@ -331,14 +333,15 @@ def list_registration_names(peers_dir: str, *, limit: int = MAX_LISTED_REGISTRAT
                 # ``follow_symlinks=False`` uses the dirent type (lstat only if the FS has none).
                 if not entry.is_file(follow_symlinks=False):
                     continue
-                names.append(entry.name)
-                if len(names) >= limit:
-                    break
+                if len(names) < limit:
+                    names.append(entry.name)
+                else:
+                    unread += 1
     except FileNotFoundError:
-        return []
+        return NameWindow([], 0)
     except OSError as exc:
         raise _failed(peers_dir, "list", exc) from exc
-    return names
+    return NameWindow(names, unread)
 
 
 def _check_registration(path: str, st: os.stat_result, uid: int, max_bytes: int) -> None:
