@@ -30,10 +30,12 @@ from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGIS
 from pi_cross_session.protocol.paths import instance_id_from_filename
 from pi_cross_session.security import fs
 from pi_cross_session.security.fs import (
+    DirState,
     FileOperationError,
     Reason,
     UnsafePathError,
     ensure_private_dir,
+    inspect_private_dir,
     list_registration_names,
     make_socket_private,
     pid_is_dead,
@@ -213,6 +215,102 @@ def test_the_expected_owner_can_be_overridden(tmp_path: Path) -> None:
     with pytest.raises(UnsafePathError) as refused:
         ensure_private_dir(str(leaf), uid=os.getuid() + 1)
     assert refused.value.reason is Reason.FOREIGN_OWNER
+
+
+# -- a private dir someone else made: what the refusal says ------------------------------------
+
+
+@needs_root
+def test_a_squatted_dir_names_its_owner_and_what_to_do(tmp_path: Path) -> None:
+    leaf = tmp_path / "pi-peers-0-0123456789ab"
+    leaf.mkdir(mode=0o700)
+    os.chown(leaf, 65534, -1)  # "nobody" on most systems, a name or not
+    with pytest.raises(UnsafePathError) as refused:
+        ensure_private_dir(str(leaf))
+    message = str(refused.value)
+    assert str(leaf) in message
+    assert f"owned by {fs.describe_uid(65534)}, not by you (uid {os.getuid()})" in message
+    assert "another user created it first" in message
+    assert "PI_CODING_AGENT_DIR" in message
+    assert "administrator" in message
+    assert refused.value.remedy in message
+    assert os.listdir(leaf) == []
+
+
+def test_a_dir_of_another_uid_is_described_without_root(tmp_path: Path) -> None:
+    """The same refusal through the ``uid=`` seam: our own dir is another user's to anyone else."""
+    leaf = tmp_path / "peers"
+    leaf.mkdir(mode=0o700)
+    stranger = os.getuid() + 1
+    with pytest.raises(UnsafePathError) as refused:
+        ensure_private_dir(str(leaf), uid=stranger)
+    assert refused.value.reason is Reason.FOREIGN_OWNER
+    assert refused.value.detail == (
+        f"owned by {fs.describe_uid(os.getuid())}, not by you (uid {stranger}): another user "
+        "created it first"
+    )
+    assert "Use another agent dir (set PI_CODING_AGENT_DIR" in refused.value.remedy
+
+
+def test_a_symlinked_dir_names_its_target(tmp_path: Path) -> None:
+    link = tmp_path / "peers"
+    link.symlink_to(tmp_path / "elsewhere\x1b[2J")
+    with pytest.raises(UnsafePathError) as refused:
+        ensure_private_dir(str(link))
+    detail = refused.value.detail
+    assert detail.startswith(f"it is a symbolic link to '{tmp_path}/elsewhere")
+    assert "\x1b" not in detail  # the target is someone's text: escaped for display
+    assert "\\x1b[2J" in detail
+    assert "Move it aside" in refused.value.remedy
+
+
+def test_a_file_in_place_of_the_dir_says_what_it_is(tmp_path: Path) -> None:
+    path = make_file(tmp_path / "peers")
+    with pytest.raises(UnsafePathError) as refused:
+        ensure_private_dir(str(path))
+    assert refused.value.detail == "it is not a directory but a regular file"
+
+
+@pytest.mark.parametrize(
+    ("prepare", "state"),
+    [
+        pytest.param(lambda p: None, DirState.MISSING, id="missing"),
+        pytest.param(lambda p: p.mkdir(mode=0o700), DirState.PRIVATE, id="private"),
+        pytest.param(lambda p: (p.mkdir(), os.chmod(p, 0o751)), DirState.LOOSE_MODE, id="loose"),
+        pytest.param(lambda p: p.symlink_to("/"), DirState.UNUSABLE, id="symlink"),
+        pytest.param(lambda p: make_file(p), DirState.UNUSABLE, id="file"),
+    ],
+)
+def test_inspecting_a_dir_judges_it_and_changes_nothing(
+    tmp_path: Path, prepare: Callable[[Path], object], state: DirState
+) -> None:
+    path = tmp_path / "peers"
+    prepare(path)
+    before = os.lstat(path) if os.path.lexists(path) else None
+    found = inspect_private_dir(str(path))
+    assert found.state is state
+    if before is None:
+        assert not os.path.lexists(path)
+    else:
+        after = os.lstat(path)
+        assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    if state is DirState.LOOSE_MODE:
+        assert found.detail == "mode 0751 instead of 0700"
+    if state is DirState.UNUSABLE:
+        assert found.remedy
+
+
+def test_inspecting_a_dir_of_another_uid_gives_the_start_up_refusal(tmp_path: Path) -> None:
+    leaf = tmp_path / "peers"
+    leaf.mkdir(mode=0o700)
+    found = inspect_private_dir(str(leaf), uid=os.getuid() + 1)
+    with pytest.raises(UnsafePathError) as refused:
+        ensure_private_dir(str(leaf), uid=os.getuid() + 1)
+    assert (found.state, found.detail, found.remedy) == (
+        DirState.UNUSABLE,
+        refused.value.detail,
+        refused.value.remedy,
+    )
 
 
 def test_a_parent_that_is_a_file_is_an_os_failure(tmp_path: Path) -> None:

@@ -46,24 +46,19 @@ class Finding:
 
 
 def _dir_finding(label: str, path: str, *, missing_ok: str) -> Finding:
-    problem = fs.inspect_private_dir(path)
-    if problem is None:
+    found = fs.inspect_private_dir(path)
+    if found.state is fs.DirState.PRIVATE:
         return Finding(Severity.OK, label, f"{path} is private (0700, ours)")
-    if problem == "missing":
+    if found.state is fs.DirState.MISSING:
         return Finding(Severity.INFO, label, f"{path} does not exist yet; {missing_ok}")
-    if "mode" in problem:
+    if found.state is fs.DirState.LOOSE_MODE:
         return Finding(
             Severity.WARNING,
             label,
-            f"{path}: {problem}",
+            f"{path}: {found.detail}",
             "sessions repair this themselves at start-up; or run: chmod 700 " + path,
         )
-    return Finding(
-        Severity.ERROR,
-        label,
-        f"{path}: {problem}",
-        "sessions refuse to use it; remove it (after checking who made it) and restart them",
-    )
+    return Finding(Severity.ERROR, label, f"{path}: {found.detail}", found.remedy)
 
 
 def _scan_registrations(locations: Locations) -> tuple[list[Finding], list[Registration]]:

@@ -44,6 +44,8 @@ MAX_PID: Final = 2_147_483_647
 DISPLAY_CWD_CODE_POINTS: Final = 500
 DISPLAY_SESSION_ID_CODE_POINTS: Final = 200
 DISPLAY_DIAGNOSTIC_CODE_POINTS: Final = 400
+#: A path someone else chose (a symlink's target), inside a diagnostic.
+DISPLAY_PATH_CODE_POINTS: Final = 120
 #: Characters of the instance id shown as its short ``ref``.
 REF_CHARS: Final = 8
 #: A hex prefix shorter than this is too likely to match several peers to be an address.

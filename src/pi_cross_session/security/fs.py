@@ -40,6 +40,7 @@ never raise: they answer with a code or a boolean.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -47,26 +48,40 @@ import re
 import stat
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
+from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.discovery import NameWindow
 from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGISTRATION_BYTES
+from pi_cross_session.protocol.limits import (
+    DISPLAY_PATH_CODE_POINTS,
+    MAX_LISTED_REGISTRATIONS,
+    MAX_REGISTRATION_BYTES,
+)
 from pi_cross_session.protocol.paths import (
     instance_id_from_filename,
     is_instance_id,
     resolve_uid,
 )
 
+try:
+    import pwd
+except ImportError:  # pragma: no cover - not a POSIX system
+    pwd = None  # type: ignore[assignment]
+
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
+    "DirInspection",
+    "DirState",
     "FileOperationError",
     "FileSystemError",
     "Reason",
     "UnsafePathError",
+    "describe_uid",
     "ensure_private_dir",
     "inspect_private_dir",
     "list_registration_names",
@@ -126,15 +141,18 @@ class FileSystemError(CrossSessionError):
 class UnsafePathError(FileSystemError):
     """A file, dir or socket exists but fails a trust check; :attr:`reason` says which.
 
-    Not retryable as such: something (or someone) has to change the file first.
+    Not retryable as such: something (or someone) has to change the file first. :attr:`remedy`
+    says what the user can do, when there is something to say (the private dirs' refusals).
     """
 
     code = Code.UNSAFE_ENDPOINT
 
-    def __init__(self, path: str, reason: Reason, detail: str) -> None:
-        super().__init__(f"refusing {path!r}: {detail}", path=path)
+    def __init__(self, path: str, reason: Reason, detail: str, *, remedy: str = "") -> None:
+        message = f"refusing {path!r}: {detail}"
+        super().__init__(f"{message}. {remedy}" if remedy else message, path=path)
         self.reason = reason
         self.detail = detail
+        self.remedy = remedy
 
 
 class FileOperationError(FileSystemError):
@@ -185,18 +203,6 @@ def _check_owner_and_type(
         raise UnsafePathError(path, wrong_type, wrong_type_detail)
     if st.st_uid != uid:
         raise UnsafePathError(path, Reason.FOREIGN_OWNER, f"owned by uid {st.st_uid}, not {uid}")
-
-
-def _check_directory(path: str, st: os.stat_result, uid: int) -> None:
-    """Refuse anything but a real directory owned by ``uid``."""
-    _check_owner_and_type(
-        path,
-        st,
-        uid,
-        is_type=stat.S_ISDIR,
-        wrong_type=Reason.NOT_DIRECTORY,
-        wrong_type_detail="it is not a directory",
-    )
 
 
 # -- private dirs ----------------------------------------------------------------------------------
@@ -251,34 +257,123 @@ def ensure_private_dir(path: str, *, uid: int | None = None) -> None:
         st = os.lstat(path)
     except OSError as exc:
         raise _failed(path, "inspect the directory", exc) from exc
-    _check_directory(path, st, owner)
+    refusal = _unusable_dir(path, st, owner)
+    if refusal is not None:
+        raise refusal
     # Spec §1.2 repairs group/other bits; we also restore missing owner bits, which a strange
     # umask can strip and without which the dir is useless to us. Special bits are left alone.
     if stat.S_IMODE(st.st_mode) & 0o777 != DIR_MODE:
         _repair_dir_mode(path, st)
 
 
-def inspect_private_dir(path: str, *, uid: int | None = None) -> str | None:
+class DirState(StrEnum):
+    """What :func:`inspect_private_dir` found at a private dir's path."""
+
+    PRIVATE = "private"
+    MISSING = "missing"
+    #: Ours, but group/other bits are set (or owner bits missing): sessions repair it.
+    LOOSE_MODE = "loose_mode"
+    #: A symlink, not a dir, or another user's: sessions refuse to start.
+    UNUSABLE = "unusable"
+    #: ``lstat`` itself failed (permission denied on a parent, …).
+    UNREADABLE = "unreadable"
+
+
+@dataclass(frozen=True, slots=True)
+class DirInspection:
+    """A private dir as :func:`ensure_private_dir` would judge it, without changing it.
+
+    ``detail`` says what is wrong (empty when it is private); ``remedy`` what the user can do.
+    """
+
+    path: str
+    state: DirState
+    detail: str = ""
+    remedy: str = ""
+    mode: int | None = None
+
+
+def inspect_private_dir(path: str, *, uid: int | None = None) -> DirInspection:
     """Judge a dir as :func:`ensure_private_dir` would, changing nothing (for diagnosis).
 
-    Returns ``None`` when it is a private dir of ours, ``"missing"`` when it does not exist, or a
-    sentence saying what is wrong. Never raises.
+    Never raises: a failed ``lstat`` is reported as :attr:`DirState.UNREADABLE`.
     """
     owner = resolve_uid(uid)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return "missing"
+        return DirInspection(path, DirState.MISSING)
     except OSError as exc:
-        return f"cannot be inspected: {_errno_name(exc, 'error')}"
-    try:
-        _check_directory(path, st, owner)
-    except UnsafePathError as exc:
-        return exc.detail
+        detail = f"cannot be inspected: {_errno_name(exc, 'error')}"
+        return DirInspection(path, DirState.UNREADABLE, detail)
+    refusal = _unusable_dir(path, st, owner)
+    if refusal is not None:
+        return DirInspection(path, DirState.UNUSABLE, refusal.detail, refusal.remedy)
     mode = stat.S_IMODE(st.st_mode) & 0o777
     if mode != DIR_MODE:
-        return f"mode {mode:04o} instead of 0700"
-    return None
+        return DirInspection(
+            path, DirState.LOOSE_MODE, f"mode {mode:04o} instead of 0700", mode=mode
+        )
+    return DirInspection(path, DirState.PRIVATE, mode=mode)
+
+
+def describe_uid(uid: int) -> str:
+    """``uid 1001 (mallory)``, or ``uid 1001`` when the account has no name here."""
+    if pwd is None:  # pragma: no cover - not a POSIX system
+        return f"uid {uid}"
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (KeyError, OverflowError):
+        return f"uid {uid}"
+
+
+def _kind_of(st: os.stat_result) -> str:
+    kinds = (
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISFIFO, "named pipe"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    )
+    return next((name for test, name in kinds if test(st.st_mode)), "special file")
+
+
+def _unusable_dir(path: str, st: os.stat_result, uid: int) -> UnsafePathError | None:
+    """Why the entry at ``path`` can never serve as our private dir, or ``None`` if it can.
+
+    The detail says who owns it and what it is; the remedy what the user can do, since we never
+    follow, repair or remove what we did not make. The runtime dir's name is predictable from the
+    agent dir, so another user can create it first; a different agent dir string gives a
+    different name.
+    """
+    foreign = st.st_uid != uid
+    owned = f"owned by {describe_uid(st.st_uid)}, not by you (uid {uid})"
+    if stat.S_ISLNK(st.st_mode):
+        reason, what = Reason.SYMLINK, "it is a symbolic link"
+        with contextlib.suppress(OSError):
+            # Whoever made the link chose its target: escaped and cut like any foreign text.
+            what += f" to '{sanitize.line(os.readlink(path), DISPLAY_PATH_CODE_POINTS)}'"
+        detail = f"{what}, {owned}" if foreign else f"{what}; sessions never follow one here"
+    elif not stat.S_ISDIR(st.st_mode):
+        reason = Reason.NOT_DIRECTORY
+        detail = f"it is not a directory but a {_kind_of(st)}" + (f", {owned}" if foreign else "")
+    elif foreign:
+        reason, detail = Reason.FOREIGN_OWNER, owned
+    else:
+        return None
+    if foreign:
+        detail += ": another user created it first"
+        remedy = (
+            "Sessions of this agent dir cannot start while it is there. Use another agent dir "
+            "(set PI_CODING_AGENT_DIR; each agent dir string gets its own runtime dir), or ask "
+            "an administrator to remove it."
+        )
+    else:
+        remedy = (
+            "Sessions of this agent dir cannot start while it is there. Move it aside (sessions "
+            "create this dir themselves), or use another agent dir (PI_CODING_AGENT_DIR)."
+        )
+    return UnsafePathError(path, reason, detail, remedy=remedy)
 
 
 def _repair_dir_mode(path: str, judged: os.stat_result) -> None:
