@@ -404,19 +404,8 @@ async def _status(args: argparse.Namespace) -> int:
 
 async def _doctor(args: argparse.Namespace) -> int:
     findings = await doctor.diagnose()
-    bad = any(f.severity is doctor.Severity.ERROR for f in findings)
-    if args.json:
-        data = [
-            {"severity": f.severity, "subject": f.subject, "detail": f.detail, "fix": f.fix}
-            for f in findings
-        ]
-        print(json.dumps({"findings": data, "healthy": not bad}, ensure_ascii=False, indent=2))
-    else:
-        for finding in findings:
-            print(f"{finding.severity:<8}{finding.subject}: {finding.detail}")
-            if finding.fix:
-                print(f"{'':<8}fix: {finding.fix}")
-    return EXIT_LOCAL if bad else EXIT_OK
+    print(doctor.report_json(findings) if args.json else doctor.report_text(findings))
+    return EXIT_LOCAL if doctor.is_broken(findings) else EXIT_OK
 
 
 # -- entry point -----------------------------------------------------------------------------------

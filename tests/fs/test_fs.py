@@ -1162,3 +1162,38 @@ def test_esrch_proves_death(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(os, "kill", kill)
     assert pid_is_dead(4242) is True
+
+
+# -- read_refused_registration (doctor's evidence) -------------------------------------------------
+
+
+def test_a_loose_registration_can_be_read_as_evidence_only(tmp_path: Path) -> None:
+    path = make_file(tmp_path / f"{ID_A}.json", b'{"pid": 42}', mode=0o644)
+    with pytest.raises(UnsafePathError):
+        read_registration_bytes(str(path))
+    assert fs.read_refused_registration(str(path)) == b'{"pid": 42}'
+    assert mode_of(path) == 0o644
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [("symlink", Reason.SYMLINK), ("fifo", Reason.NOT_REGULAR), ("too-large", Reason.TOO_LARGE)],
+)
+def test_evidence_reading_still_refuses_what_could_follow_block_or_cost(
+    tmp_path: Path, kind: str, reason: Reason
+) -> None:
+    path = tmp_path / f"{ID_A}.json"
+    if kind == "symlink":
+        path.symlink_to(make_file(tmp_path / "target", b'{"pid": 42}'))
+    elif kind == "fifo":
+        os.mkfifo(path, 0o600)
+    else:
+        make_file(path, b" " * (MAX_REGISTRATION_BYTES + 1))
+    with pytest.raises(UnsafePathError) as refused:
+        fs.read_refused_registration(str(path))
+    expected = {
+        "symlink": Reason.SYMLINK,
+        "fifo": Reason.NOT_REGULAR,
+        "too-large": Reason.TOO_LARGE,
+    }
+    assert refused.value.reason is expected[kind]

@@ -76,6 +76,18 @@ REAP_LOCK_TIMEOUT_S: Final = 0.05
 #: How long a registration write (or an unregister) waits for the write in flight.
 WRITE_WAIT_S: Final = 5.0
 
+# -- doctor (a diagnosis stays bounded in time and output whatever fills the dirs) ----------------
+#: Registrations past the listing window that doctor reads as a sample, to say what fills the dir.
+DOCTOR_SAMPLE_PAST_WINDOW: Final = 64
+#: Findings of one kind doctor shows before it only counts the rest.
+DOCTOR_FINDINGS_PER_KIND: Final = 8
+#: Instance ids named as examples in one summary finding.
+DOCTOR_EXAMPLES: Final = 5
+#: Sockets in the runtime dir doctor asks the kernel about (one non-blocking connect each).
+DOCTOR_SOCKETS_CHECKED: Final = MAX_LISTED_REGISTRATIONS
+#: A process name (``/proc/<pid>/comm`` holds at most 15 bytes on Linux) shown in a finding.
+DISPLAY_PROCESS_NAME_CODE_POINTS: Final = 64
+
 # -- bridge envelopes (spec §8.4; recognised only to refuse them) ----------------------------------
 #: An envelope may live at most this long after it is checked.
 BRIDGE_MAX_TTL_MS: Final = 30_000

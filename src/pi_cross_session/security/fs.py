@@ -88,6 +88,7 @@ __all__ = [
     "make_socket_private",
     "on_local_filesystem",
     "pid_is_dead",
+    "read_refused_registration",
     "read_registration_bytes",
     "remove_file",
     "vet_socket",
@@ -473,11 +474,41 @@ def read_registration_bytes(
     if max_bytes < 0:
         raise ValueError("max_bytes must not be negative")
     owner = resolve_uid(uid)
+    return _read_checked(
+        path, max_bytes, lambda st: _check_registration(path, st, owner, max_bytes)
+    )
+
+
+def read_refused_registration(path: str, *, max_bytes: int = MAX_REGISTRATION_BYTES) -> bytes:
+    """The bytes of a registration the listing refuses for its owner or mode, for a diagnosis.
+
+    Only ``doctor`` calls this, to learn which process a refused file names (so that it never
+    advises removing the file of a process that still runs). What it returns is evidence, never
+    trusted for anything else. A symlink, anything but a regular file and a size over
+    ``max_bytes`` are still refused, with the same checks on ``lstat`` and on the descriptor:
+    reading them could follow a link, block on a FIFO, or cost without bound.
+    """
+
+    def check(st: os.stat_result) -> None:
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePathError(path, Reason.SYMLINK, "it is a symbolic link")
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(path, Reason.NOT_REGULAR, "it is not a regular file")
+        if st.st_size > max_bytes:
+            detail = f"{st.st_size} bytes is over the {max_bytes}-byte limit"
+            raise UnsafePathError(path, Reason.TOO_LARGE, detail)
+
+    return _read_checked(path, max_bytes, check)
+
+
+def _read_checked(path: str, max_bytes: int, check: Callable[[os.stat_result], None]) -> bytes:
+    """``lstat`` → ``check`` → open without following links → ``check`` the descriptor, which
+    must be the very file judged → read at most ``max_bytes``."""
     try:
         before = os.lstat(path)
     except OSError as exc:
         raise _failed(path, "inspect", exc) from exc
-    _check_registration(path, before, owner, max_bytes)
+    check(before)
 
     # NONBLOCK: a FIFO swapped in after the lstat must not hang the reader; it is refused below.
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -488,7 +519,7 @@ def read_registration_bytes(
     try:
         try:
             opened = os.fstat(fd)
-            _check_registration(path, opened, owner, max_bytes)
+            check(opened)
             if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
                 detail = "the file was replaced while opening it"
                 raise UnsafePathError(path, Reason.REPLACED, detail)
