@@ -23,6 +23,7 @@ from pi_cross_session.protocol.limits import (
 from pi_cross_session.protocol.registration import PublicPeer, Registration, display_line
 from pi_cross_session.protocol.text import clean_line
 from pi_cross_session.security.admission import Delivery, ResumeOutcome, Row, Snapshot
+from pi_cross_session.security.auth import RefusalCause
 from pi_cross_session.security.goals import GoalEnd, GoalStatus, RevokeReason
 
 if TYPE_CHECKING:  # runtime imports render; the type is only needed for annotations
@@ -580,6 +581,13 @@ def peer_check_lines(checks: PeerChecks | None, *, recent: int = 3) -> list[str]
         head += f"; stalled connections shed {checks.shed_waiting}"
     refused = ", ".join(f"{cause} {n}" for cause, n in sorted(checks.auth.refusals.items()))
     lines = [head + (f"; hellos refused: {refused}" if refused else "")]
+    changed = checks.auth.refusals.get(RefusalCause.PID_CHANGED.value, 0)
+    if changed:
+        lines.append(
+            f"  Possible impersonation: {changed} hello(s) named a session whose registration "
+            "now names another pid than the one it first authenticated with: another process "
+            "of your user rewrote it to pose as that session, or the first one was the impostor"
+        )
     for text in checks.auth.recent[-recent:] if recent > 0 else ():
         lines.append(f"  {clean_line(text, DISPLAY_DIAGNOSTIC_CODE_POINTS)}")
     return lines

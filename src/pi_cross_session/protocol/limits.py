@@ -105,6 +105,9 @@ MAX_CONNECTIONS: Final = 64
 #: Recent authentication refusals kept as diagnostics for our status (counts by cause are kept
 #: apart and are bounded by the causes): enough to see a pattern, too few to matter as memory.
 AUTH_DIAGNOSTICS_KEPT: Final = 20
+#: Sender incarnations whose first authenticated pid a receiver remembers, oldest forgotten first
+#: (the same bound as the senders a rate table tracks).
+MAX_PINNED_SENDERS: Final = 256
 #: Absolute life of one inbound connection, from accept.
 CONNECTION_DEADLINE_S: Final = 30.0
 #: Inactivity allowed after a successful hello.
