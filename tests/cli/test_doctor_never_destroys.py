@@ -148,3 +148,13 @@ def test_a_mistyped_agent_dir_is_not_created(tmp_path: Path) -> None:
     assert checked.returncode == 0, checked
     assert mentions(checked.json(), str(mistyped), "does not exist"), checked
     assert text.returncode == 0, text
+
+
+def test_the_help_states_these_promises(private_agent_dir: Path) -> None:
+    shown = run_cli(private_agent_dir, "doctor", "--help")
+    assert shown.returncode == 0, shown
+    text = " ".join(shown.stdout.split())
+    assert "It changes and creates nothing" in text
+    assert "suggests removing a file only when the process it names is gone" in text
+    assert "another spelling of the agent dir" in text
+    assert "Exit 1 when something is broken" in text
