@@ -453,6 +453,9 @@ async def test_ten_thousand_decoys_of_a_live_process_are_never_reaped_and_report
 
             text = await anyio.to_thread.run_sync(run_cli, private_agent_dir, "peers")
             as_json = await anyio.to_thread.run_sync(run_cli, private_agent_dir, "peers", "--json")
+            missed = await anyio.to_thread.run_sync(
+                run_cli, private_agent_dir, "send", "nobody-here", "hello", "--json"
+            )
         # The command line's own registration was one more name while it ran.
         unread = 10_002 - 512
         assert text.returncode == 0, text
@@ -460,6 +463,10 @@ async def test_ten_thousand_decoys_of_a_live_process_are_never_reaped_and_report
         assert "pi-cross-session doctor" in text.stdout
         assert as_json.returncode == 0, as_json
         assert as_json.json()["unread"] == unread
+        # A send that finds no such session says the target may be among the unread.
+        assert missed.returncode == 4, missed
+        assert missed.json()["status"] == "not_found"
+        assert f"{unread} more registrations were left unread" in missed.json()["error"]
         left = [name for name in os.listdir(locations.peers_dir) if name.endswith(".json")]
         assert len(left) == 10_000  # the decoys; the session and the command line removed theirs
 
