@@ -141,7 +141,8 @@ def test_a_messy_setup_is_reported_and_left_exactly_as_it_was(
     assert ignored["severity"] == "warning"
     assert ignored["detail"].startswith("ignored by every session: ")
     assert "0644" in ignored["detail"]
-    assert locations.registration_path(loose.instance_id) in ignored["fix"]
+    # Its process (this test) runs: the fix repairs the mode, it never removes the file.
+    assert ignored["fix"].startswith(f"chmod 600 {locations.registration_path(loose.instance_id)}")
 
     [gone] = grouped[f"session ghost [{stale.ref}]"]
     assert gone["severity"] == "info"
@@ -150,7 +151,10 @@ def test_a_messy_setup_is_reported_and_left_exactly_as_it_was(
 
     [left] = grouped["runtime dir"][1:]
     assert left["severity"] == "info"
-    assert left["detail"] == f"{os.path.basename(orphan)} has no registration"
+    assert left["detail"] == (
+        f"{os.path.basename(orphan)} has no registration and no process listens on it"
+    )
+    assert left["fix"].endswith(f"rm {orphan}")
 
     text = cli("doctor")
     assert text.returncode == 0, text
@@ -175,7 +179,7 @@ def test_a_symlinked_peers_dir_is_an_error(cli: Cli, locations: Locations, tmp_p
     [finding] = by_subject(report["findings"])["peers dir"]
     assert finding["severity"] == "error"
     assert "symbolic link" in finding["detail"]
-    assert "refuse" in finding["fix"]
+    assert "cannot start" in finding["fix"]
     assert os.path.islink(locations.peers_dir)
     assert list(elsewhere.iterdir()) == []
 
@@ -272,7 +276,8 @@ async def test_a_registration_readable_by_others_is_ignored(locations: Locations
     assert finding.severity is Severity.WARNING
     assert finding.detail.startswith("ignored by every session:")
     assert "gives others access" in finding.detail
-    assert finding.fix == f"remove {path} if no running session owns it"
+    assert f"it names process {os.getpid()} (" in finding.detail
+    assert finding.fix.startswith(f"chmod 600 {path} (it names process {os.getpid()}")
     assert mode_of(path) == 0o644
 
 
@@ -339,7 +344,7 @@ async def test_orphan_files_in_the_runtime_dir_are_info(locations: Locations) ->
     details = sorted(f.detail for f in findings[1:])
     assert details == sorted(
         [
-            f"{os.path.basename(orphan)} has no registration",
+            f"{os.path.basename(orphan)} has no registration and no process listens on it",
             f"{os.path.basename(not_a_socket)} has no registration and is not a socket",
         ]
     )

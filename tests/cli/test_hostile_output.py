@@ -19,10 +19,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pi_cross_session.protocol import discovery
+from pi_cross_session.protocol import discovery, sanitize
 from pi_cross_session.protocol.exchange import Exchanger
 from pi_cross_session.protocol.frames import Sender
-from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security import fs

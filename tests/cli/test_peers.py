@@ -53,7 +53,7 @@ def test_no_sessions(cli: Cli) -> None:
     assert text.stderr == ""
     as_json = cli("peers", "--json")
     assert as_json.returncode == 0, as_json
-    assert as_json.json() == {"peers": []}
+    assert as_json.json() == {"peers": [], "unread": 0}
 
 
 def test_listing_has_every_public_field_and_no_token(

@@ -163,6 +163,7 @@ async def test_only_the_first_512_names_are_considered(locations: Locations) -> 
     result = await listing(locations, probe)
     assert result.considered == 512
     assert result.at_limit
+    assert result.unread == 600 - 512
     assert len(probe.asked) == len(result.peers) == 512
 
 
@@ -171,6 +172,28 @@ async def test_limit_keyword_override(locations: Locations) -> None:
         publish(locations, make_registration(locations))
     result = await listing(locations, limit=3)
     assert (result.considered, result.at_limit, len(result.peers)) == (3, True, 3)
+    assert result.unread == 2
+
+
+@pytest.mark.parametrize("count", [511, 512, 513])
+async def test_unread_counts_exactly_what_the_window_left(locations: Locations, count: int) -> None:
+    for _ in range(count):
+        publish(locations, make_registration(locations))
+    result = await listing(locations)
+    assert (result.considered, result.unread) == (min(count, 512), max(0, count - 512))
+
+
+async def test_our_own_registration_past_the_window_counts_as_unread(
+    locations: Locations,
+) -> None:
+    # Self is set aside by name only when it falls in the window; past it, it is one more name.
+    mine = make_registration(locations)
+    publish(locations, mine)
+    for _ in range(4):
+        publish(locations, make_registration(locations))
+    result = await listing(locations, limit=2, self_instance_id=mine.instance_id)
+    assert result.considered + result.unread == 5
+    assert result.unread == 3
 
 
 async def test_failed_probe_with_dead_pid_reaps_file_and_socket(locations: Locations) -> None:

@@ -24,15 +24,18 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.discovery import NameWindow
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGISTRATION_BYTES
 from pi_cross_session.protocol.paths import instance_id_from_filename
 from pi_cross_session.security import fs
 from pi_cross_session.security.fs import (
+    DirState,
     FileOperationError,
     Reason,
     UnsafePathError,
     ensure_private_dir,
+    inspect_private_dir,
     list_registration_names,
     make_socket_private,
     pid_is_dead,
@@ -214,6 +217,102 @@ def test_the_expected_owner_can_be_overridden(tmp_path: Path) -> None:
     assert refused.value.reason is Reason.FOREIGN_OWNER
 
 
+# -- a private dir someone else made: what the refusal says ------------------------------------
+
+
+@needs_root
+def test_a_squatted_dir_names_its_owner_and_what_to_do(tmp_path: Path) -> None:
+    leaf = tmp_path / "pi-peers-0-0123456789ab"
+    leaf.mkdir(mode=0o700)
+    os.chown(leaf, 65534, -1)  # "nobody" on most systems, a name or not
+    with pytest.raises(UnsafePathError) as refused:
+        ensure_private_dir(str(leaf))
+    message = str(refused.value)
+    assert str(leaf) in message
+    assert f"owned by {fs.describe_uid(65534)}, not by you (uid {os.getuid()})" in message
+    assert "another user created it first" in message
+    assert "PI_CODING_AGENT_DIR" in message
+    assert "administrator" in message
+    assert refused.value.remedy in message
+    assert os.listdir(leaf) == []
+
+
+def test_a_dir_of_another_uid_is_described_without_root(tmp_path: Path) -> None:
+    """The same refusal through the ``uid=`` seam: our own dir is another user's to anyone else."""
+    leaf = tmp_path / "peers"
+    leaf.mkdir(mode=0o700)
+    stranger = os.getuid() + 1
+    with pytest.raises(UnsafePathError) as refused:
+        ensure_private_dir(str(leaf), uid=stranger)
+    assert refused.value.reason is Reason.FOREIGN_OWNER
+    assert refused.value.detail == (
+        f"owned by {fs.describe_uid(os.getuid())}, not by you (uid {stranger}): another user "
+        "created it first"
+    )
+    assert "Use another agent dir (set PI_CODING_AGENT_DIR" in refused.value.remedy
+
+
+def test_a_symlinked_dir_names_its_target(tmp_path: Path) -> None:
+    link = tmp_path / "peers"
+    link.symlink_to(tmp_path / "elsewhere\x1b[2J")
+    with pytest.raises(UnsafePathError) as refused:
+        ensure_private_dir(str(link))
+    detail = refused.value.detail
+    assert detail.startswith(f"it is a symbolic link to '{tmp_path}/elsewhere")
+    assert "\x1b" not in detail  # the target is someone's text: escaped for display
+    assert "\\x1b[2J" in detail
+    assert "Move it aside" in refused.value.remedy
+
+
+def test_a_file_in_place_of_the_dir_says_what_it_is(tmp_path: Path) -> None:
+    path = make_file(tmp_path / "peers")
+    with pytest.raises(UnsafePathError) as refused:
+        ensure_private_dir(str(path))
+    assert refused.value.detail == "it is not a directory but a regular file"
+
+
+@pytest.mark.parametrize(
+    ("prepare", "state"),
+    [
+        pytest.param(lambda p: None, DirState.MISSING, id="missing"),
+        pytest.param(lambda p: p.mkdir(mode=0o700), DirState.PRIVATE, id="private"),
+        pytest.param(lambda p: (p.mkdir(), os.chmod(p, 0o751)), DirState.LOOSE_MODE, id="loose"),
+        pytest.param(lambda p: p.symlink_to("/"), DirState.UNUSABLE, id="symlink"),
+        pytest.param(lambda p: make_file(p), DirState.UNUSABLE, id="file"),
+    ],
+)
+def test_inspecting_a_dir_judges_it_and_changes_nothing(
+    tmp_path: Path, prepare: Callable[[Path], object], state: DirState
+) -> None:
+    path = tmp_path / "peers"
+    prepare(path)
+    before = os.lstat(path) if os.path.lexists(path) else None
+    found = inspect_private_dir(str(path))
+    assert found.state is state
+    if before is None:
+        assert not os.path.lexists(path)
+    else:
+        after = os.lstat(path)
+        assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    if state is DirState.LOOSE_MODE:
+        assert found.detail == "mode 0751 instead of 0700"
+    if state is DirState.UNUSABLE:
+        assert found.remedy
+
+
+def test_inspecting_a_dir_of_another_uid_gives_the_start_up_refusal(tmp_path: Path) -> None:
+    leaf = tmp_path / "peers"
+    leaf.mkdir(mode=0o700)
+    found = inspect_private_dir(str(leaf), uid=os.getuid() + 1)
+    with pytest.raises(UnsafePathError) as refused:
+        ensure_private_dir(str(leaf), uid=os.getuid() + 1)
+    assert (found.state, found.detail, found.remedy) == (
+        DirState.UNUSABLE,
+        refused.value.detail,
+        refused.value.remedy,
+    )
+
+
 def test_a_parent_that_is_a_file_is_an_os_failure(tmp_path: Path) -> None:
     make_file(tmp_path / "file")
     with pytest.raises(FileOperationError) as failed:
@@ -270,7 +369,7 @@ def test_a_dir_swapped_for_a_symlink_before_its_repair_is_refused(
 
 
 def test_a_missing_peers_dir_lists_nothing(tmp_path: Path) -> None:
-    assert list_registration_names(str(tmp_path / "missing")) == []
+    assert list_registration_names(str(tmp_path / "missing")) == NameWindow([], 0)
 
 
 def test_a_peers_path_that_is_a_file_is_an_os_failure(tmp_path: Path) -> None:
@@ -308,24 +407,29 @@ def test_only_regular_files_named_like_registrations_are_listed(tmp_path: Path) 
     (tmp_path / f"{'d' * 32}.json").mkdir()  # subdirectory named like a registration
     os.mkfifo(tmp_path / f"{'e' * 32}.json")  # FIFO named like a registration
 
-    assert set(list_registration_names(str(tmp_path))) == valid
+    window = list_registration_names(str(tmp_path))
+    assert set(window.names) == valid
+    assert window.unread == 0
 
 
 def test_the_listing_stops_at_the_limit(tmp_path: Path) -> None:
     created = {f"{index:032x}.json" for index in range(600)}
     for name in created:
         (tmp_path / name).touch()
-    listed = list_registration_names(str(tmp_path))
+    listed, unread = list_registration_names(str(tmp_path))
     assert len(listed) == MAX_LISTED_REGISTRATIONS == 512
     assert len(set(listed)) == 512
     assert set(listed) <= created
+    assert unread == 600 - 512
 
 
 @pytest.mark.parametrize("limit", [0, 1, 4, 5, 6])
 def test_the_limit_is_overridable(tmp_path: Path, limit: int) -> None:
     for index in range(5):
         (tmp_path / f"{index:032x}.json").touch()
-    assert len(list_registration_names(str(tmp_path), limit=limit)) == min(limit, 5)
+    listed, unread = list_registration_names(str(tmp_path), limit=limit)
+    assert len(listed) == min(limit, 5)
+    assert unread == 5 - len(listed)
 
 
 def test_a_negative_limit_is_a_bug(tmp_path: Path) -> None:
@@ -333,36 +437,26 @@ def test_a_negative_limit_is_a_bug(tmp_path: Path) -> None:
         list_registration_names(str(tmp_path), limit=-1)
 
 
-def test_reading_stops_as_soon_as_the_limit_is_reached(
+def test_names_past_the_limit_are_counted_never_returned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """One pass over the dir: the first ``limit`` names are kept, the rest only counted (the
+    junk a dir holds costs the same pass), and no file is opened."""
     for index in range(600):
         (tmp_path / f"{index:032x}.json").touch()
-    consumed = 0
-    real_scandir = os.scandir
+    for index in range(7):
+        (tmp_path / f"junk-{index}").touch()
+    opened: list[str] = []
+    real_open = fs._open
 
-    class Counting:
-        def __init__(self, path: str) -> None:
-            self._inner = real_scandir(path)
+    def recording_open(path: str, flags: int, mode: int) -> int:
+        opened.append(path)
+        return real_open(path, flags, mode)
 
-        def __enter__(self) -> Counting:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            self._inner.close()
-
-        def __iter__(self) -> Counting:
-            return self
-
-        def __next__(self) -> os.DirEntry[str]:
-            nonlocal consumed
-            entry = next(self._inner)
-            consumed += 1
-            return entry
-
-    monkeypatch.setattr(os, "scandir", Counting)
-    assert len(list_registration_names(str(tmp_path), limit=10)) == 10
-    assert consumed == 10
+    monkeypatch.setattr(fs, "_open", recording_open)
+    listed, unread = list_registration_names(str(tmp_path), limit=10)
+    assert (len(listed), unread) == (10, 590)
+    assert opened == []
 
 
 def test_ten_thousand_junk_files_do_not_hide_the_real_ones(tmp_path: Path) -> None:
@@ -371,7 +465,8 @@ def test_ten_thousand_junk_files_do_not_hide_the_real_ones(tmp_path: Path) -> No
         (tmp_path / f"junk-{index}").touch()
     for index in range(3):
         (tmp_path / f"{index:032x}.json").touch()
-    assert len(list_registration_names(str(tmp_path))) == 3
+    assert list_registration_names(str(tmp_path)).unread == 0
+    assert len(list_registration_names(str(tmp_path)).names) == 3
 
 
 # -- read_registration_bytes -----------------------------------------------------------------------
@@ -1067,3 +1162,38 @@ def test_esrch_proves_death(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(os, "kill", kill)
     assert pid_is_dead(4242) is True
+
+
+# -- read_refused_registration (doctor's evidence) -------------------------------------------------
+
+
+def test_a_loose_registration_can_be_read_as_evidence_only(tmp_path: Path) -> None:
+    path = make_file(tmp_path / f"{ID_A}.json", b'{"pid": 42}', mode=0o644)
+    with pytest.raises(UnsafePathError):
+        read_registration_bytes(str(path))
+    assert fs.read_refused_registration(str(path)) == b'{"pid": 42}'
+    assert mode_of(path) == 0o644
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [("symlink", Reason.SYMLINK), ("fifo", Reason.NOT_REGULAR), ("too-large", Reason.TOO_LARGE)],
+)
+def test_evidence_reading_still_refuses_what_could_follow_block_or_cost(
+    tmp_path: Path, kind: str, reason: Reason
+) -> None:
+    path = tmp_path / f"{ID_A}.json"
+    if kind == "symlink":
+        path.symlink_to(make_file(tmp_path / "target", b'{"pid": 42}'))
+    elif kind == "fifo":
+        os.mkfifo(path, 0o600)
+    else:
+        make_file(path, b" " * (MAX_REGISTRATION_BYTES + 1))
+    with pytest.raises(UnsafePathError) as refused:
+        fs.read_refused_registration(str(path))
+    expected = {
+        "symlink": Reason.SYMLINK,
+        "fifo": Reason.NOT_REGULAR,
+        "too-large": Reason.TOO_LARGE,
+    }
+    assert refused.value.reason is expected[kind]

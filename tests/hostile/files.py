@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pi_cross_session.protocol.paths import Locations
@@ -93,3 +96,27 @@ def write_symlinked(locations: Locations, body: dict[str, Any]) -> str:
     link = os.path.join(peers_dir(locations), f"{body['instanceId']}.json")
     os.symlink(real, link)
     return link
+
+
+def write_decoys(locations: Locations, count: int, pid: int) -> list[str]:
+    """``count`` well-formed registrations naming ``pid`` and a socket nobody made: decoys a
+    listing can neither reach nor prove stale while ``pid`` runs. Returns their instance ids."""
+    directory = peers_dir(locations)
+    ids = []
+    for index in range(count):
+        body = record(locations, f"decoy-{index}", pid=pid)
+        write_raw(locations, body["instanceId"], record_bytes(body))
+        ids.append(body["instanceId"])
+    assert directory == locations.peers_dir
+    return ids
+
+
+@contextmanager
+def unrelated_process() -> Iterator[int]:
+    """The pid of a live process of ours that is no session (``sleep``), ended afterwards."""
+    child = subprocess.Popen(["sleep", "600"])
+    try:
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait()

@@ -22,10 +22,11 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Final
 
+import anyio
 import pytest
 
 from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.protocol.discovery import Listing, list_peers
+from pi_cross_session.protocol.discovery import Listing, NameWindow, list_peers
 from pi_cross_session.protocol.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.frames import Sender
 from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGISTRATION_BYTES
@@ -37,6 +38,7 @@ from tests.hostile import files
 from tests.hostile.model import Identity
 from tests.hostile.strategies import hello_obj, message_obj
 from tests.hostile.talk import HELLO_ID, admitted, lines, talk
+from tests.support.cli_procs import run_cli
 from tests.support.peers import make_message, make_registration, now_ms, running_peer
 from tests.support.scripted_host import ScriptedHost
 from tests.support.sessions import as_sender, published_sender, serving
@@ -433,6 +435,42 @@ async def test_ten_thousand_registration_lookalikes_keep_a_listing_bounded(
         assert live_ids(found) in ([], [rx.registration.instance_id])
 
 
+async def test_ten_thousand_decoys_of_a_live_process_are_never_reaped_and_reported_unread(
+    locations: Locations, private_agent_dir: Path
+) -> None:
+    """Well-formed registrations naming a live process that is no session push a real session
+    past the 512-entry window. The window stays (spec §1.5); what changes is that the listing
+    counts what it left unread, and says so in the text and the JSON of ``peers``."""
+    with files.unrelated_process() as pid:
+        async with live_peer(locations) as rx:
+            files.write_decoys(locations, 10_000, pid)
+            found = await listing(locations)
+            assert (found.considered, found.unread) == (MAX_LISTED_REGISTRATIONS, 10_001 - 512)
+            # Every decoy read is hidden, none reaped: their process runs.
+            assert found.reaped == found.reap_deferred == 0
+            assert found.hidden + len(found.peers) == MAX_LISTED_REGISTRATIONS
+            assert live_ids(found) in ([], [rx.registration.instance_id])
+
+            text = await anyio.to_thread.run_sync(run_cli, private_agent_dir, "peers")
+            as_json = await anyio.to_thread.run_sync(run_cli, private_agent_dir, "peers", "--json")
+            missed = await anyio.to_thread.run_sync(
+                run_cli, private_agent_dir, "send", "nobody-here", "hello", "--json"
+            )
+        # The command line's own registration was one more name while it ran.
+        unread = 10_002 - 512
+        assert text.returncode == 0, text
+        assert f"{unread} more registrations were left unread" in text.stdout
+        assert "pi-cross-session doctor" in text.stdout
+        assert as_json.returncode == 0, as_json
+        assert as_json.json()["unread"] == unread
+        # A send that finds no such session says the target may be among the unread.
+        assert missed.returncode == 4, missed
+        assert missed.json()["status"] == "not_found"
+        assert f"{unread} more registrations were left unread" in missed.json()["error"]
+        left = [name for name in os.listdir(locations.peers_dir) if name.endswith(".json")]
+        assert len(left) == 10_000  # the decoys; the session and the command line removed theirs
+
+
 # -- races: a file replaced between its check and its use ------------------------------------------
 
 
@@ -445,7 +483,7 @@ class SwapAfterListing:
     def __getattr__(self, name: str) -> Any:
         return getattr(fs, name)
 
-    def list_registration_names(self, peers_dir: str, *, limit: int = 512) -> list[str]:
+    def list_registration_names(self, peers_dir: str, *, limit: int = 512) -> NameWindow:
         names = fs.list_registration_names(peers_dir, limit=limit)
         self._swap()
         return names

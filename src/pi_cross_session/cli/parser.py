@@ -181,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "List the live sessions of this agent dir: address (name [ref]), status, inbound "
             "policy, working directory, git branch and session id. Needs no identity and creates "
-            "nothing."
+            "nothing. A listing reads at most the first 512 registrations in the peers dir; if "
+            "there are more, the last line (and 'unread' in --json) says how many were left "
+            "unread."
         ),
     )
     peers.add_argument("--json", action="store_true", help="print one JSON object")
@@ -226,7 +228,16 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print one JSON object")
 
     check = command(
-        "doctor", help="check dirs, registrations and sockets, and say how to fix problems"
+        "doctor",
+        help="check dirs, registrations and sockets, and say how to fix problems",
+        description=(
+            "Judge the agent dir, the peers and runtime dirs, the registrations and the sockets "
+            "with the rules sessions use, probe the sessions found, and print each finding with "
+            "its fix. It changes and creates nothing, and suggests removing a file only when the "
+            "process it names is gone (or nobody listens on a socket). It names sessions "
+            "registered under another spelling of the agent dir, and stays short however full "
+            "the peers dir is. Exit 1 when something is broken, 0 otherwise (warnings included)."
+        ),
     )
     check.add_argument("--json", action="store_true", help="print one JSON object")
     return parser

@@ -24,6 +24,7 @@ from pi_cross_session.cli.console import Console
 from pi_cross_session.protocol import paths
 
 if TYPE_CHECKING:
+    from pi_cross_session.protocol.discovery import Listing
     from pi_cross_session.protocol.registration import PublicPeer
 
 
@@ -32,46 +33,53 @@ def _anything_to_list(locations: paths.Locations) -> bool:
     anything else needs the full listing (which repairs a loose mode, or refuses the dir)."""
     from pi_cross_session.security import fs
 
-    problem = fs.inspect_private_dir(locations.peers_dir)
-    if problem == "missing":
+    state = fs.inspect_private_dir(locations.peers_dir).state
+    if state is fs.DirState.MISSING:
         return False
-    if problem is not None:
+    if state is not fs.DirState.PRIVATE:
         return True
-    return bool(fs.list_registration_names(locations.peers_dir, limit=1))
+    window = fs.list_registration_names(locations.peers_dir, limit=1)
+    return bool(window.names)
 
 
-async def list_live(locations: paths.Locations) -> list[PublicPeer]:
-    """The live peers, newest first, with git metadata; nothing is created."""
+async def list_live(locations: paths.Locations) -> Listing:
+    """The live peers, newest first, with git metadata, and how many registrations were left
+    unread past the listing window; nothing is created."""
     from pi_cross_session.cli.readonly_files import ReadOnlyFiles
     from pi_cross_session.protocol import discovery
     from pi_cross_session.protocol.exchange import Exchanger
     from pi_cross_session.security import fs
 
-    listing = await discovery.list_peers(
+    return await discovery.list_peers(
         locations, ReadOnlyFiles(), Exchanger(locations, fs).is_live, self_instance_id=None
     )
-    return listing.peers
 
 
-def peers_of(locations: paths.Locations, console: Console) -> Sequence[PublicPeer]:
-    """The live peers (blocking: runs an event loop only when there is something to probe)."""
+def peers_of(locations: paths.Locations, console: Console) -> tuple[Sequence[PublicPeer], int]:
+    """The live peers and the count of registrations left unread (blocking: runs an event loop
+    only when there is something to probe)."""
     if not os.path.lexists(locations.peers_dir):
-        return ()  # nothing there to judge or to list
+        return (), 0  # nothing there to judge or to list
     console.enable_logging()  # from here on, the file layer and the probes may log
     if not _anything_to_list(locations):
-        return ()
+        return (), 0
     import anyio
 
-    return anyio.run(list_live, locations)
+    listing = anyio.run(list_live, locations)
+    return listing.peers, listing.unread
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """List the live sessions, as a table or as JSON."""
-    peers = peers_of(paths.resolve(), console)
+    peers, unread = peers_of(paths.resolve(), console)
     if args.json:
-        console.json({"peers": [peer.to_dict() for peer in peers]})
+        console.json({"peers": [peer.to_dict() for peer in peers], "unread": unread})
     else:
         from pi_cross_session.cli import words
+        from pi_cross_session.plugin.render import unread_line
 
         console.result(words.peer_table(peers))
+        note = unread_line(unread)
+        if note is not None:
+            console.result(note)
     return exits.EXIT_OK

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pi_cross_session.protocol.discovery import NameWindow
 from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGISTRATION_BYTES
 from pi_cross_session.security import fs
 
@@ -17,13 +18,13 @@ class ReadOnlyFiles:
 
     def ensure_private_dir(self, path: str, *, uid: int | None = None) -> None:
         """Judge an existing dir as :func:`fs.ensure_private_dir` does; create nothing."""
-        if fs.inspect_private_dir(path, uid=uid) == "missing":
+        if fs.inspect_private_dir(path, uid=uid).state is fs.DirState.MISSING:
             return
         fs.ensure_private_dir(path, uid=uid)
 
     def list_registration_names(
         self, peers_dir: str, *, limit: int = MAX_LISTED_REGISTRATIONS
-    ) -> list[str]:
+    ) -> NameWindow:
         """See :func:`fs.list_registration_names` (a missing dir gives no names)."""
         return fs.list_registration_names(peers_dir, limit=limit)
 

@@ -66,7 +66,7 @@ async def peers(runtime: SessionRuntime) -> str:
     """``/peers`` and ``/list-pi``: this session, then one line per live peer."""
     me = await runtime.me()
     listing = await runtime.list_peers()
-    return render.listing(me, listing.peers)
+    return render.listing(me, listing.peers, unread=listing.unread)
 
 
 def _me(runtime: SessionRuntime) -> PublicPeer | None:

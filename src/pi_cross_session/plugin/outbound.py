@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 
 import anyio
 
+from pi_cross_session.plugin import render
 from pi_cross_session.plugin.render import SendReport
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.addressing import AddressError, resolve_target
@@ -177,7 +178,10 @@ async def resolve(outbox: Outbox, target: str) -> tuple[PublicPeer, Listing] | S
     try:
         peer = resolve_target(target, [*listing.peers, *own], self_instance_id=self_id)
     except AddressError as exc:
-        return local_failure(exc.code, str(exc))
+        detail = str(exc)
+        unread = render.unread_line(listing.unread) if exc.code == Code.NOT_FOUND else None
+        # The target may be among the registrations the listing never read: say so.
+        return local_failure(exc.code, detail if unread is None else f"{detail} {unread}")
     return peer, listing
 
 

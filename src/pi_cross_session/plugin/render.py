@@ -27,6 +27,7 @@ from pi_cross_session.protocol.limits import (
     DISPLAY_SESSION_ID_CODE_POINTS,
     FENCE_NONCE_BYTES,
     MAX_ID_CHARS,
+    MAX_LISTED_REGISTRATIONS,
     MAX_STATUS_UNITS,
     MAX_SUMMARY_CODE_POINTS,
 )
@@ -37,6 +38,7 @@ from pi_cross_session.protocol.registration import (
     display_name,
 )
 from pi_cross_session.security.admission import Delivery, ResumeOutcome, Row, Snapshot
+from pi_cross_session.security.auth import RefusalCause
 from pi_cross_session.security.goals import GoalEnd, GoalStatus, RevokeReason
 
 if TYPE_CHECKING:  # runtime imports render; the type is only needed for annotations
@@ -180,10 +182,11 @@ def inbox_row(row: Row) -> str:
     return text
 
 
-def listing(me: PublicPeer | None, peers: Sequence[PublicPeer]) -> str:
-    """The text of ``list_pi`` and ``/peers``: this session first, then one line per peer."""
+def listing(me: PublicPeer | None, peers: Sequence[PublicPeer], *, unread: int = 0) -> str:
+    """The text of ``list_pi`` and ``/peers``: this session first, then one line per peer, then
+    a line saying how many registrations the listing left unread, if any."""
     first = f"This session: {display_line(me)}" if me is not None else INBOX_UNAVAILABLE
-    return "\n".join([first, *peer_lines(peers)])
+    return "\n".join([first, *peer_lines(peers, unread=unread)])
 
 
 def address(peer: PublicPeer | Registration) -> str:
@@ -200,9 +203,26 @@ def runtime_ids(peers: Sequence[PublicPeer]) -> str | None:
     return f"Runtime ids (for peer_goal bind): {ids}"
 
 
-def peer_lines(peers: Sequence[PublicPeer]) -> list[str]:
-    """One display line per live peer, or a line saying there is none."""
-    return [display_line(peer) for peer in peers] or [NO_PEERS]
+def peer_lines(peers: Sequence[PublicPeer], *, unread: int = 0) -> list[str]:
+    """One display line per live peer, or a line saying there is none; then the
+    :func:`unread_line`, if the listing left registrations unread."""
+    lines = [display_line(peer) for peer in peers] or [NO_PEERS]
+    note = unread_line(unread)
+    return lines if note is None else [*lines, note]
+
+
+def unread_line(unread: int) -> str | None:
+    """What a listing that left registrations unread must say: a live session may be among them.
+
+    ``None`` when it read every one.
+    """
+    if unread <= 0:
+        return None
+    return (
+        f"{unread} more registration{'s were' if unread != 1 else ' was'} left unread: a listing "
+        f"reads only the first {MAX_LISTED_REGISTRATIONS} in the peers dir, so a live session "
+        "among the rest is not shown. `pi-cross-session doctor` says what fills the peers dir."
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -686,6 +706,13 @@ def peer_check_lines(checks: PeerChecks | None, *, recent: int = 3) -> list[str]
         head += f"; stalled connections shed {checks.shed_waiting}"
     refused = ", ".join(f"{_word(cause)} {n}" for cause, n in sorted(checks.auth.refusals.items()))
     lines = [head + (f"; hellos refused: {refused}" if refused else "")]
+    changed = checks.auth.refusals.get(RefusalCause.PID_CHANGED.value, 0)
+    if changed:
+        lines.append(
+            f"  Possible impersonation: {changed} hello(s) named a session whose registration "
+            "now names another pid than the one it first authenticated with: another process "
+            "of your user rewrote it to pose as that session, or the first one was the impostor"
+        )
     for text in checks.auth.recent[-recent:] if recent > 0 else ():
         lines.append(f"  {_diagnostic(text)}")
     return lines
@@ -906,6 +933,7 @@ __all__ = [
     "status_query_result",
     "status_text",
     "tool_failure",
+    "unread_line",
     "unreadable_config",
     "utf16_limit_error",
 ]

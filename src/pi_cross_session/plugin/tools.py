@@ -299,8 +299,9 @@ async def run_list_pi(runtime: SessionRuntime) -> ToolOutput:
     details = {
         "self": None if me is None else me.to_dict(),
         "peers": [peer.to_dict() for peer in listing.peers],
+        "unread": listing.unread,
     }
-    text = render.listing(me, listing.peers)
+    text = render.listing(me, listing.peers, unread=listing.unread)
     ids = render.runtime_ids(listing.peers)
     return ToolOutput(text if ids is None else f"{text}\n{ids}", details)
 

@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import partial
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 import anyio
 import filelock
@@ -79,6 +79,7 @@ __all__ = [
     "REAP_LOCK_NAME",
     "GitResolver",
     "Listing",
+    "NameWindow",
     "Probe",
     "Registrar",
     "RegistrarStoppedError",
@@ -99,6 +100,15 @@ Probe = Callable[[Registration], Awaitable[bool]]
 GitResolver = Callable[[Sequence[str]], Awaitable[Mapping[str, GitInfo | None]]]
 
 
+class NameWindow(NamedTuple):
+    """The registration names a listing reads, and how many it leaves unread (spec §1.5)."""
+
+    #: At most the listing's limit, in directory order.
+    names: list[str]
+    #: Names past the limit: counted, never read.
+    unread: int
+
+
 class RegistryFiles(Protocol):
     """The file operations discovery needs; :mod:`pi_cross_session.security.fs` provides them.
 
@@ -110,8 +120,8 @@ class RegistryFiles(Protocol):
     def ensure_private_dir(self, path: str, *, uid: int | None = ...) -> None:
         """Create the dir if needed; it must be ours and end up 0700."""
 
-    def list_registration_names(self, peers_dir: str, *, limit: int = ...) -> list[str]:
-        """At most ``limit`` registration file names, in directory order."""
+    def list_registration_names(self, peers_dir: str, *, limit: int = ...) -> NameWindow:
+        """The first ``limit`` registration file names in directory order, and how many more."""
 
     def read_registration_bytes(
         self, path: str, *, uid: int | None = ..., max_bytes: int = ...
@@ -426,6 +436,8 @@ class Listing:
     considered: int = 0
     #: The dir held at least ``limit`` names; more may exist and were not looked at.
     at_limit: bool = False
+    #: Registration names past the limit: left unread, so a live session among them is unseen.
+    unread: int = 0
     #: Our own registration was among the names (it is never read, probed or reaped).
     self_seen: bool = False
     unsafe: int = 0
@@ -454,6 +466,7 @@ class _Scan:
     registrations: list[Registration] = field(default_factory=list)
     considered: int = 0
     at_limit: bool = False
+    unread: int = 0
     self_seen: bool = False
     unsafe: int = 0
     unreadable: int = 0
@@ -465,8 +478,8 @@ def _scan(
 ) -> _Scan:
     """Worker thread: make the dir private, take the names, read and validate each file."""
     files.ensure_private_dir(locations.peers_dir)
-    names = files.list_registration_names(locations.peers_dir, limit=limit)
-    scan = _Scan(considered=len(names), at_limit=len(names) >= limit)
+    names, unread = files.list_registration_names(locations.peers_dir, limit=limit)
+    scan = _Scan(considered=len(names), at_limit=len(names) >= limit, unread=unread)
     for name in names:
         stem = instance_id_from_filename(name)
         if stem is None:
@@ -584,7 +597,8 @@ async def list_peers(
 ) -> Listing:
     """The live peers of this agent dir, per spec §1.5, newest ``updatedAt`` first.
 
-    1. The peers dir is made private (created if missing), and at most ``limit`` names are taken.
+    1. The peers dir is made private (created if missing), and at most ``limit`` names are taken;
+       the names past them are counted (:attr:`Listing.unread`), never read.
     2. Each file is read through ``files`` and validated; refused ones are counted, not raised.
     3. Every other peer is probed concurrently; each probe owns its 350 ms deadline, and the
        listing stops waiting for any probe after ``probe_guard_s``.
@@ -621,6 +635,7 @@ async def list_peers(
         registrations={r.instance_id: r for r in live},
         considered=scan.considered,
         at_limit=scan.at_limit,
+        unread=scan.unread,
         self_seen=scan.self_seen,
         unsafe=scan.unsafe,
         unreadable=scan.unreadable,

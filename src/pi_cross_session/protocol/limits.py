@@ -48,6 +48,8 @@ DISPLAY_DIAGNOSTIC_CODE_POINTS: Final = 400
 #: so a peer that wants to close the fence early and write lines that look like ours must guess a
 #: value drawn after its text arrived, with one chance in 2**64.
 FENCE_NONCE_BYTES: Final = 8
+#: A path someone else chose (a symlink's target), inside a diagnostic.
+DISPLAY_PATH_CODE_POINTS: Final = 120
 #: Characters of the instance id shown as its short ``ref``.
 REF_CHARS: Final = 8
 #: A hex prefix shorter than this is too likely to match several peers to be an address.
@@ -78,6 +80,18 @@ REAP_LOCK_TIMEOUT_S: Final = 0.05
 #: How long a registration write (or an unregister) waits for the write in flight.
 WRITE_WAIT_S: Final = 5.0
 
+# -- doctor (a diagnosis stays bounded in time and output whatever fills the dirs) ----------------
+#: Registrations past the listing window that doctor reads as a sample, to say what fills the dir.
+DOCTOR_SAMPLE_PAST_WINDOW: Final = 64
+#: Findings of one kind doctor shows before it only counts the rest.
+DOCTOR_FINDINGS_PER_KIND: Final = 8
+#: Instance ids named as examples in one summary finding.
+DOCTOR_EXAMPLES: Final = 5
+#: Sockets in the runtime dir doctor asks the kernel about (one non-blocking connect each).
+DOCTOR_SOCKETS_CHECKED: Final = MAX_LISTED_REGISTRATIONS
+#: A process name (``/proc/<pid>/comm`` holds at most 15 bytes on Linux) shown in a finding.
+DISPLAY_PROCESS_NAME_CODE_POINTS: Final = 64
+
 # -- bridge envelopes (spec §8.4; recognised only to refuse them) ----------------------------------
 #: An envelope may live at most this long after it is checked.
 BRIDGE_MAX_TTL_MS: Final = 30_000
@@ -95,6 +109,9 @@ MAX_CONNECTIONS: Final = 64
 #: Recent authentication refusals kept as diagnostics for our status (counts by cause are kept
 #: apart and are bounded by the causes): enough to see a pattern, too few to matter as memory.
 AUTH_DIAGNOSTICS_KEPT: Final = 20
+#: Sender incarnations whose first authenticated pid a receiver remembers, oldest forgotten first
+#: (the same bound as the senders a rate table tracks).
+MAX_PINNED_SENDERS: Final = 256
 #: Absolute life of one inbound connection, from accept.
 CONNECTION_DEADLINE_S: Final = 30.0
 #: Inactivity allowed after a successful hello.

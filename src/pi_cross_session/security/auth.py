@@ -14,15 +14,24 @@ When the endpoint knows the connecting pid (kernel peer credentials), an authent
 also come from the pid the sender's registration names: a token copied by another process of the
 same user is then worthless on its own. Probes are not held to a pid, because any process of ours
 that has our token may ask who we are (the reference's listing probes from whatever process runs
-it). Every refusal is counted by cause and the most recent ones are kept as one-line diagnostics
-for our status (:meth:`Authenticator.diagnostics`); the caller only ever sees
-:data:`AUTH_FAILED_TEXT`.
+it).
+
+That check trusts the registration's pid, and a process of the same user that can write the peers
+dir can rewrite a live session's registration with its own pid. So each sender session is also
+*pinned* to the pid it first authenticated with (:class:`SenderPins`): a session's registration
+names one pid for its whole incarnation (the instance id is new for each), so a later hello whose
+registration names another pid is refused as a possible impersonation. A sender with no socket at
+its path is not a session but a send-only identity, which may move between processes by design
+(the command line keeps one across invocations); it is re-pinned instead.
+
+Every refusal is counted by cause and the most recent ones are kept as one-line diagnostics for our
+status (:meth:`Authenticator.diagnostics`); the caller only ever sees :data:`AUTH_FAILED_TEXT`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -34,8 +43,8 @@ from pi_cross_session.protocol.capabilities import ADVERTISED, can_queue, can_re
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.endpoint import PeerCredentials
 from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.frames import Hello, PeerIdentity, Response
-from pi_cross_session.protocol.limits import AUTH_DIAGNOSTICS_KEPT
+from pi_cross_session.protocol.frames import Hello, PeerIdentity, Response, Sender
+from pi_cross_session.protocol.limits import AUTH_DIAGNOSTICS_KEPT, MAX_PINNED_SENDERS
 from pi_cross_session.protocol.offload import Offload
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration, parse_registration
@@ -62,6 +71,8 @@ class RefusalCause(StrEnum):
     SENDER = "sender_mismatch"
     #: The kernel says another process connected than the one the registration names.
     PID = "pid_mismatch"
+    #: The session first authenticated with another pid than its registration names now.
+    PID_CHANGED = "pid_changed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +136,38 @@ class RegistrationReader(Protocol):
         """The file's bytes, or a :class:`CrossSessionError` when it cannot be trusted."""
         ...
 
+    def vet_socket(self, path: str) -> str | None:
+        """``None`` for a socket of ours at 0600, else why not (``ENOENT`` when there is none)."""
+        ...
+
+
+class SenderPins:
+    """The pid each sender session first authenticated with, for at most ``capacity`` senders.
+
+    Pure and bounded: the least recently used pin is forgotten first (that sender is then pinned
+    afresh at its next hello, so forgetting never refuses anyone, it only loses protection).
+    """
+
+    def __init__(self, capacity: int = MAX_PINNED_SENDERS) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be positive")
+        self._capacity = capacity
+        self._pins: OrderedDict[str, int] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._pins)
+
+    def pinned(self, instance_id: str) -> int | None:
+        """The pid ``instance_id`` is pinned to, if any."""
+        return self._pins.get(instance_id)
+
+    def pin(self, instance_id: str, pid: int) -> None:
+        """Pin ``instance_id`` to ``pid`` (again), forgetting the oldest pin when full."""
+        self._pins[instance_id] = pid
+        self._pins.move_to_end(instance_id)
+        while len(self._pins) > self._capacity:
+            self._pins.popitem(last=False)
+
 
 class Authenticator:
     """Judges hellos for one incarnation."""
@@ -137,11 +180,14 @@ class Authenticator:
         files: RegistrationReader = fs,
         capabilities: tuple[str, ...] = ADVERTISED,
         diagnostics_kept: int = AUTH_DIAGNOSTICS_KEPT,
+        pinned_senders: int = MAX_PINNED_SENDERS,
     ) -> None:
         self._identity = identity
         self._locations = locations
         self._reader = Offload(files, locations.peers_dir)
+        self._socket_checker = Offload(files, locations.runtime_dir)
         self._files = files
+        self._pins = SenderPins(pinned_senders)
         self._capabilities = capabilities
         # Bounded by construction: the keys are RefusalCause values, the texts a fixed-size deque.
         self._refusals: dict[str, int] = {}
@@ -163,10 +209,10 @@ class Authenticator:
         who = f"hello from {hello.sender.instance_id}" if hello.sender is not None else "probe"
         text = f"{who} refused: {detail}"
         self._recent.append(text)
-        # A pid mismatch means someone holds a real sender token: worth a warning. The rest is
-        # the ordinary noise of stale registrations and confused clients.
-        level = logging.WARNING if cause is RefusalCause.PID else logging.INFO
-        logger.log(level, "%s", sanitize.line(text))
+        # A pid mismatch or change means someone holds a real sender token: worth a warning. The
+        # rest is the ordinary noise of stale registrations and confused clients.
+        serious = cause in (RefusalCause.PID, RefusalCause.PID_CHANGED)
+        logger.log(logging.WARNING if serious else logging.INFO, "%s", sanitize.line(text))
         return self._reply(hello.request_id, ok=False), None
 
     def _reply(self, request_id: str, *, ok: bool) -> Response:
@@ -243,4 +289,20 @@ class Authenticator:
                 RefusalCause.PID,
                 f"connecting pid {peer.pid} is not the registered pid {registration.pid}",
             )
+        pinned = self._pins.pinned(claim.instance_id)
+        if pinned is not None and pinned != registration.pid and await self._has_endpoint(claim):
+            # A session's pid never changes during its incarnation: whoever rewrote the
+            # registration is not the session we first heard from, or that one is.
+            return (
+                RefusalCause.PID_CHANGED,
+                f"possible impersonation: it first authenticated with pid {pinned}, and its "
+                f"registration now names pid {registration.pid}",
+            )
+        self._pins.pin(claim.instance_id, registration.pid)
         return registration
+
+    async def _has_endpoint(self, claim: Sender) -> bool:
+        """Whether the sender is a session (something at its socket path), not a send-only
+        identity. Anything but a plain "no such file" counts as a session: fail closed."""
+        path = self._locations.socket_path(claim.instance_id)
+        return await self._socket_checker.run(self._files.vet_socket, path) != "ENOENT"

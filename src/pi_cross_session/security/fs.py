@@ -40,6 +40,7 @@ never raise: they answer with a code or a boolean.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -47,31 +48,47 @@ import re
 import stat
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
+from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.discovery import NameWindow
 from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGISTRATION_BYTES
+from pi_cross_session.protocol.limits import (
+    DISPLAY_PATH_CODE_POINTS,
+    MAX_LISTED_REGISTRATIONS,
+    MAX_REGISTRATION_BYTES,
+)
 from pi_cross_session.protocol.paths import (
     instance_id_from_filename,
     is_instance_id,
     resolve_uid,
 )
 
+try:
+    import pwd
+except ImportError:  # pragma: no cover - not a POSIX system
+    pwd = None  # type: ignore[assignment]
+
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
+    "DirInspection",
+    "DirState",
     "FileOperationError",
     "FileSystemError",
     "Reason",
     "UnsafePathError",
+    "describe_uid",
     "ensure_private_dir",
     "inspect_private_dir",
     "list_registration_names",
     "make_socket_private",
     "on_local_filesystem",
     "pid_is_dead",
+    "read_refused_registration",
     "read_registration_bytes",
     "remove_file",
     "vet_socket",
@@ -125,15 +142,18 @@ class FileSystemError(CrossSessionError):
 class UnsafePathError(FileSystemError):
     """A file, dir or socket exists but fails a trust check; :attr:`reason` says which.
 
-    Not retryable as such: something (or someone) has to change the file first.
+    Not retryable as such: something (or someone) has to change the file first. :attr:`remedy`
+    says what the user can do, when there is something to say (the private dirs' refusals).
     """
 
     code = Code.UNSAFE_ENDPOINT
 
-    def __init__(self, path: str, reason: Reason, detail: str) -> None:
-        super().__init__(f"refusing {path!r}: {detail}", path=path)
+    def __init__(self, path: str, reason: Reason, detail: str, *, remedy: str = "") -> None:
+        message = f"refusing {path!r}: {detail}"
+        super().__init__(f"{message}. {remedy}" if remedy else message, path=path)
         self.reason = reason
         self.detail = detail
+        self.remedy = remedy
 
 
 class FileOperationError(FileSystemError):
@@ -184,18 +204,6 @@ def _check_owner_and_type(
         raise UnsafePathError(path, wrong_type, wrong_type_detail)
     if st.st_uid != uid:
         raise UnsafePathError(path, Reason.FOREIGN_OWNER, f"owned by uid {st.st_uid}, not {uid}")
-
-
-def _check_directory(path: str, st: os.stat_result, uid: int) -> None:
-    """Refuse anything but a real directory owned by ``uid``."""
-    _check_owner_and_type(
-        path,
-        st,
-        uid,
-        is_type=stat.S_ISDIR,
-        wrong_type=Reason.NOT_DIRECTORY,
-        wrong_type_detail="it is not a directory",
-    )
 
 
 # -- private dirs ----------------------------------------------------------------------------------
@@ -250,34 +258,123 @@ def ensure_private_dir(path: str, *, uid: int | None = None) -> None:
         st = os.lstat(path)
     except OSError as exc:
         raise _failed(path, "inspect the directory", exc) from exc
-    _check_directory(path, st, owner)
+    refusal = _unusable_dir(path, st, owner)
+    if refusal is not None:
+        raise refusal
     # Spec §1.2 repairs group/other bits; we also restore missing owner bits, which a strange
     # umask can strip and without which the dir is useless to us. Special bits are left alone.
     if stat.S_IMODE(st.st_mode) & 0o777 != DIR_MODE:
         _repair_dir_mode(path, st)
 
 
-def inspect_private_dir(path: str, *, uid: int | None = None) -> str | None:
+class DirState(StrEnum):
+    """What :func:`inspect_private_dir` found at a private dir's path."""
+
+    PRIVATE = "private"
+    MISSING = "missing"
+    #: Ours, but group/other bits are set (or owner bits missing): sessions repair it.
+    LOOSE_MODE = "loose_mode"
+    #: A symlink, not a dir, or another user's: sessions refuse to start.
+    UNUSABLE = "unusable"
+    #: ``lstat`` itself failed (permission denied on a parent, …).
+    UNREADABLE = "unreadable"
+
+
+@dataclass(frozen=True, slots=True)
+class DirInspection:
+    """A private dir as :func:`ensure_private_dir` would judge it, without changing it.
+
+    ``detail`` says what is wrong (empty when it is private); ``remedy`` what the user can do.
+    """
+
+    path: str
+    state: DirState
+    detail: str = ""
+    remedy: str = ""
+    mode: int | None = None
+
+
+def inspect_private_dir(path: str, *, uid: int | None = None) -> DirInspection:
     """Judge a dir as :func:`ensure_private_dir` would, changing nothing (for diagnosis).
 
-    Returns ``None`` when it is a private dir of ours, ``"missing"`` when it does not exist, or a
-    sentence saying what is wrong. Never raises.
+    Never raises: a failed ``lstat`` is reported as :attr:`DirState.UNREADABLE`.
     """
     owner = resolve_uid(uid)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return "missing"
+        return DirInspection(path, DirState.MISSING)
     except OSError as exc:
-        return f"cannot be inspected: {_errno_name(exc, 'error')}"
-    try:
-        _check_directory(path, st, owner)
-    except UnsafePathError as exc:
-        return exc.detail
+        detail = f"cannot be inspected: {_errno_name(exc, 'error')}"
+        return DirInspection(path, DirState.UNREADABLE, detail)
+    refusal = _unusable_dir(path, st, owner)
+    if refusal is not None:
+        return DirInspection(path, DirState.UNUSABLE, refusal.detail, refusal.remedy)
     mode = stat.S_IMODE(st.st_mode) & 0o777
     if mode != DIR_MODE:
-        return f"mode {mode:04o} instead of 0700"
-    return None
+        return DirInspection(
+            path, DirState.LOOSE_MODE, f"mode {mode:04o} instead of 0700", mode=mode
+        )
+    return DirInspection(path, DirState.PRIVATE, mode=mode)
+
+
+def describe_uid(uid: int) -> str:
+    """``uid 1001 (mallory)``, or ``uid 1001`` when the account has no name here."""
+    if pwd is None:  # pragma: no cover - not a POSIX system
+        return f"uid {uid}"
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (KeyError, OverflowError):
+        return f"uid {uid}"
+
+
+def _kind_of(st: os.stat_result) -> str:
+    kinds = (
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISFIFO, "named pipe"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    )
+    return next((name for test, name in kinds if test(st.st_mode)), "special file")
+
+
+def _unusable_dir(path: str, st: os.stat_result, uid: int) -> UnsafePathError | None:
+    """Why the entry at ``path`` can never serve as our private dir, or ``None`` if it can.
+
+    The detail says who owns it and what it is; the remedy what the user can do, since we never
+    follow, repair or remove what we did not make. The runtime dir's name is predictable from the
+    agent dir, so another user can create it first; a different agent dir string gives a
+    different name.
+    """
+    foreign = st.st_uid != uid
+    owned = f"owned by {describe_uid(st.st_uid)}, not by you (uid {uid})"
+    if stat.S_ISLNK(st.st_mode):
+        reason, what = Reason.SYMLINK, "it is a symbolic link"
+        with contextlib.suppress(OSError):
+            # Whoever made the link chose its target: escaped and cut like any foreign text.
+            what += f" to '{sanitize.line(os.readlink(path), DISPLAY_PATH_CODE_POINTS)}'"
+        detail = f"{what}, {owned}" if foreign else f"{what}; sessions never follow one here"
+    elif not stat.S_ISDIR(st.st_mode):
+        reason = Reason.NOT_DIRECTORY
+        detail = f"it is not a directory but a {_kind_of(st)}" + (f", {owned}" if foreign else "")
+    elif foreign:
+        reason, detail = Reason.FOREIGN_OWNER, owned
+    else:
+        return None
+    if foreign:
+        detail += ": another user created it first"
+        remedy = (
+            "Sessions of this agent dir cannot start while it is there. Use another agent dir "
+            "(set PI_CODING_AGENT_DIR; each agent dir string gets its own runtime dir), or ask "
+            "an administrator to remove it."
+        )
+    else:
+        remedy = (
+            "Sessions of this agent dir cannot start while it is there. Move it aside (sessions "
+            "create this dir themselves), or use another agent dir (PI_CODING_AGENT_DIR)."
+        )
+    return UnsafePathError(path, reason, detail, remedy=remedy)
 
 
 def _repair_dir_mode(path: str, judged: os.stat_result) -> None:
@@ -307,13 +404,15 @@ def _repair_dir_mode(path: str, judged: os.stat_result) -> None:
 # -- registrations ---------------------------------------------------------------------------------
 
 
-def list_registration_names(peers_dir: str, *, limit: int = MAX_LISTED_REGISTRATIONS) -> list[str]:
-    """File names in ``peers_dir`` that a listing reads, at most ``limit``, in directory order.
+def list_registration_names(peers_dir: str, *, limit: int = MAX_LISTED_REGISTRATIONS) -> NameWindow:
+    """The registration names a listing reads (at most ``limit``, in directory order), and how
+    many more there are.
 
     Kept: entries that are regular files by their directory-entry type (a symlink is not followed
-    and not kept) named ``<32 lowercase hex>.json``. Reading stops as soon as ``limit`` names are
-    found, so a dir stuffed with junk costs one pass at most and a dir stuffed with valid-looking
-    names costs no more than ``limit`` of them (spec §1.5). A missing dir gives ``[]``.
+    and not kept) named ``<32 lowercase hex>.json``. Only the first ``limit`` such names are
+    returned (spec §1.5); the ones after them are counted, never returned, so a listing can say
+    how many it left unread. The dir is walked once, which is what a dir stuffed with junk names
+    already costs; no file is opened. A missing dir gives no names.
 
     The caller runs :func:`ensure_private_dir` first. Raises :class:`FileOperationError` if the
     dir cannot be read (for instance, it is a file).
@@ -321,8 +420,7 @@ def list_registration_names(peers_dir: str, *, limit: int = MAX_LISTED_REGISTRAT
     if limit < 0:
         raise ValueError("limit must not be negative")
     names: list[str] = []
-    if limit == 0:
-        return names
+    unread = 0
     try:
         with os.scandir(peers_dir) as entries:
             for entry in entries:
@@ -331,14 +429,15 @@ def list_registration_names(peers_dir: str, *, limit: int = MAX_LISTED_REGISTRAT
                 # ``follow_symlinks=False`` uses the dirent type (lstat only if the FS has none).
                 if not entry.is_file(follow_symlinks=False):
                     continue
-                names.append(entry.name)
-                if len(names) >= limit:
-                    break
+                if len(names) < limit:
+                    names.append(entry.name)
+                else:
+                    unread += 1
     except FileNotFoundError:
-        return []
+        return NameWindow([], 0)
     except OSError as exc:
         raise _failed(peers_dir, "list", exc) from exc
-    return names
+    return NameWindow(names, unread)
 
 
 def _check_registration(path: str, st: os.stat_result, uid: int, max_bytes: int) -> None:
@@ -375,11 +474,41 @@ def read_registration_bytes(
     if max_bytes < 0:
         raise ValueError("max_bytes must not be negative")
     owner = resolve_uid(uid)
+    return _read_checked(
+        path, max_bytes, lambda st: _check_registration(path, st, owner, max_bytes)
+    )
+
+
+def read_refused_registration(path: str, *, max_bytes: int = MAX_REGISTRATION_BYTES) -> bytes:
+    """The bytes of a registration the listing refuses for its owner or mode, for a diagnosis.
+
+    Only ``doctor`` calls this, to learn which process a refused file names (so that it never
+    advises removing the file of a process that still runs). What it returns is evidence, never
+    trusted for anything else. A symlink, anything but a regular file and a size over
+    ``max_bytes`` are still refused, with the same checks on ``lstat`` and on the descriptor:
+    reading them could follow a link, block on a FIFO, or cost without bound.
+    """
+
+    def check(st: os.stat_result) -> None:
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePathError(path, Reason.SYMLINK, "it is a symbolic link")
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(path, Reason.NOT_REGULAR, "it is not a regular file")
+        if st.st_size > max_bytes:
+            detail = f"{st.st_size} bytes is over the {max_bytes}-byte limit"
+            raise UnsafePathError(path, Reason.TOO_LARGE, detail)
+
+    return _read_checked(path, max_bytes, check)
+
+
+def _read_checked(path: str, max_bytes: int, check: Callable[[os.stat_result], None]) -> bytes:
+    """``lstat`` → ``check`` → open without following links → ``check`` the descriptor, which
+    must be the very file judged → read at most ``max_bytes``."""
     try:
         before = os.lstat(path)
     except OSError as exc:
         raise _failed(path, "inspect", exc) from exc
-    _check_registration(path, before, owner, max_bytes)
+    check(before)
 
     # NONBLOCK: a FIFO swapped in after the lstat must not hang the reader; it is refused below.
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -390,7 +519,7 @@ def read_registration_bytes(
     try:
         try:
             opened = os.fstat(fd)
-            _check_registration(path, opened, owner, max_bytes)
+            check(opened)
             if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
                 detail = "the file was replaced while opening it"
                 raise UnsafePathError(path, Reason.REPLACED, detail)
