@@ -181,7 +181,7 @@ def test_peers_with_a_mistyped_agent_dir_creates_nothing(tmp_path: Path) -> None
         listed = run_cli(typo, *args, cwd=tmp_path)
         assert listed.returncode == 0, listed
         assert listed.stderr == ""
-    assert listed.json() == {"peers": []}
+    assert listed.json() == {"peers": [], "unread": 0}
     assert not (tmp_path / "agnet").exists()
     assert not exists(runtime_dir)
 
