@@ -114,9 +114,12 @@ class HeadlessHost:
         try:
             if runtime is not None:
                 runtime.on_turn_started(TurnSource.PEER)
-                runtime.on_message_started(delivery.message_id, delivery.sender.instance_id)
+            # Shown first, then confirmed: a watcher sees the message before it is "delivered",
+            # as a real host shows a message when it enters the conversation.
             self.delivered.append(delivery)
             self._emit(HostEvent(kind="message", text=delivery.text, delivery=delivery))
+            if runtime is not None:
+                runtime.on_message_started(delivery.message_id, delivery.sender.instance_id)
             await anyio.sleep(self._busy_s)
         finally:
             self._busy = False
