@@ -243,7 +243,9 @@ def test_ledger_default_remembers_512(count: int, first_kept: bool) -> None:
     for index in range(count):
         ledger.commit(f"s{index % 7}", f"m{index}")
     assert len(ledger) == min(count, 512)
-    assert ledger.seen("s0", "m0") is first_kept
+    # The 513th id (index 512, from s1) takes the place of its own sender's oldest id, m1.
+    assert ledger.seen("s1", "m1") is first_kept
+    assert ledger.seen("s0", "m0")
 
 
 # -- text_digest and TextDedup ---------------------------------------------------------------------

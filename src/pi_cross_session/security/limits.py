@@ -5,21 +5,27 @@ strict split between *asking* and *committing*: ``check_*`` methods never change
 does. The admission pipeline asks every question first and commits only when every answer was yes,
 so a refused message costs the sender nothing (spec §5, step 11–12).
 
-Every structure is bounded; the bound and the eviction rule sit beside it:
+Every structure is bounded, and no sender can make one forget another sender's entries while it
+holds entries of its own (docs/security.md, "Bounded tables and who can evict what"). The bound and
+the eviction rule sit beside each:
 
 * :class:`RateLimiter` — a token bucket per sender incarnation (30 tokens, 0.5/s), at most 256
-  senders tracked, least recently used forgotten first. A forgotten sender comes back with a full
-  bucket, which is the price of a bounded table; 256 senders × 30 tokens is still bounded by the
-  lifetime budget below.
+  senders tracked. A forgotten sender comes back with a full bucket, so forgetting helps only the
+  forgotten: the bucket forgotten is the one lacking the fewest tokens (a full one costs nothing),
+  least recently committed among equals. Churning the table with new identities therefore never
+  refills a drained bucket while a fuller one is tracked.
 * :class:`MessageIdLedger` — message ids already admitted per sender incarnation, kept for the
   whole receiver incarnation (no time window: an id is never reusable), at most 512 remembered.
-  The 256-unit budget means unscoped traffic never reaches the cap.
+  Past the bound a sender gives up its own oldest id; a sender holding none takes the oldest of the
+  sender holding the most (:class:`~pi_cross_session.security.shares.SenderShares`). The 256-unit
+  budget keeps unscoped traffic below the bound; refused goal ids and members' scoped messages do
+  not spend it, hence the rule.
 * :class:`TextDedup` — the SHA-256 of each admitted text per sender (and goal), suppressing the same
   text within 30 s, whatever came in between (A, B, A is caught). Entries older than the window are
-  useless and are pruned; the table is capped at 512 regardless.
+  useless and are pruned first; past 512 the same rule as the ledger picks what goes.
 * :class:`LifetimeBudget` — 256 units per incarnation shared by inbound commits and outbound
-  attempts; never refunded, never refilled (goal-scoped refunds arrive with goal grants: see
-  :meth:`LifetimeBudget.can_spend`).
+  attempts; never refilled, refunded only for a confirmed goal-scoped send (see
+  :meth:`LifetimeBudget.refund`).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from pi_cross_session.protocol.limits import (
     RATE_REFILL_PER_S,
     TEXT_DEDUP_WINDOW_S,
 )
+from pi_cross_session.security.shares import SenderShares
 
 
 @dataclass(slots=True)
@@ -80,7 +87,21 @@ class RateLimiter:
         self._buckets[sender] = _Bucket(tokens=left, stamp=stamp)
         self._buckets.move_to_end(sender)
         while len(self._buckets) > self._max_senders:
-            self._buckets.popitem(last=False)
+            del self._buckets[self._least_missed(sender, now)]
+
+    def _least_missed(self, newest: str, now: float) -> str:
+        """The bucket whose loss gives its owner the fewest tokens: the fullest at ``now``, the
+        least recently committed among equals; ``newest`` only when it is alone."""
+        chosen, most = newest, -1.0
+        for sender in self._buckets:  # least recently committed first
+            if sender == newest:
+                continue
+            tokens = self.tokens(sender, now)
+            if tokens >= self._capacity:
+                return sender  # forgetting a full bucket changes nothing
+            if tokens > most:
+                chosen, most = sender, tokens
+        return chosen
 
     def __len__(self) -> int:
         return len(self._buckets)
@@ -91,17 +112,22 @@ class MessageIdLedger:
 
     def __init__(self, *, max_entries: int = MAX_CACHE_ENTRIES) -> None:
         self._max = max_entries
-        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._seen: SenderShares[tuple[str, str]] = SenderShares()
 
     def seen(self, sender: str, message_id: str) -> bool:
         """True when this sender incarnation already had a message with this id admitted."""
         return (sender, message_id) in self._seen
 
     def commit(self, sender: str, message_id: str) -> None:
-        """Remember an admitted id; the oldest is forgotten past ``max_entries``."""
-        self._seen[(sender, message_id)] = None
+        """Remember an admitted id. Past ``max_entries`` one id is forgotten: the sender's own
+        oldest, or, when it holds no other, the oldest of the sender holding the most."""
+        key = (sender, message_id)
+        self._seen.add(sender, key)
         while len(self._seen) > self._max:
-            self._seen.popitem(last=False)
+            victim = self._seen.victim(sender, spare=(key,))
+            if victim is None:
+                break
+            self._seen.remove(victim)
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -122,6 +148,8 @@ class TextDedup:
         self._max = max_entries
         # Ordered by last admission, oldest first, so pruning stops at the first fresh entry.
         self._last: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+        # The same keys by sender, which decides what goes when fresh entries fill the table.
+        self._shares: SenderShares[tuple[str, str, str]] = SenderShares()
 
     @staticmethod
     def key(sender: str, text: str, goal_id: str | None = None) -> tuple[str, str, str]:
@@ -134,17 +162,29 @@ class TextDedup:
         return last is not None and now - last < self._window
 
     def commit(self, key: tuple[str, str, str], now: float) -> None:
-        """Record an admission of ``key`` at ``now``."""
+        """Record an admission of ``key`` at ``now``. Expired entries go first, whoever they
+        belong to; past ``max_entries`` one fresh entry goes: the sender's own oldest, or, when it
+        holds no other, the oldest of the sender holding the most."""
         self._last[key] = now
         self._last.move_to_end(key)
+        self._shares.add(key[0], key)
         self._prune(now)
+        while len(self._last) > self._max:
+            victim = self._shares.victim(key[0], spare=(key,))
+            if victim is None:
+                break
+            self._forget(victim)
 
     def _prune(self, now: float) -> None:
         while self._last:
             oldest_key, oldest = next(iter(self._last.items()))
-            if now - oldest < self._window and len(self._last) <= self._max:
+            if now - oldest < self._window:
                 break
-            del self._last[oldest_key]
+            self._forget(oldest_key)
+
+    def _forget(self, key: tuple[str, str, str]) -> None:
+        del self._last[key]
+        self._shares.remove(key)
 
     def __len__(self) -> int:
         return len(self._last)
