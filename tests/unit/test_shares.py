@@ -1,0 +1,120 @@
+"""SenderShares: which key of a bounded, shared table goes to make room (security/shares.py)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pi_cross_session.security.shares import SenderShares
+
+
+def filled(*holdings: tuple[str, int]) -> SenderShares[str]:
+    """A table where each named sender holds keys ``<name>0``, ``<name>1`` … in that order."""
+    shares: SenderShares[str] = SenderShares()
+    for owner, count in holdings:
+        for n in range(count):
+            shares.add(owner, f"{owner}{n}")
+    return shares
+
+
+def test_an_empty_table_has_no_victim() -> None:
+    shares: SenderShares[str] = SenderShares()
+    assert shares.victim("a") is None
+    assert len(shares) == 0
+    assert shares.held_by("a") == 0
+
+
+def test_a_sender_holding_keys_gives_up_its_own_oldest() -> None:
+    shares = filled(("big", 9), ("a", 2))
+    assert shares.victim("a") == "a0"
+
+
+def test_a_sender_holding_none_takes_the_largest_holders_oldest() -> None:
+    shares = filled(("a", 2), ("big", 9), ("b", 1))
+    assert shares.victim("newcomer") == "big0"
+
+
+def test_among_equal_holders_the_one_with_the_oldest_key_gives_it() -> None:
+    shares = filled(("a", 1), ("b", 2), ("c", 2))
+    shares.add("a", "a1")  # a, b and c now hold 2 each; b's oldest is the oldest of the three
+    assert shares.victim("newcomer") == "a0"
+    shares.add("a", "a0")  # a0 is a's newest again: b0 is now the oldest key of a largest holder
+    assert shares.victim("newcomer") == "b0"
+
+
+def test_spared_keys_are_never_picked() -> None:
+    shares = filled(("a", 1), ("big", 3))
+    assert shares.victim("a", spare={"a0"}) == "big0"  # a holds nothing else it may give up
+    assert shares.victim("newcomer", spare={"big0"}) == "big1"
+    assert shares.victim("newcomer", spare={"big0", "big1", "big2"}) == "a0"
+    assert shares.victim("a", spare={"a0", "big0", "big1", "big2"}) is None
+
+
+def test_adding_a_held_key_makes_it_the_owners_newest() -> None:
+    shares = filled(("a", 3))
+    shares.add("a", "a0")
+    assert shares.victim("a") == "a1"
+    assert shares.held_by("a") == 3
+    assert len(shares) == 3
+
+
+def test_a_key_added_by_another_owner_changes_hands() -> None:
+    shares = filled(("a", 2))
+    shares.add("b", "a1")
+    assert (shares.owner_of("a1"), shares.held_by("a"), shares.held_by("b")) == ("b", 1, 1)
+
+
+def test_remove_forgets_and_ignores_what_is_not_held() -> None:
+    shares = filled(("a", 1), ("b", 1))
+    shares.remove("a0")
+    shares.remove("a0")
+    shares.remove("never")
+    assert "a0" not in shares
+    assert list(shares) == ["b0"]
+    assert shares.held_by("a") == 0
+    assert shares.victim("newcomer") == "b0"
+
+
+#: One operation: an owner (0..5) adds a new key, or re-adds one of its keys; then the table is
+#: trimmed to its bound with the rule, as a table using it does.
+OPS = st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=150)
+BOUND = 10
+
+
+@settings(max_examples=400, deadline=None)
+@given(ops=OPS)
+def test_the_rule_in_any_sequence(ops: list[tuple[int, bool]]) -> None:
+    shares: SenderShares[str] = SenderShares()
+    model: dict[str, list[str]] = {}  # each owner's keys, oldest first
+    serial = 0
+    for who, again in ops:
+        owner = f"o{who}"
+        mine = model.setdefault(owner, [])
+        if again and mine:
+            key = mine[0]
+        else:
+            serial += 1
+            key = f"{owner}-{serial}"
+        held_other = [k for k in mine if k != key]
+        counts = {o: len(keys) for o, keys in model.items() if keys}
+        shares.add(owner, key)
+        model[owner] = [*held_other, key]
+        while len(shares) > BOUND:
+            victim = shares.victim(owner, spare=(key,))
+            assert victim is not None
+            assert victim != key
+            loser = shares.owner_of(victim)
+            assert loser is not None
+            if held_other:
+                # A sender holding keys only ever gives up its own, oldest first.
+                assert (loser, victim) == (owner, model[owner][0])
+            else:
+                # A newcomer takes the oldest key of a largest holder only.
+                assert counts[loser] == max(counts.values())
+                assert victim == model[loser][0]
+            shares.remove(victim)
+            model[loser].remove(victim)
+        assert len(shares) <= BOUND
+        assert key in shares
+        for name, keys in model.items():
+            assert shares.held_by(name) == len(keys)
