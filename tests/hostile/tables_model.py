@@ -12,7 +12,8 @@ The rules, as the docs state them:
 
 * ids and digests: past the bound, the committing sender gives up its own oldest other entry;
   a sender holding no other takes the oldest entry of the sender holding the most (among equal
-  holders, whose oldest entry is oldest). Digests past their 30 s window go first, whoever's.
+  holders, the one whose count changed least recently). Digests past their 30 s window go
+  first, whoever's.
 * status rows: the same rule over finished rows, applied when a row finishes.
 * rate buckets: past the bound, the bucket with the most tokens goes (a full one first), the least
   recently committed among equals; a forgotten sender starts again with a full bucket.
@@ -41,6 +42,8 @@ class FairTable:
     bound: int
     entries: list[_Entry] = field(default_factory=list)
     serial: int = 0
+    #: When each owner's count of entries last changed (a serial).
+    changed: dict[str, int] = field(default_factory=dict)
     #: Entries evicted so far: of the committing sender itself, and of another sender.
     evicted_own: int = 0
     evicted_foreign: int = 0
@@ -52,11 +55,24 @@ class FairTable:
         return [entry.key for entry in self.entries if entry.owner == owner]
 
     def drop(self, key: object) -> None:
+        gone = [entry for entry in self.entries if entry.key == key]
         self.entries = [entry for entry in self.entries if entry.key != key]
+        for entry in gone:
+            self._stamp(entry.owner)
+
+    def _stamp(self, owner: str) -> None:
+        self.serial += 1
+        self.changed[owner] = self.serial
 
     def commit(self, owner: str, key: object) -> list[object]:
         """Add (or refresh) ``key`` for ``owner``, then trim to the bound; returns the evicted."""
-        self.drop(key)
+        refreshed = [entry for entry in self.entries if entry.key == key]
+        if refreshed and refreshed[0].owner == owner:
+            # The same entry again: it becomes its owner's newest; its owner's count is as it was.
+            self.entries.remove(refreshed[0])
+        else:
+            self.drop(key)
+            self._stamp(owner)
         self.serial += 1
         self.entries.append(_Entry(owner, key, self.serial))
         evicted: list[object] = []
@@ -64,7 +80,7 @@ class FairTable:
             victim = self._victim(owner, key)
             if victim is None:
                 break
-            self.drop(victim.key)
+            self.drop(victim.key)  # its owner's count changes: it goes to the back of its level
             evicted.append(victim.key)
             if victim.owner == owner:
                 self.evicted_own += 1
@@ -72,20 +88,21 @@ class FairTable:
                 self.evicted_foreign += 1
         return evicted
 
-    def _victim(self, owner: str, newest: object) -> _Entry | None:
-        mine = [e for e in self.entries if e.owner == owner and e.key != newest]
+    def _victim(self, committer: str, newest: object) -> _Entry | None:
+        mine = [e for e in self.entries if e.owner == committer and e.key != newest]
         if mine:
             return mine[0]
         counts: dict[str, int] = {}
         for entry in self.entries:
             counts[entry.owner] = counts.get(entry.owner, 0) + 1
-        others = [e for e in self.entries if e.owner != owner]
+        others = [e for e in self.entries if e.owner != committer]
         if not others:
             return None
         most = max(counts[e.owner] for e in others)
-        # ``entries`` is in commit order, so the first entry of a largest holder is the oldest
-        # first entry among them.
-        return next(e for e in others if counts[e.owner] == most)
+        largest = [owner for owner in counts if owner != committer and counts[owner] == most]
+        chosen = min(largest, key=lambda name: self.changed[name])
+        # ``entries`` is in commit order: the chosen owner's first entry is its oldest.
+        return next(e for e in others if e.owner == chosen)
 
 
 @dataclass

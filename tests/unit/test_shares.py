@@ -34,11 +34,17 @@ def test_a_sender_holding_none_takes_the_largest_holders_oldest() -> None:
     assert shares.victim("newcomer") == "big0"
 
 
-def test_among_equal_holders_the_one_with_the_oldest_key_gives_it() -> None:
+def test_among_equal_holders_the_longest_unchanged_gives_its_oldest_and_they_take_turns() -> None:
     shares = filled(("a", 1), ("b", 2), ("c", 2))
-    shares.add("a", "a1")  # a, b and c now hold 2 each; b's oldest is the oldest of the three
+    shares.add("a", "a1")  # a, b and c now hold 2 each; b reached 2 first, a last
+    assert shares.victim("newcomer") == "b0"
+    shares.add("b", "b0")  # b0 is b's newest again; b's count did not change
+    assert shares.victim("newcomer") == "b1"
+    shares.remove("b1")  # b drops to 1: c and a are the largest now, c first
+    assert shares.victim("newcomer") == "c0"
+    shares.remove("c0")
     assert shares.victim("newcomer") == "a0"
-    shares.add("a", "a0")  # a0 is a's newest again: b0 is now the oldest key of a largest holder
+    shares.remove("a0")  # everyone holds 1: b went down first, so b gives next
     assert shares.victim("newcomer") == "b0"
 
 
@@ -86,8 +92,9 @@ BOUND = 10
 def test_the_rule_in_any_sequence(ops: list[tuple[int, bool]]) -> None:
     shares: SenderShares[str] = SenderShares()
     model: dict[str, list[str]] = {}  # each owner's keys, oldest first
+    changed: dict[str, int] = {}  # when each owner's count last changed
     serial = 0
-    for who, again in ops:
+    for step, (who, again) in enumerate(ops):
         owner = f"o{who}"
         mine = model.setdefault(owner, [])
         if again and mine:
@@ -95,6 +102,7 @@ def test_the_rule_in_any_sequence(ops: list[tuple[int, bool]]) -> None:
         else:
             serial += 1
             key = f"{owner}-{serial}"
+            changed[owner] = 2 * step
         held_other = [k for k in mine if k != key]
         counts = {o: len(keys) for o, keys in model.items() if keys}
         shares.add(owner, key)
@@ -109,11 +117,15 @@ def test_the_rule_in_any_sequence(ops: list[tuple[int, bool]]) -> None:
                 # A sender holding keys only ever gives up its own, oldest first.
                 assert (loser, victim) == (owner, model[owner][0])
             else:
-                # A newcomer takes the oldest key of a largest holder only.
-                assert counts[loser] == max(counts.values())
+                # A newcomer takes the oldest key of a largest holder, the one whose count
+                # changed least recently among equals.
+                most = max(n for o, n in counts.items() if o != owner)
+                largest = [o for o, n in counts.items() if o != owner and n == most]
+                assert loser == min(largest, key=changed.__getitem__)
                 assert victim == model[loser][0]
             shares.remove(victim)
             model[loser].remove(victim)
+            changed[loser] = 2 * step + 1
         assert len(shares) <= BOUND
         assert key in shares
         for name, keys in model.items():

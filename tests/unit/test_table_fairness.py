@@ -71,15 +71,18 @@ def test_a_newcomer_takes_from_the_largest_holder() -> None:
     assert dedup.is_duplicate(TextDedup.key("newcomer", "x"), T0 + 1)
 
 
-def test_among_equal_holders_the_oldest_digest_goes() -> None:
+def test_among_equal_holders_the_one_that_got_there_first_gives_its_oldest() -> None:
     dedup = TextDedup(max_entries=4)
     dedup.commit(TextDedup.key("b", "1"), T0)
     dedup.commit(TextDedup.key("a", "1"), T0 + 1)
-    dedup.commit(TextDedup.key("a", "2"), T0 + 2)
+    dedup.commit(TextDedup.key("a", "2"), T0 + 2)  # a holds 2 first
     dedup.commit(TextDedup.key("b", "2"), T0 + 3)
     dedup.commit(TextDedup.key("c", "1"), T0 + 4)
-    assert not dedup.is_duplicate(TextDedup.key("b", "1"), T0 + 4)
-    assert dedup.is_duplicate(TextDedup.key("a", "1"), T0 + 4)
+    assert not dedup.is_duplicate(TextDedup.key("a", "1"), T0 + 4)
+    assert dedup.is_duplicate(TextDedup.key("b", "1"), T0 + 4)
+    # a now holds one fewer: b, still at 2, gives next.
+    dedup.commit(TextDedup.key("d", "1"), T0 + 5)
+    assert not dedup.is_duplicate(TextDedup.key("b", "1"), T0 + 5)
 
 
 def test_expired_digests_go_before_anyone_is_evicted() -> None:

@@ -93,11 +93,13 @@ class RateLimiter:
         """The bucket whose loss gives its owner the fewest tokens: the fullest at ``now``, the
         least recently committed among equals; ``newest`` only when it is alone."""
         chosen, most = newest, -1.0
-        for sender in self._buckets:  # least recently committed first
+        refill, capacity = self._refill, self._capacity
+        for sender, bucket in self._buckets.items():  # least recently committed first
             if sender == newest:
                 continue
-            tokens = self.tokens(sender, now)
-            if tokens >= self._capacity:
+            # As in :meth:`tokens`, inlined: a flood of newcomers runs this for every bucket.
+            tokens = bucket.tokens + max(0.0, now - bucket.stamp) * refill
+            if tokens >= capacity:
                 return sender  # forgetting a full bucket changes nothing
             if tokens > most:
                 chosen, most = sender, tokens
@@ -167,8 +169,8 @@ class TextDedup:
         holds no other, the oldest of the sender holding the most."""
         self._last[key] = now
         self._last.move_to_end(key)
+        self._prune(now)  # ``key`` is fresh now: only others' expired entries go
         self._shares.add(key[0], key)
-        self._prune(now)
         while len(self._last) > self._max:
             victim = self._shares.victim(key[0], spare=(key,))
             if victim is None:

@@ -9,15 +9,18 @@ push out another sender's text digest inside its 30 s window and get that sender
 oldest first, and answers one question — which key goes to make room — by one rule:
 
 1. a sender that holds another key of the table gives up its own oldest one;
-2. a sender that holds none takes the oldest key of the sender holding the most keys (among equal
-   holders, the one whose oldest key is oldest).
+2. a sender that holds none takes the oldest key of the sender holding the most keys; among equal
+   holders, of the one whose count has not changed for the longest (so equal holders take turns).
 
 So once a sender holds a key, nothing it commits evicts anyone else's; and a newcomer evicts only
-from the largest holder: a sender holding ``v`` of ``n`` keys loses one to a newcomer only while
+from a largest holder: a sender holding ``v`` of ``n`` keys loses one to a newcomer only while
 every holder has at most ``v``, that is while at least ``n / v`` senders hold keys.
 
-The class only records ownership and picks victims; the table that uses it stores its own values
-and removes what it evicts (see :class:`~pi_cross_session.security.limits.TextDedup`).
+Senders are kept in *levels* by how many keys they hold, each level in the order its senders
+reached it, so rule 2 looks at the first sender of the top level: a flood of newcomers costs a
+constant time per eviction, not a scan of every holder. The class only records ownership and picks
+victims; the table that uses it stores its own values and removes what it evicts (see
+:class:`~pi_cross_session.security.limits.TextDedup`).
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ class SenderShares(Generic[K]):
 
     def __init__(self) -> None:
         self._owner: dict[K, str] = {}
-        # Per sender, its keys oldest first, each with the serial of its last ``add``: the serial
-        # orders the oldest keys of different senders for the tie-break.
-        self._held: dict[str, OrderedDict[K, int]] = {}
-        self._serial = 0
+        # Per sender, its keys, oldest first (a key added again becomes the newest).
+        self._held: dict[str, OrderedDict[K, None]] = {}
+        # Senders by how many keys they hold, each level in the order its senders entered it.
+        self._levels: dict[int, OrderedDict[str, None]] = {}
+        self._top = 0
 
     def __len__(self) -> int:
         return len(self._owner)
@@ -59,13 +63,16 @@ class SenderShares(Generic[K]):
 
     def add(self, owner: str, key: K) -> None:
         """Record ``key`` as ``owner``'s newest (a key already held becomes its newest again)."""
-        if self._owner.get(key, owner) != owner:
+        current = self._owner.get(key)
+        if current == owner:
+            self._held[owner].move_to_end(key)
+            return
+        if current is not None:
             self.remove(key)
-        self._serial += 1
         held = self._held.setdefault(owner, OrderedDict())
-        held[key] = self._serial
-        held.move_to_end(key)
+        held[key] = None
         self._owner[key] = owner
+        self._move(owner, len(held) - 1, len(held))
 
     def remove(self, key: K) -> None:
         """Forget ``key`` (expired, evicted, or given up); a key not held is ignored."""
@@ -74,6 +81,7 @@ class SenderShares(Generic[K]):
             return
         held = self._held[owner]
         del held[key]
+        self._move(owner, len(held) + 1, len(held))
         if not held:
             del self._held[owner]
 
@@ -85,22 +93,33 @@ class SenderShares(Generic[K]):
             mine = _first_not_in(own, spare)
             if mine is not None:
                 return mine
-        largest: tuple[int, int] | None = None
-        chosen: K | None = None
-        for name, held in self._held.items():
-            if name == owner:
-                continue  # it holds nothing it may give up (rule 2)
-            candidate = _first_not_in(held, spare)
-            if candidate is None:
-                continue
-            # More keys first; among equals, the older oldest key (a smaller serial) first.
-            rank = (len(held), -held[candidate])
-            if largest is None or rank > largest:
-                largest, chosen = rank, candidate
-        return chosen
+        # Rule 2, from the top level down. A sender is passed over only when it is ``owner`` or
+        # all its keys are spared, which only a handful of spared keys can cause.
+        for count in range(self._top, 0, -1):
+            for name in self._levels.get(count, ()):
+                if name == owner:
+                    continue
+                candidate = _first_not_in(self._held[name], spare)
+                if candidate is not None:
+                    return candidate
+        return None
+
+    def _move(self, owner: str, before: int, after: int) -> None:
+        """``owner`` now holds ``after`` keys instead of ``before``: it leaves its level and
+        enters the other one last."""
+        if before:
+            level = self._levels[before]
+            del level[owner]
+            if not level:
+                del self._levels[before]
+        if after:
+            self._levels.setdefault(after, OrderedDict())[owner] = None
+        self._top = max(self._top, after)
+        while self._top and self._top not in self._levels:
+            self._top -= 1
 
 
-def _first_not_in(held: OrderedDict[K, int], spare: Collection[K]) -> K | None:
+def _first_not_in(held: OrderedDict[K, None], spare: Collection[K]) -> K | None:
     for key in held:
         if key not in spare:
             return key
