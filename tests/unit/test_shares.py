@@ -123,6 +123,10 @@ def test_the_rule_in_any_sequence(ops: list[tuple[int, bool]]) -> None:
                 largest = [o for o, n in counts.items() if o != owner and n == most]
                 assert loser == min(largest, key=changed.__getitem__)
                 assert victim == model[loser][0]
+                # So a holder of ``most`` keys loses one only while every other holder has at
+                # most as many: at least BOUND / most senders hold keys.
+                holders = [o for o, n in counts.items() if o != owner]
+                assert len(holders) * most >= BOUND
             shares.remove(victim)
             model[loser].remove(victim)
             changed[loser] = 2 * step + 1

@@ -118,6 +118,14 @@ def test_throwaway_identities_cannot_evict_a_victims_ids() -> None:
     assert all(ledger.seen("victim", f"m-{n}") for n in range(3))
 
 
+def test_an_id_the_ledger_gave_up_is_still_a_duplicate_while_its_row_is_kept() -> None:
+    kit = Kit(message_ids=MessageIdLedger(max_entries=1))
+    assert _send_settled(kit, "victim", message_id="v1") == Code.SUBMITTED
+    assert _send_settled(kit, "victim", message_id="v2") == Code.SUBMITTED  # v1 left the ledger
+    assert not kit.ids.seen(registration("victim").instance_id, "v1")
+    assert kit.send(caller("victim"), "other words", message_id="v1").status == Code.DUPLICATE
+
+
 # -- RateLimiter -----------------------------------------------------------------------------------
 
 
