@@ -15,8 +15,9 @@ The rules, as the docs state them:
   holders, the one whose count changed least recently). Digests past their 30 s window go
   first, whoever's.
 * status rows: the same rule over finished rows, applied when a row finishes.
-* rate buckets: past the bound, the bucket with the most tokens goes (a full one first), the least
-  recently committed among equals; a forgotten sender starts again with a full bucket.
+* rate buckets: past the bound, the bucket with the most tokens goes — counted without the cap,
+  so among full buckets the one full the longest — the least recently committed among equals; a
+  forgotten sender starts again with a full bucket.
 """
 
 from __future__ import annotations
@@ -136,10 +137,14 @@ class Buckets:
         self.order.append(sender)
         while len(self.order) > self.bound:
             others = [s for s in self.order if s != sender]
-            full = [s for s in others if self.tokens(s, now) >= self.capacity]
-            victim = full[0] if full else max(others, key=lambda s: self.tokens(s, now))
+            # ``max`` keeps the first of equals: ``order`` is least recently committed first.
+            victim = max(others, key=lambda s: self._uncapped(s, now))
             self.order.remove(victim)
             del self.buckets[victim]
+
+    def _uncapped(self, sender: str, now: float) -> float:
+        bucket = self.buckets[sender]
+        return bucket.tokens + (now - bucket.stamp) * self.refill
 
 
 @dataclass(frozen=True, slots=True)

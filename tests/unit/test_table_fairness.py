@@ -163,6 +163,24 @@ def test_a_refilled_bucket_goes_before_a_recently_used_drained_one() -> None:
     assert rate.tokens("new", T0 + 5) == 3
 
 
+def test_among_full_buckets_the_one_full_the_longest_goes() -> None:
+    # Which full bucket goes cannot be seen from outside (both read full either way); looked at
+    # inside, because docs/security.md states it.
+    rate = RateLimiter(capacity=4, refill_per_s=1.0, max_senders=2)
+    rate.commit("late", T0 + 2)  # full again at T0 + 3
+    rate.commit("early", T0)  # full again at T0 + 1, although committed after "late"
+    rate.commit("new", T0 + 10)
+    assert set(rate._buckets) == {"late", "new"}
+
+
+def test_the_eviction_order_stays_bounded_however_long_the_traffic() -> None:
+    rate = RateLimiter(capacity=4, refill_per_s=1.0, max_senders=4)
+    for n in range(10_000):
+        rate.commit(f"s{n % 6}", T0 + n)
+        assert len(rate) <= 4
+    assert len(rate._order) <= 2 * 4 + 64
+
+
 def test_among_equally_full_buckets_the_least_recently_used_goes() -> None:
     rate = RateLimiter(max_senders=2)
     rate.commit("a", T0)

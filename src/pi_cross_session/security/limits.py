@@ -12,8 +12,8 @@ the eviction rule sit beside each:
 * :class:`RateLimiter` — a token bucket per sender incarnation (30 tokens, 0.5/s), at most 256
   senders tracked. A forgotten sender comes back with a full bucket, so forgetting helps only the
   forgotten: the bucket forgotten is the one lacking the fewest tokens (a full one costs nothing),
-  least recently committed among equals. Churning the table with new identities therefore never
-  refills a drained bucket while a fuller one is tracked.
+  least recently committed among equals, found in logarithmic time. Churning the table with new
+  identities therefore never refills a drained bucket while a fuller one is tracked.
 * :class:`MessageIdLedger` — message ids already admitted per sender incarnation, kept for the
   whole receiver incarnation (no time window: an id is never reusable), at most 512 remembered.
   Past the bound a sender gives up its own oldest id; a sender holding none takes the oldest of the
@@ -31,6 +31,7 @@ the eviction rule sit beside each:
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -49,6 +50,8 @@ from pi_cross_session.security.shares import SenderShares
 class _Bucket:
     tokens: float
     stamp: float
+    #: Which commit made this bucket what it is (orders equal buckets, least recent first).
+    serial: int
 
 
 class RateLimiter:
@@ -64,7 +67,14 @@ class RateLimiter:
         self._capacity = float(capacity)
         self._refill = refill_per_s
         self._max_senders = max_senders
-        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self._buckets: dict[str, _Bucket] = {}
+        self._serial = 0
+        # Who is forgotten first: a heap of (-level, serial, sender), where a bucket's *level* is
+        # its tokens at time 0 had it refilled without a cap (tokens - stamp * refill). Its tokens
+        # at ``now`` are min(capacity, level + now * refill), so the highest level is the fullest
+        # bucket at any time, full ones included, and the order never has to be recomputed.
+        # Entries of buckets committed since (or forgotten) are stale and skipped.
+        self._order: list[tuple[float, int, str]] = []
 
     def tokens(self, sender: str, now: float) -> float:
         """Tokens ``sender`` would have at ``now`` (a full bucket for an unknown sender)."""
@@ -79,31 +89,47 @@ class RateLimiter:
         return self.tokens(sender, now) >= 1.0
 
     def commit(self, sender: str, now: float) -> None:
-        """Spend one token (after :meth:`allows` said yes and the message was admitted)."""
+        """Spend one token (after :meth:`allows` said yes and the message was admitted).
+
+        Past ``max_senders`` one other sender is forgotten: the one with the most tokens (a full
+        bucket first, since forgetting it changes nothing; among full ones, the one full the
+        longest), the least recently committed among equals. A forgotten sender comes back with a
+        full bucket, so this forgets the bucket whose loss gives its owner the least.
+        """
         left = self.tokens(sender, now) - 1.0
         previous = self._buckets.get(sender)
         # Never move the stamp back: time already credited must not be credited twice.
         stamp = now if previous is None else max(previous.stamp, now)
-        self._buckets[sender] = _Bucket(tokens=left, stamp=stamp)
-        self._buckets.move_to_end(sender)
+        self._serial += 1
+        self._buckets[sender] = _Bucket(tokens=left, stamp=stamp, serial=self._serial)
+        heapq.heappush(self._order, (self._refill * stamp - left, self._serial, sender))
         while len(self._buckets) > self._max_senders:
-            del self._buckets[self._least_missed(sender, now)]
+            self._forget_one(sender)
+        if len(self._order) > 2 * len(self._buckets) + 64:
+            self._compact()
 
-    def _least_missed(self, newest: str, now: float) -> str:
-        """The bucket whose loss gives its owner the fewest tokens: the fullest at ``now``, the
-        least recently committed among equals; ``newest`` only when it is alone."""
-        chosen, most = newest, -1.0
-        refill, capacity = self._refill, self._capacity
-        for sender, bucket in self._buckets.items():  # least recently committed first
-            if sender == newest:
+    def _forget_one(self, newest: str) -> None:
+        kept: list[tuple[float, int, str]] = []
+        while self._order:
+            entry = heapq.heappop(self._order)
+            _, serial, sender = entry
+            bucket = self._buckets.get(sender)
+            if bucket is None or bucket.serial != serial:
+                continue  # stale: committed again since, or already forgotten
+            if sender == newest and len(self._buckets) > 1:
+                kept.append(entry)  # the committing sender stays (unless it is alone)
                 continue
-            # As in :meth:`tokens`, inlined: a flood of newcomers runs this for every bucket.
-            tokens = bucket.tokens + max(0.0, now - bucket.stamp) * refill
-            if tokens >= capacity:
-                return sender  # forgetting a full bucket changes nothing
-            if tokens > most:
-                chosen, most = sender, tokens
-        return chosen
+            del self._buckets[sender]
+            break
+        for entry in kept:
+            heapq.heappush(self._order, entry)
+
+    def _compact(self) -> None:
+        self._order = [
+            (self._refill * bucket.stamp - bucket.tokens, bucket.serial, sender)
+            for sender, bucket in self._buckets.items()
+        ]
+        heapq.heapify(self._order)
 
     def __len__(self) -> int:
         return len(self._buckets)
