@@ -25,7 +25,6 @@ victims; the table that uses it stores its own values and removes what it evicts
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Collection, Hashable, Iterator
 from typing import Generic, TypeVar
 
@@ -37,10 +36,11 @@ class SenderShares(Generic[K]):
 
     def __init__(self) -> None:
         self._owner: dict[K, str] = {}
-        # Per sender, its keys, oldest first (a key added again becomes the newest).
-        self._held: dict[str, OrderedDict[K, None]] = {}
+        # Per sender, its keys, oldest first (a key added again becomes the newest). Plain dicts
+        # keep insertion order, and a key deleted and inserted again goes last.
+        self._held: dict[str, dict[K, None]] = {}
         # Senders by how many keys they hold, each level in the order its senders entered it.
-        self._levels: dict[int, OrderedDict[str, None]] = {}
+        self._levels: dict[int, dict[str, None]] = {}
         self._top = 0
 
     def __len__(self) -> int:
@@ -65,14 +65,19 @@ class SenderShares(Generic[K]):
         """Record ``key`` as ``owner``'s newest (a key already held becomes its newest again)."""
         current = self._owner.get(key)
         if current == owner:
-            self._held[owner].move_to_end(key)
+            mine = self._held[owner]
+            del mine[key]
+            mine[key] = None
             return
         if current is not None:
             self.remove(key)
-        held = self._held.setdefault(owner, OrderedDict())
+        held = self._held.get(owner)
+        if held is None:
+            held = self._held[owner] = {}
         held[key] = None
         self._owner[key] = owner
-        self._move(owner, len(held) - 1, len(held))
+        count = len(held)
+        self._move(owner, count - 1, count)
 
     def remove(self, key: K) -> None:
         """Forget ``key`` (expired, evicted, or given up); a key not held is ignored."""
@@ -107,19 +112,25 @@ class SenderShares(Generic[K]):
     def _move(self, owner: str, before: int, after: int) -> None:
         """``owner`` now holds ``after`` keys instead of ``before``: it leaves its level and
         enters the other one last."""
+        levels = self._levels
         if before:
-            level = self._levels[before]
+            level = levels[before]
             del level[owner]
             if not level:
-                del self._levels[before]
+                del levels[before]
         if after:
-            self._levels.setdefault(after, OrderedDict())[owner] = None
-        self._top = max(self._top, after)
-        while self._top and self._top not in self._levels:
+            entered = levels.get(after)
+            if entered is None:
+                entered = levels[after] = {}
+            entered[owner] = None
+            if after > self._top:
+                self._top = after
+        # Counts move by one, so an emptied top level leaves the next one down on top.
+        while self._top and self._top not in levels:
             self._top -= 1
 
 
-def _first_not_in(held: OrderedDict[K, None], spare: Collection[K]) -> K | None:
+def _first_not_in(held: dict[K, None], spare: Collection[K]) -> K | None:
     for key in held:
         if key not in spare:
             return key
