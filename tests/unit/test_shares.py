@@ -81,6 +81,14 @@ def test_remove_forgets_and_ignores_what_is_not_held() -> None:
     assert shares.victim("newcomer") == "b0"
 
 
+def test_make_room_evicts_by_the_rule_down_to_the_bound() -> None:
+    shares = filled(("big", 4), ("a", 1))
+    shares.add("newcomer", "x")
+    assert shares.make_room(4, "newcomer", spare={"x"}) == ["big0", "big1"]
+    assert len(shares) == 4
+    assert shares.make_room(0, "a", spare=set(shares)) == []  # only spared keys left
+
+
 #: One operation: an owner (0..5) adds a new key, or re-adds one of its keys; then the table is
 #: trimmed to its bound with the rule, as a table using it does.
 OPS = st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=150)

@@ -947,13 +947,9 @@ class GoalConfirmations:
             return False
         if outcome in OK_RECEIPTS and outcome != Code.ACCEPTED:
             key = reservation.key
-            receiver = key.partition(":")[0]
+            receiver = key.partition(":")[0]  # see :meth:`key`; an instance id has no colon
             self._keys.add(receiver, key)
-            while len(self._keys) > self._max_keys:
-                victim = self._keys.victim(receiver, spare=(key,))
-                if victim is None:
-                    break
-                self._keys.remove(victim)
+            self._keys.make_room(self._max_keys, receiver, spare=(key,))
             return reservation.charged
         # A refusal, an unknown receipt or an ``accepted`` a scoped send can never get.
         self._keys.remove(reservation.key)

@@ -151,11 +151,7 @@ class MessageIdLedger:
         oldest, or, when it holds no other, the oldest of the sender holding the most."""
         key = (sender, message_id)
         self._seen.add(sender, key)
-        while len(self._seen) > self._max:
-            victim = self._seen.victim(sender, spare=(key,))
-            if victim is None:
-                break
-            self._seen.remove(victim)
+        self._seen.make_room(self._max, sender, spare=(key,))
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -197,11 +193,8 @@ class TextDedup:
         self._last.move_to_end(key)
         self._prune(now)  # ``key`` is fresh now: only others' expired entries go
         self._shares.add(key[0], key)
-        while len(self._last) > self._max:
-            victim = self._shares.victim(key[0], spare=(key,))
-            if victim is None:
-                break
-            self._forget(victim)
+        for gone in self._shares.make_room(self._max, key[0], spare=(key,)):
+            del self._last[gone]
 
     def _prune(self, now: float) -> None:
         while self._last:

@@ -80,12 +80,9 @@ class RowTable(Generic[R]):
             return
         self._final.add(row.sender_instance_id, key)
         spare = (key,) if keep is None else (key, keep)
-        while len(self._final) > self._max_final:
-            victim = self._final.victim(row.sender_instance_id, spare=spare)
-            if victim is None:
-                return  # only spared rows are left: over the bound by at most those
-            self._final.remove(victim)
-            del self._rows[victim]
+        # Over the bound only if nothing but spared rows is left (at most those two).
+        for gone in self._final.make_room(self._max_final, row.sender_instance_id, spare=spare):
+            del self._rows[gone]
             self._evicted += 1
 
 

@@ -109,6 +109,18 @@ class SenderShares(Generic[K]):
                     return candidate
         return None
 
+    def make_room(self, bound: int, owner: str, *, spare: Collection[K] = ()) -> list[K]:
+        """Evict by the rule, for ``owner``'s newest key, until at most ``bound`` keys are left
+        (or only spared ones); returns what went, for the table to drop the values it keeps."""
+        evicted: list[K] = []
+        while len(self._owner) > bound:
+            victim = self.victim(owner, spare=spare)
+            if victim is None:
+                break
+            self.remove(victim)
+            evicted.append(victim)
+        return evicted
+
     def _move(self, owner: str, before: int, after: int) -> None:
         """``owner`` now holds ``after`` keys instead of ``before``: it leaves its level and
         enters the other one last."""
