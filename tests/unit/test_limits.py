@@ -157,6 +157,8 @@ def test_default_tracks_256_senders(senders: int, tracked: int) -> None:
 
 
 def test_the_least_recently_committed_sender_is_forgotten_first() -> None:
+    # b is also the fuller bucket here (26 tokens to a's 25.5), which decides first: the whole
+    # rule is in test_table_fairness.py.
     rate = RateLimiter(max_senders=2)
     drain(rate, "a", 5)
     drain(rate, "b", 5, now=T0 + 1)
