@@ -108,8 +108,8 @@ async def test_case1_real_budget_270_scoped_rounds_while_256_unscoped_exhaust_it
 async def test_case2_status_rows_stay_bounded_and_pending_rows_are_never_evicted(
     locations: Locations,
 ) -> None:
-    # A small row bound shows what the 512 of the test above cannot: queued rows are the oldest
-    # here and still survive, even when they alone exceed the bound.
+    # A small row bound shows what the 512 of the test above cannot: queued rows survive even
+    # when they alone exceed the bound, and they take no other sender's place (security/rows.py).
     async with (
         running_receiver(locations, admission={"max_rows": 8}) as rx,
         peer_session(rx, "bound-peer") as peer,
@@ -129,10 +129,12 @@ async def test_case2_status_rows_stay_bounded_and_pending_rows_are_never_evicted
             assert report.status == "queued"
             queued.append(report.message_id)
         snapshot = rx.snapshot()
-        # Every final row went, no queued one did: 12 rows, above the bound of 8.
-        assert [row.message_id for row in snapshot.rows] == queued
-        assert {row.state for row in snapshot.rows} == {"queued"}
-        assert snapshot.evicted_rows == 8
+        # Pending rows are bounded by the queue, not by the 8 final rows, and evict none of them:
+        # 20 rows, above the bound of 8, the plain sender's all kept.
+        assert [row.message_id for row in snapshot.rows[8:]] == queued
+        assert {row.state for row in snapshot.rows[8:]} == {"queued"}
+        assert {row.sender_instance_id for row in snapshot.rows[:8]} == {plain.instance_id}
+        assert snapshot.evicted_rows == 0
         assert_accounted_bounded(rx)
 
         # One safe settle per message drains the queue in order; then the bound holds again.
@@ -146,3 +148,8 @@ async def test_case2_status_rows_stay_bounded_and_pending_rows_are_never_evicted
         snapshot = assert_accounted_bounded(rx, all_final=True)
         assert len(snapshot.rows) == 8
         assert snapshot.evicted_rows == 8 + 12 + 1 - 8
+        # The peer's first finished row took the plain sender's oldest (it held no other); every
+        # later one took the peer's own, and the plain sender's last message its own oldest.
+        kept = [(row.sender_instance_id, row.message_id) for row in snapshot.rows]
+        assert [m for s, m in kept if s == peer.instance_id] == queued[-1:]
+        assert len([m for s, m in kept if s == plain.instance_id]) == 7

@@ -161,7 +161,11 @@ class LiveReceiver:
             key = (expected.sender, admitted["messageId"])
             new_rows = self.receiver.row_events[before.row_events : after.row_events]
             assert {(row.sender_instance_id, row.message_id) for row in new_rows} == {key}
-            model.commit(expected.sender, admitted["messageId"], admitted["text"])
+            model.commit(expected.sender, admitted)
+        if expected.refused_commit is not None:
+            # Refused after its commit: nothing above moved, but its id and text are taken.
+            assert expected.sender is not None
+            model.commit(expected.sender, expected.refused_commit)
         self.probe()
         if admitted is not None:
             self.portal.call(self.receiver.turns.settle_submissions)

@@ -299,14 +299,21 @@ class ReceiverModel:
     now_ms: int = 0
     #: (sender instance id, message id) of every admitted message, in order.
     admitted: list[tuple[str, str]] = field(default_factory=list)
+    #: The same for messages committed and then refused: a goal id that is not ours.
+    refused_commits: list[tuple[str, str]] = field(default_factory=list)
     _ids: set[tuple[str, str]] = field(default_factory=set)
-    _texts: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: (sender, goal id or "", text) -> when it was last committed (spec §5 step 11.2; the goal
+    #: id is part of the key, goal-scoped-v1 §2.3 step 11).
+    _texts: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
-    def commit(self, sender: str, message_id: str, text: str) -> None:
-        """Record an admission the live receiver made, after it was checked against the model."""
-        self.admitted.append((sender, message_id))
-        self._ids.add((sender, message_id))
-        self._texts[(sender, text)] = self.now_ms
+    def commit(self, sender: str, message: Mapping[str, Any]) -> None:
+        """Record a commit the live receiver made, after it was checked against the model: an
+        admission, or (with a ``goalId``) a refusal that still commits."""
+        key = (sender, message["messageId"])
+        goal = message.get("goalId")
+        (self.admitted if goal is None else self.refused_commits).append(key)
+        self._ids.add(key)
+        self._texts[(sender, goal or "", message["text"])] = self.now_ms
 
     def judge_hello(self, text: str) -> tuple[Reply, str | None, bool]:
         """The reply to a first frame, the authenticated sender (if any), and whether the
@@ -340,7 +347,8 @@ class ReceiverModel:
         return ready, claim["instanceId"], True
 
     def judge_second(self, text: str, sender: str | None) -> tuple[Reply, dict[str, Any] | None]:
-        """The reply to the frame after a ``ready``, and the message if it must be admitted."""
+        """The reply to the frame after a ``ready``, and the message if it must be committed
+        (admitted, or refused ``goal_not_authorized`` after its commit)."""
         try:
             body = parse_json(text)
         except BadJsonError:
@@ -349,7 +357,8 @@ class ReceiverModel:
         if kind == "status" and is_status(body):
             if sender is None:
                 return Reply.one(False, "invalid_frame"), None
-            known = (sender, body["messageId"]) in self._ids
+            # A row exists for an admitted message only (a refused commit makes none).
+            known = (sender, body["messageId"]) in self.admitted
             return Reply.one(True, "submitted" if known else "unknown", body["requestId"]), None
         if kind != "message" or not is_message(body):
             return Reply.one(False, "invalid_frame"), None
@@ -361,14 +370,21 @@ class ReceiverModel:
         age = self.now_ms - body["sentAt"]
         if age > MAX_AGE_MS or -age > MAX_FUTURE_MS:
             return Reply.one(False, "expired", request_id), None
+        goal = body.get("goalId")
         if body["text"].startswith(BRIDGE_PREFIX):
-            bridge = frozenset({"invalid_bridge", "unsupported"})
-            return Reply(False, bridge, request_id), None
-        last = self._texts.get((sender, body["text"]))
+            # A malformed envelope is invalid_bridge; a well-formed one is ours to refuse, and
+            # with a goal id it is invalid_goal (goal-scoped-v1 §2.3 step 10).
+            other = "unsupported" if goal is None else "invalid_goal"
+            return Reply(False, frozenset({"invalid_bridge", other}), request_id), None
+        last = self._texts.get((sender, goal or "", body["text"]))
         if (sender, body["messageId"]) in self._ids or (
             last is not None and self.now_ms - last < TEXT_DEDUP_MS
         ):
             return Reply.one(False, "duplicate", request_id), None
+        if goal is not None:
+            # No goal is ever active in the fuzzed session: the id and text are committed, then
+            # refused, with no budget spent and no row (goal-scoped-v1 §2.3 step 11).
+            return Reply.one(False, "goal_not_authorized", request_id), body
         return Reply.one(True, "submitted", request_id), body
 
     def conversation(self, data: bytes) -> Outcome:
@@ -391,15 +407,19 @@ class ReceiverModel:
             return Outcome(replies, sender, None)
         if isinstance(second, Closed):
             return Outcome(replies, sender, None)
-        reply, admitted = self.judge_second(second, sender)
+        reply, committed = self.judge_second(second, sender)
         replies.append(reply)
-        return Outcome(replies, sender, admitted)
+        if committed is not None and not reply.ok:
+            return Outcome(replies, sender, None, refused_commit=committed)
+        return Outcome(replies, sender, committed)
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """The replies a connection must get, who it authenticated, and the message it must admit."""
+    """The replies a connection must get, who it authenticated, the message it must admit, and
+    the message it must commit but refuse (a goal id that is not ours)."""
 
     replies: list[Reply]
     sender: str | None
     admitted: dict[str, Any] | None
+    refused_commit: dict[str, Any] | None = None

@@ -201,7 +201,7 @@ IDS: Final = st.one_of(
 )
 
 #: Keys a mutation may add: the frame's own names spelled another way, prototype names, noise.
-#: ``goalId`` is left out: its meaning depends on whether goal grants are on.
+#: ``goalId`` is left out here: scoped messages are built on purpose (see ``GOAL_IDS``).
 EXTRA_KEYS: Final = st.one_of(
     st.sampled_from(
         [
@@ -371,9 +371,18 @@ SENT_AT: Final = st.one_of(
     st.sampled_from([0, -1, 2**53 - 1, 2**53, -(2**53), Raw(b"1e400"), True, None]),
 )
 
+#: Goal ids for scoped messages. The fuzzed session never has a goal active, so a well-formed
+#: one is refused ``goal_not_authorized`` after its id and text are committed (the forged-goal
+#: path a flood of throwaway identities uses); the rest are malformed.
+GOAL_IDS: Final = st.one_of(
+    st.sampled_from(["forged-goal", "g" * 128, "goal-1"]),
+    st.sampled_from(["", "g" * 129, "a b", None, 1, [], Obj(()), "é"]),
+)
+
 #: Replacement values for message and status keys.
 MESSAGE_POOLS: Final = Pools(
     {
+        "goalId": GOAL_IDS,
         "v": st.sampled_from([1, 2, 0, True, "1", Raw(b"1.0"), Raw(b"1E0"), None]),
         "type": st.sampled_from(["message", "status", "hello", "Message", "", None]),
         "requestId": IDS,

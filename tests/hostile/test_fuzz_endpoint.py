@@ -2,8 +2,9 @@
 
 Each test starts one real session (a :class:`SessionRuntime` serving its endpoint on a real Unix
 socket) and feeds it thousands of streams: byte soup, mutated hellos, mutated second frames after a
-genuine authenticated hello, valid conversations cut short and chunked at random, and frames at the
-1 MiB cap. For every example (see :meth:`tests.hostile.live.LiveReceiver.check`):
+genuine authenticated hello (some carrying a ``goalId`` the session never granted, refused
+``goal_not_authorized`` after its commit), valid conversations cut short and chunked at random, and
+frames at the 1 MiB cap. For every example (see :meth:`tests.hostile.live.LiveReceiver.check`):
 
 * every reply parses as a response of the contract, with a known status, and the replies are
   exactly the ones :class:`tests.hostile.model.ReceiverModel` derives from the spec — including no
@@ -79,6 +80,10 @@ def fuzz_settings(examples: int, *, derandomize: bool) -> settings:
     )
 
 
+#: What follows a genuine hello: mostly messages, some under a goal id the session never granted.
+SECOND_KINDS: Final = (
+    ["message"] * 6 + ["scoped"] * 2 + ["status", "status", "hello", "json", "line"]
+)
 CAPABILITY_CHOICES: Final = ((CAPABILITY,), None, (), (CAPABILITY, "x"))
 HELLO_IDS: Final = ("h1", "hello-request-1", "x" * 128)
 
@@ -149,12 +154,16 @@ def second_frame_streams(draw: st.DrawFn, live: LiveReceiver) -> bytes:
     hello = encode(
         hello_obj(identity(live.target), sender=sender, request_id="h2", capabilities=caps)
     )
-    kind = pick(draw, ["message"] * 6 + ["status", "status", "hello", "json", "line"])
-    if kind == "message":
-        second = wire(mutate(draw, fresh_message(live), MESSAGE_POOLS), now)
+    kind = pick(draw, SECOND_KINDS)
+    if kind in ("message", "scoped"):
+        message = fresh_message(live)
+        if kind == "scoped":
+            message = message.appended("goalId", pick(draw, ["forged-goal", "g" * 128]))
+        second = wire(mutate(draw, message, MESSAGE_POOLS), now)
     elif kind == "status":
-        # One of the sender's last admitted ids (if it has that many), a new one, or a guess.
-        mine = [mid for sid, mid in live.model.admitted if sid == sender.instance_id][-5:]
+        # One of the sender's last committed ids (if it has that many), a new one, or a guess.
+        committed = [*live.model.admitted, *live.model.refused_commits]
+        mine = [mid for sid, mid in committed if sid == sender.instance_id][-5:]
         choice = draw(st.integers(0, 6))
         if choice < len(mine):
             message_id = mine[-1 - choice]
@@ -268,6 +277,7 @@ def test_fuzz_first_frames(live: LiveReceiver) -> None:
 def test_fuzz_second_frames_after_an_authenticated_hello(live: LiveReceiver) -> None:
     _run(live, second_frame_streams(live), "second")
     assert live.model.admitted, "no example admitted anything: the strategy is broken"
+    assert live.model.refused_commits, "no forged goal id was committed: the strategy is broken"
 
 
 def test_fuzz_valid_conversations_cut_anywhere_and_chunked(live: LiveReceiver) -> None:

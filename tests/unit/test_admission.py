@@ -1190,16 +1190,18 @@ def test_shutdown_forgets_the_turn_start_grace() -> None:
 
 def test_rows_are_capped_by_evicting_final_rows_only() -> None:
     kit = Kit(max_rows=3)
-    kit.send(ALICE, message_id="s1")
-    cycle(kit)
-    kit.send(ALICE, message_id="s2")
+    for message_id in ("s1", "s2", "s3"):
+        kit.send(ALICE, message_id=message_id)
+        cycle(kit)
+    kit.send(ALICE, message_id="s4")
     kit.admission.turn_started(TurnSource.PEER)
-    kit.queue_from("bob", 2)  # two pending rows
+    kit.queue_from("bob", 2)  # two pending rows: never evicted, and they take nobody's place
     snap = kit.admission.snapshot()
-    assert len(snap.rows) == 3
+    assert len(snap.rows) == 5
     assert snap.evicted_rows == 1
     assert kit.query(ALICE, "s1").status == Code.UNKNOWN
     assert kit.query(ALICE, "s2").status == Code.SUBMITTED
+    assert kit.query(ALICE, "s4").status == Code.SUBMITTED
 
 
 def test_pending_rows_are_never_evicted() -> None:

@@ -556,6 +556,26 @@ def test_pending_call_notes_are_bounded_oldest_first(count: int, kept: int) -> N
     assert goals.evidence_count == 0
 
 
+def test_an_ended_goals_call_notes_go_before_the_active_goals() -> None:
+    """Notes are taken only for the goal active at the call, one goal at a time, so an ended
+    goal's notes are always older than the active goal's: oldest-first eviction takes them first
+    (docs/security.md, bounded tables), and the active goal loses a note only to its own."""
+    goals = make(max_evidence=4)
+    old = start(goals)
+    goals.note_call("old-1")
+    goals.note_call("old-2")
+    goals.cancel(old, authority=USER_TURN)
+    new = start(goals, "the next objective")
+    for i in range(4):
+        goals.note_call(f"new-{i}")
+    assert (goals.noted_goal("old-1"), goals.noted_goal("old-2")) == (None, None)
+    assert [goals.noted_goal(f"new-{i}") for i in range(4)] == [new] * 4
+    goals.note_call("new-4")
+    assert goals.noted_goal("new-0") is None
+    assert goals.noted_goal("new-4") == new
+    assert goals.evicted_evidence == 3
+
+
 @pytest.mark.parametrize(
     ("count", "kept"),
     [

@@ -157,6 +157,8 @@ def test_default_tracks_256_senders(senders: int, tracked: int) -> None:
 
 
 def test_the_least_recently_committed_sender_is_forgotten_first() -> None:
+    # b is also the fuller bucket here (26 tokens to a's 25.5), which decides first: the whole
+    # rule is in test_table_fairness.py.
     rate = RateLimiter(max_senders=2)
     drain(rate, "a", 5)
     drain(rate, "b", 5, now=T0 + 1)
@@ -243,7 +245,9 @@ def test_ledger_default_remembers_512(count: int, first_kept: bool) -> None:
     for index in range(count):
         ledger.commit(f"s{index % 7}", f"m{index}")
     assert len(ledger) == min(count, 512)
-    assert ledger.seen("s0", "m0") is first_kept
+    # The 513th id (index 512, from s1) takes the place of its own sender's oldest id, m1.
+    assert ledger.seen("s1", "m1") is first_kept
+    assert ledger.seen("s0", "m0")
 
 
 # -- text_digest and TextDedup ---------------------------------------------------------------------

@@ -58,7 +58,7 @@ drops what is left (``dropped_user_reset``), never replays, and does not refill 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -66,12 +66,7 @@ from typing import Final
 
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.bridge import BridgeKind, classify_bridge
-from pi_cross_session.protocol.codes import (
-    FINAL_ROW_STATES,
-    PENDING_ROW_STATES,
-    Code,
-    refusal_text,
-)
+from pi_cross_session.protocol.codes import FINAL_ROW_STATES, Code, refusal_text
 from pi_cross_session.protocol.frames import Message, Response, StatusQuery
 from pi_cross_session.protocol.limits import (
     MAX_CACHE_ENTRIES,
@@ -90,6 +85,7 @@ from pi_cross_session.security.limits import (
     RateLimiter,
     TextDedup,
 )
+from pi_cross_session.security.rows import RowKey, RowTable
 
 logger = logging.getLogger(__name__)
 
@@ -268,7 +264,6 @@ class Admission:
         self._max_age_ms = int(max_age_s * 1000)
         self._future_skew_ms = int(future_skew_s * 1000)
         self._grace = turn_start_grace_s
-        self._max_rows = max_rows
         self._on_latch = on_latch
         self._on_row = on_row
         self._goals = goals
@@ -284,8 +279,9 @@ class Admission:
         # A safe settle owes the queue one submission; it stays owed until the host is idle.
         self._flush_owed = False
         self._queue: deque[_Queued] = deque()
-        self._rows: OrderedDict[tuple[str, str], Row] = OrderedDict()
-        self._evicted_rows = 0
+        # Final rows beyond ``max_rows`` are evicted so that no sender pushes out another's
+        # (security/rows.py); pending rows never are.
+        self._rows: RowTable[Row] = RowTable(max_final=max_rows)
         self._stopped = False
         self._latch_reason: str | None = None
         self._shut_down = False
@@ -468,7 +464,7 @@ class Admission:
             confirmed = replace(
                 row, diagnostic=CONFIRMED, delivered=True, updated_at_ms=self._clock.wall_ms()
             )
-            self._rows[key] = confirmed
+            self._store(confirmed)
             self._observe(confirmed)
 
     def turn_aborted(self) -> None:
@@ -550,8 +546,8 @@ class Admission:
             self._phase = Phase.IDLE if self._turn is None else self._phase
             row = self._rows.get(key)
             if row is not None and row.state == Code.SUBMITTED:
-                self._rows[key] = replace(
-                    row, diagnostic=UNCONFIRMED, updated_at_ms=self._clock.wall_ms()
+                self._store(
+                    replace(row, diagnostic=UNCONFIRMED, updated_at_ms=self._clock.wall_ms())
                 )
             self._latch(LatchReason.NO_TURN_START)
 
@@ -615,7 +611,7 @@ class Admission:
 
     def snapshot(self, *, recent: int | None = None) -> Snapshot:
         """Everything a status display shows; ``recent`` limits the rows to the newest ones."""
-        rows = tuple(self._rows.values())
+        rows = self._rows.values()
         if recent is not None:
             rows = rows[-recent:] if recent > 0 else ()
         return Snapshot(
@@ -628,7 +624,7 @@ class Admission:
             queued=len(self._queue),
             max_queued=self._max_queued,
             rows=rows,
-            evicted_rows=self._evicted_rows,
+            evicted_rows=self._rows.evicted,
             refusals=dict(self._counters.refusals),
             admitted=self._counters.admitted,
         )
@@ -762,7 +758,7 @@ class Admission:
             delivered=delivered,
             updated_at_ms=self._clock.wall_ms(),
         )
-        self._rows[key] = updated
+        self._store(updated)
         self._observe(updated)
 
     def _observe(self, row: Row) -> None:
@@ -774,17 +770,14 @@ class Admission:
             logger.exception("message state observer failed")
 
     def _put_row(self, row: Row) -> None:
-        self._rows[(row.sender_instance_id, row.message_id)] = row
+        self._store(row)
         self._observe(row)
-        if len(self._rows) <= self._max_rows:
-            return
-        # Evict the oldest rows that can no longer change; pending rows are never evicted.
-        for key in list(self._rows):
-            if len(self._rows) <= self._max_rows:
-                break
-            if self._rows[key].state not in PENDING_ROW_STATES:
-                del self._rows[key]
-                self._evicted_rows += 1
+
+    def _store(self, row: Row) -> None:
+        # The submitted row whose turn is still due stays whatever else ends meanwhile: its
+        # confirmation (or the lack of one) is recorded on it.
+        due: RowKey | None = None if self._awaiting_start is None else self._awaiting_start[0]
+        self._rows.put(row, keep=due)
 
     def _ok(self, request_id: str, status: str, *, error: str | None = None) -> Response:
         return Response.build(

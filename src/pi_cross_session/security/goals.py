@@ -61,6 +61,7 @@ from pi_cross_session.protocol.limits import (
     MAX_SESSION_ID_UNITS,
 )
 from pi_cross_session.protocol.text import is_blank, is_well_formed, js_trim, utf16_length
+from pi_cross_session.security.shares import SenderShares
 
 # -- errors ----------------------------------------------------------------------------------------
 
@@ -898,12 +899,15 @@ class GoalConfirmations:
     At zero budget a confirmed pair may still send, uncharged, one attempt at a time: reserving
     removes the key for the flight, and only a good receipt puts it back. Any other outcome
     (refusal, unknown receipt) removes it, so a forged or ended goal cannot keep sending for free.
-    At most ``max_keys`` are kept, least recently confirmed evicted first.
+    At most ``max_keys`` are kept. Past the bound the confirming receiver gives up its own least
+    recently confirmed key; a receiver holding no other takes that of the receiver holding the
+    most (:class:`~pi_cross_session.security.shares.SenderShares`), so the receipts of one receiver
+    (for as many goal ids as it makes us send to) never push out another receiver's pairs.
     """
 
     def __init__(self, *, max_keys: int = MAX_GOAL_CONFIRMATIONS) -> None:
         self._max_keys = max_keys
-        self._keys: OrderedDict[str, None] = OrderedDict()
+        self._keys: SenderShares[str] = SenderShares()
         self._epoch = 0
 
     def __len__(self) -> int:
@@ -934,7 +938,7 @@ class GoalConfirmations:
             return Reservation(key, charged=True, epoch=self._epoch)
         if key is None or key not in self._keys:
             return Code.BUDGET_EXHAUSTED
-        del self._keys[key]  # one free attempt in flight per pair: no concurrent fan-out
+        self._keys.remove(key)  # one free attempt in flight per pair: no concurrent fan-out
         return Reservation(key, charged=False, epoch=self._epoch)
 
     def settle(self, reservation: Reservation, outcome: str) -> bool:
@@ -942,18 +946,18 @@ class GoalConfirmations:
         if reservation.key is None or reservation.epoch != self._epoch:
             return False
         if outcome in OK_RECEIPTS and outcome != Code.ACCEPTED:
-            self._keys[reservation.key] = None
-            self._keys.move_to_end(reservation.key)
-            while len(self._keys) > self._max_keys:
-                self._keys.popitem(last=False)
+            key = reservation.key
+            receiver = key.partition(":")[0]  # see :meth:`key`; an instance id has no colon
+            self._keys.add(receiver, key)
+            self._keys.make_room(self._max_keys, receiver, spare=(key,))
             return reservation.charged
         # A refusal, an unknown receipt or an ``accepted`` a scoped send can never get.
-        self._keys.pop(reservation.key, None)
+        self._keys.remove(reservation.key)
         return False
 
     def clear(self) -> None:
         """Forget every confirmation (``session_start``, ``session_shutdown``)."""
-        self._keys.clear()
+        self._keys = SenderShares()
         self._epoch += 1
 
 

@@ -5,26 +5,33 @@ strict split between *asking* and *committing*: ``check_*`` methods never change
 does. The admission pipeline asks every question first and commits only when every answer was yes,
 so a refused message costs the sender nothing (spec §5, step 11–12).
 
-Every structure is bounded; the bound and the eviction rule sit beside it:
+Every structure is bounded, and no sender can make one forget another sender's entries while it
+holds entries of its own (docs/security.md, "Bounded tables and who can evict what"). The bound and
+the eviction rule sit beside each:
 
 * :class:`RateLimiter` — a token bucket per sender incarnation (30 tokens, 0.5/s), at most 256
-  senders tracked, least recently used forgotten first. A forgotten sender comes back with a full
-  bucket, which is the price of a bounded table; 256 senders × 30 tokens is still bounded by the
-  lifetime budget below.
+  senders tracked. A forgotten sender comes back with a full bucket, so forgetting helps only the
+  forgotten: the bucket forgotten is the one lacking the fewest tokens (a full one costs nothing),
+  least recently committed among equals, found in logarithmic time. Churning the table with new
+  identities therefore never refills a drained bucket while a fuller one is tracked.
 * :class:`MessageIdLedger` — message ids already admitted per sender incarnation, kept for the
   whole receiver incarnation (no time window: an id is never reusable), at most 512 remembered.
-  The 256-unit budget means unscoped traffic never reaches the cap.
+  Past the bound a sender gives up its own oldest id; a sender holding none takes the oldest of the
+  sender holding the most (:class:`~pi_cross_session.security.shares.SenderShares`). The 256-unit
+  budget keeps unscoped traffic below the bound; refused goal ids and members' scoped messages do
+  not spend it, hence the rule.
 * :class:`TextDedup` — the SHA-256 of each admitted text per sender (and goal), suppressing the same
   text within 30 s, whatever came in between (A, B, A is caught). Entries older than the window are
-  useless and are pruned; the table is capped at 512 regardless.
+  useless and are pruned first; past 512 the same rule as the ledger picks what goes.
 * :class:`LifetimeBudget` — 256 units per incarnation shared by inbound commits and outbound
-  attempts; never refunded, never refilled (goal-scoped refunds arrive with goal grants: see
-  :meth:`LifetimeBudget.can_spend`).
+  attempts; never refilled, refunded only for a confirmed goal-scoped send (see
+  :meth:`LifetimeBudget.refund`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -36,12 +43,15 @@ from pi_cross_session.protocol.limits import (
     RATE_REFILL_PER_S,
     TEXT_DEDUP_WINDOW_S,
 )
+from pi_cross_session.security.shares import SenderShares
 
 
 @dataclass(slots=True)
 class _Bucket:
     tokens: float
     stamp: float
+    #: Which commit made this bucket what it is (orders equal buckets, least recent first).
+    serial: int
 
 
 class RateLimiter:
@@ -57,7 +67,14 @@ class RateLimiter:
         self._capacity = float(capacity)
         self._refill = refill_per_s
         self._max_senders = max_senders
-        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self._buckets: dict[str, _Bucket] = {}
+        self._serial = 0
+        # Who is forgotten first: a heap of (-level, serial, sender), where a bucket's *level* is
+        # its tokens at time 0 had it refilled without a cap (tokens - stamp * refill). Its tokens
+        # at ``now`` are min(capacity, level + now * refill), so the highest level is the fullest
+        # bucket at any time, full ones included, and the order never has to be recomputed.
+        # Entries of buckets committed since (or forgotten) are stale and skipped.
+        self._order: list[tuple[float, int, str]] = []
 
     def tokens(self, sender: str, now: float) -> float:
         """Tokens ``sender`` would have at ``now`` (a full bucket for an unknown sender)."""
@@ -72,15 +89,47 @@ class RateLimiter:
         return self.tokens(sender, now) >= 1.0
 
     def commit(self, sender: str, now: float) -> None:
-        """Spend one token (after :meth:`allows` said yes and the message was admitted)."""
+        """Spend one token (after :meth:`allows` said yes and the message was admitted).
+
+        Past ``max_senders`` one other sender is forgotten: the one with the most tokens (a full
+        bucket first, since forgetting it changes nothing; among full ones, the one full the
+        longest), the least recently committed among equals. A forgotten sender comes back with a
+        full bucket, so this forgets the bucket whose loss gives its owner the least.
+        """
         left = self.tokens(sender, now) - 1.0
         previous = self._buckets.get(sender)
         # Never move the stamp back: time already credited must not be credited twice.
         stamp = now if previous is None else max(previous.stamp, now)
-        self._buckets[sender] = _Bucket(tokens=left, stamp=stamp)
-        self._buckets.move_to_end(sender)
+        self._serial += 1
+        self._buckets[sender] = _Bucket(tokens=left, stamp=stamp, serial=self._serial)
+        heapq.heappush(self._order, (self._refill * stamp - left, self._serial, sender))
         while len(self._buckets) > self._max_senders:
-            self._buckets.popitem(last=False)
+            self._forget_one(sender)
+        if len(self._order) > 2 * len(self._buckets) + 64:
+            self._compact()
+
+    def _forget_one(self, newest: str) -> None:
+        kept: list[tuple[float, int, str]] = []
+        while self._order:
+            entry = heapq.heappop(self._order)
+            _, serial, sender = entry
+            bucket = self._buckets.get(sender)
+            if bucket is None or bucket.serial != serial:
+                continue  # stale: committed again since, or already forgotten
+            if sender == newest and len(self._buckets) > 1:
+                kept.append(entry)  # the committing sender stays (unless it is alone)
+                continue
+            del self._buckets[sender]
+            break
+        for entry in kept:
+            heapq.heappush(self._order, entry)
+
+    def _compact(self) -> None:
+        self._order = [
+            (self._refill * bucket.stamp - bucket.tokens, bucket.serial, sender)
+            for sender, bucket in self._buckets.items()
+        ]
+        heapq.heapify(self._order)
 
     def __len__(self) -> int:
         return len(self._buckets)
@@ -91,17 +140,18 @@ class MessageIdLedger:
 
     def __init__(self, *, max_entries: int = MAX_CACHE_ENTRIES) -> None:
         self._max = max_entries
-        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._seen: SenderShares[tuple[str, str]] = SenderShares()
 
     def seen(self, sender: str, message_id: str) -> bool:
         """True when this sender incarnation already had a message with this id admitted."""
         return (sender, message_id) in self._seen
 
     def commit(self, sender: str, message_id: str) -> None:
-        """Remember an admitted id; the oldest is forgotten past ``max_entries``."""
-        self._seen[(sender, message_id)] = None
-        while len(self._seen) > self._max:
-            self._seen.popitem(last=False)
+        """Remember an admitted id. Past ``max_entries`` one id is forgotten: the sender's own
+        oldest, or, when it holds no other, the oldest of the sender holding the most."""
+        key = (sender, message_id)
+        self._seen.add(sender, key)
+        self._seen.make_room(self._max, sender, spare=(key,))
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -122,6 +172,8 @@ class TextDedup:
         self._max = max_entries
         # Ordered by last admission, oldest first, so pruning stops at the first fresh entry.
         self._last: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+        # The same keys by sender, which decides what goes when fresh entries fill the table.
+        self._shares: SenderShares[tuple[str, str, str]] = SenderShares()
 
     @staticmethod
     def key(sender: str, text: str, goal_id: str | None = None) -> tuple[str, str, str]:
@@ -134,17 +186,26 @@ class TextDedup:
         return last is not None and now - last < self._window
 
     def commit(self, key: tuple[str, str, str], now: float) -> None:
-        """Record an admission of ``key`` at ``now``."""
+        """Record an admission of ``key`` at ``now``. Expired entries go first, whoever they
+        belong to; past ``max_entries`` one fresh entry goes: the sender's own oldest, or, when it
+        holds no other, the oldest of the sender holding the most."""
         self._last[key] = now
         self._last.move_to_end(key)
-        self._prune(now)
+        self._prune(now)  # ``key`` is fresh now: only others' expired entries go
+        self._shares.add(key[0], key)
+        for gone in self._shares.make_room(self._max, key[0], spare=(key,)):
+            del self._last[gone]
 
     def _prune(self, now: float) -> None:
         while self._last:
             oldest_key, oldest = next(iter(self._last.items()))
-            if now - oldest < self._window and len(self._last) <= self._max:
+            if now - oldest < self._window:
                 break
-            del self._last[oldest_key]
+            self._forget(oldest_key)
+
+    def _forget(self, key: tuple[str, str, str]) -> None:
+        del self._last[key]
+        self._shares.remove(key)
 
     def __len__(self) -> int:
         return len(self._last)
