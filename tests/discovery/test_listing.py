@@ -407,3 +407,30 @@ async def test_default_guard_on_a_virtual_clock(locations: Locations) -> None:
     result = await listing(locations, probe)
     assert anyio.current_time() - started == pytest.approx(PROBE_DEADLINE_S + PROBE_GUARD_MARGIN_S)
     assert (result.probe_faults, result.hidden) == (1, 1)
+
+
+async def test_a_peer_rewriting_its_registration_never_drops_out_of_a_listing(
+    locations: Locations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session rewrites its registration (atomic rename) at every heartbeat and busy/idle
+    change. A listing that meets such a rewrite between its check and its open must read the new
+    file, not refuse the session as unsafe: it then looked dead to a sender (``not_found``). The
+    rewrite is placed in that window through the file layer's open seam, every time."""
+    registration = make_registration(locations, name="busy-writer")
+    publish(locations, registration)
+    real_open = fs._open
+    opens = rewrites = 0
+
+    def heartbeat_then_open(path: str, flags: int, mode: int) -> int:
+        nonlocal opens, rewrites
+        if path == locations.registration_path(registration.instance_id):
+            opens += 1
+            if opens % 2:  # one rewrite per listing, in the window
+                rewrites += 1
+                publish(locations, registration)  # the owner's real atomic rewrite
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(fs, "_open", heartbeat_then_open)
+    seen = [len((await listing(locations)).peers) for _ in range(20)]
+    assert seen == [1] * 20
+    assert rewrites == 20

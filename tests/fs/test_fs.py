@@ -26,7 +26,11 @@ import pytest
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.discovery import NameWindow
 from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGISTRATION_BYTES
+from pi_cross_session.protocol.limits import (
+    MAX_LISTED_REGISTRATIONS,
+    MAX_REGISTRATION_BYTES,
+    REGISTRATION_READ_ATTEMPTS,
+)
 from pi_cross_session.protocol.paths import instance_id_from_filename
 from pi_cross_session.security import fs
 from pi_cross_session.security.fs import (
@@ -614,15 +618,35 @@ def _swap_before_open(monkeypatch: pytest.MonkeyPatch, swap: Callable[[], None])
     monkeypatch.setattr(fs, "_open", swap_then_open)
 
 
-def test_a_file_replaced_between_check_and_open_is_refused(
+def test_a_file_replaced_once_between_check_and_open_is_judged_again_and_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a session's heartbeat does to its registration (an atomic rename) while another
+    # session lists: the reader runs its checks again on the new file instead of refusing it.
+    path = make_file(tmp_path / f"{ID_A}.json", b"checked")
+    other = make_file(tmp_path / "other", b"rewritten")
+    swaps = iter([lambda: os.replace(other, path)])
+    _swap_before_open(monkeypatch, lambda: next(swaps, lambda: None)())
+    assert read_registration_bytes(str(path)) == b"rewritten"
+
+
+def test_a_file_replaced_on_every_attempt_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = make_file(tmp_path / f"{ID_A}.json", b"checked")
-    other = make_file(tmp_path / "other", b"swapped in")  # just as acceptable, but not judged
-    _swap_before_open(monkeypatch, lambda: os.replace(other, path))
+    rounds = 0
+
+    def replace_again() -> None:
+        nonlocal rounds
+        rounds += 1
+        make_file(tmp_path / "next", f"swapped in {rounds}".encode())
+        os.replace(tmp_path / "next", path)
+
+    _swap_before_open(monkeypatch, replace_again)
     with pytest.raises(UnsafePathError) as refused:
         read_registration_bytes(str(path))
     assert refused.value.reason is Reason.REPLACED
+    assert rounds == REGISTRATION_READ_ATTEMPTS
     assert "swapped in" not in str(refused.value)
 
 

@@ -50,8 +50,13 @@ async def list_live(locations: paths.Locations) -> Listing:
     from pi_cross_session.protocol.exchange import Exchanger
     from pi_cross_session.security import fs
 
+    exchanger = Exchanger(locations, fs)
     return await discovery.list_peers(
-        locations, ReadOnlyFiles(), Exchanger(locations, fs).is_live, self_instance_id=None
+        locations,
+        ReadOnlyFiles(),
+        exchanger.is_live,
+        self_instance_id=None,
+        probe_guard_s=exchanger.listing_guard_s,
     )
 
 

@@ -465,6 +465,7 @@ async def holding(
                 exchanger.is_live,
                 self_instance_id=identity.instance_id,
                 with_git=with_git,
+                probe_guard_s=exchanger.listing_guard_s,
             )
 
         outbox = Outbox(

@@ -444,6 +444,7 @@ class SessionRuntime:
                 incarnation.exchanger.is_live,
                 self_instance_id=incarnation.identity.instance_id,
                 with_git=False,
+                probe_guard_s=incarnation.exchanger.listing_guard_s,
             )
         except CrossSessionError as exc:
             logger.info("the start-up listing failed: %s", sanitize.line(str(exc)))
@@ -783,6 +784,7 @@ class SessionRuntime:
             exchanger.is_live,
             self_instance_id=None if inc is None else inc.identity.instance_id,
             with_git=self.options.with_git,
+            probe_guard_s=exchanger.listing_guard_s,
         )
 
     def outbox(self) -> outbound.Outbox | None:

@@ -66,6 +66,7 @@ from pi_cross_session.protocol.frames import (
 from pi_cross_session.protocol.limits import (
     MAX_FRAME_BYTES,
     PROBE_DEADLINE_S,
+    PROBE_GUARD_MARGIN_S,
     READ_CHUNK_BYTES,
     SEND_DEADLINE_S,
 )
@@ -203,6 +204,12 @@ class Exchanger:
         """Prove ``peer`` is alive: a hello without ``from``, nothing after ``ready``."""
         hello = self._hello(peer, sender=None)
         return await self._exchange(peer, hello, None, self._config.probe_deadline_s, Progress())
+
+    @property
+    def listing_guard_s(self) -> float:
+        """How long a listing waits for one of this exchanger's probes: its own deadline plus a
+        margin, so a listing never gives up on a probe that is still within its deadline."""
+        return self._config.probe_deadline_s + PROBE_GUARD_MARGIN_S
 
     async def is_live(self, peer: Registration) -> bool:
         """True when a probe ends in ``ready`` from this very peer; any failure is False."""

@@ -60,6 +60,11 @@ MIN_HEX_PREFIX_CHARS: Final = 6
 MAX_LISTED_REGISTRATIONS: Final = 512
 #: Largest registration file read; a real one is under 1 KiB.
 MAX_REGISTRATION_BYTES: Final = 65_536
+#: Attempts to read a registration that is replaced between its check and its open. A writer
+#: replaces its file by an atomic rename at every heartbeat and busy/idle change, so a reader may
+#: meet one rewrite (a second attempt reads the new file); a file replaced on every attempt is
+#: refused.
+REGISTRATION_READ_ATTEMPTS: Final = 3
 HEARTBEAT_INTERVAL_S: Final = 30.0
 #: Git metadata per cwd: wall time and output size.
 GIT_TIMEOUT_S: Final = 1.5

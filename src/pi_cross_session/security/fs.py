@@ -60,6 +60,7 @@ from pi_cross_session.protocol.limits import (
     DISPLAY_PATH_CODE_POINTS,
     MAX_LISTED_REGISTRATIONS,
     MAX_REGISTRATION_BYTES,
+    REGISTRATION_READ_ATTEMPTS,
 )
 from pi_cross_session.protocol.paths import (
     instance_id_from_filename,
@@ -503,7 +504,24 @@ def read_refused_registration(path: str, *, max_bytes: int = MAX_REGISTRATION_BY
 
 def _read_checked(path: str, max_bytes: int, check: Callable[[os.stat_result], None]) -> bytes:
     """``lstat`` → ``check`` → open without following links → ``check`` the descriptor, which
-    must be the very file judged → read at most ``max_bytes``."""
+    must be the very file judged → read at most ``max_bytes``.
+
+    A writer replaces a registration by an atomic rename at every heartbeat and every busy/idle
+    change, so a reader can meet a new file between its ``lstat`` and its ``open``. That is no
+    attack: the sequence simply runs again on the new file. Only a file replaced on every one of
+    :data:`REGISTRATION_READ_ATTEMPTS` attempts is refused as replaced.
+    """
+    for _ in range(REGISTRATION_READ_ATTEMPTS):
+        data = _read_checked_once(path, max_bytes, check)
+        if data is not None:
+            return data
+    raise UnsafePathError(path, Reason.REPLACED, "the file was replaced while opening it")
+
+
+def _read_checked_once(
+    path: str, max_bytes: int, check: Callable[[os.stat_result], None]
+) -> bytes | None:
+    """One attempt of :func:`_read_checked`; ``None`` when the file was replaced meanwhile."""
     try:
         before = os.lstat(path)
     except OSError as exc:
@@ -521,8 +539,7 @@ def _read_checked(path: str, max_bytes: int, check: Callable[[os.stat_result], N
             opened = os.fstat(fd)
             check(opened)
             if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
-                detail = "the file was replaced while opening it"
-                raise UnsafePathError(path, Reason.REPLACED, detail)
+                return None
             return _read_at_most(fd, path, max_bytes, expected=opened.st_size)
         finally:
             os.close(fd)
