@@ -1,4 +1,5 @@
-"""Suite-wide guards: a private agent dir per test (never ~/.pi), and no runtime dir left."""
+"""Suite-wide guards: a private agent dir per test (never ~/.pi), no runtime dir left, and nothing
+read from beside the checkout (``tests/confinement.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 import pytest
 
 from pi_cross_session.protocol import paths
+
+pytest_plugins = ["tests.confinement"]
 
 
 @pytest.fixture(autouse=True)

@@ -33,7 +33,7 @@ from pi_cross_session.protocol.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.admission import Clock, Delivery, Snapshot, TurnEnding, TurnSource
-from tests.shared_paths import REFERENCE
+from tests.data_paths import REFERENCE
 
 ID_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
 INSTANCE_ID_RE: Final = re.compile(r"[0-9a-f]{32}")

@@ -31,7 +31,7 @@ from pi_cross_session.protocol.registration import (
     serialize,
 )
 from pi_cross_session.protocol.text import clean_name
-from tests.shared_paths import REFERENCE
+from tests.data_paths import REFERENCE
 
 FIXTURE = paths.resolve(env={paths.AGENT_DIR_ENV: "/tmp/xs-fixture/agent"}, uid=0)
 INSTANCE = "2d06c66b2c0fbee2d957b41c6c78cad0"
