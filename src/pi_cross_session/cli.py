@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Register a session that receives messages and prints each one as its state changes "
             "(admitted, queued, submitted, expired, dropped). Each delivered message keeps the "
             "inbox busy for --busy seconds, so senders see queueing as with a real agent. "
-            "Ctrl-C or SIGTERM stops it and removes its files; SIGUSR1 prints its status."
+            "Ctrl-C or SIGTERM stops it and removes its files; SIGUSR1 prints its status; "
+            "SIGUSR2 ends the current busy turn at once."
         ),
     )
     inbox.add_argument("--name", help="the session name others address it by")
@@ -312,7 +313,7 @@ def _first_cross_session_error(
 
 
 async def _serve_inbox(printer: _InboxPrinter, host: HeadlessHost, runtime: SessionRuntime) -> None:
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
     with anyio.open_signal_receiver(*signals) as received:
         async with anyio.create_task_group() as group:
             await group.start(host.run_turns)
@@ -335,6 +336,9 @@ async def _serve_inbox(printer: _InboxPrinter, host: HeadlessHost, runtime: Sess
                 async for number in received:
                     if number == signal.SIGUSR1:
                         printer.status(runtime)
+                        continue
+                    if number == signal.SIGUSR2:
+                        host.end_turn()
                         continue
                     runtime.request_stop()
                     return

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session.protocol.paths import Locations
-from tests.support.cli_procs import Inboxes, Result, mode_of
+from tests.support.cli_procs import HOLD_S, Inboxes, Result, mode_of
 
 Cli = Callable[..., Result]
 
@@ -75,11 +75,11 @@ def test_text_inbox_prints_readable_lines(inboxes: Inboxes, cli: Cli) -> None:
     assert re.search(r"\] stopped; files removed$", inbox.lines[-1]), inbox.output()
 
 
-@pytest.mark.slow
 def test_busy_inbox_queues_a_second_message_and_delivers_it_after_the_turn(
     inboxes: Inboxes, cli: Cli
 ) -> None:
-    inbox = inboxes.start("slowpoke", busy=2)
+    # Busy until told: the second send is a new process, which may take seconds to start.
+    inbox = inboxes.start("slowpoke", busy=HOLD_S)
     first = cli("send", "slowpoke", "first message", "--json")
     assert first.returncode == 0, first
     assert first.json()["status"] == "submitted"
@@ -102,6 +102,7 @@ def test_busy_inbox_queues_a_second_message_and_delivers_it_after_the_turn(
         second_id: "queued",
     }
 
+    inbox.end_turn()
     delivered = inbox.wait_event("message", messageId=second_id)
     assert delivered["text"] == "second message"
     assert inbox.states_of(second_id) == ["accepted", "queued", "submitted"]

@@ -18,7 +18,7 @@ from pi_cross_session.protocol import discovery
 from pi_cross_session.protocol.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security import fs
-from tests.support.cli_procs import Inboxes, Result, exists, leftovers, run_cli
+from tests.support.cli_procs import HOLD_S, Inboxes, Result, exists, leftovers, run_cli
 from tests.support.fake_receiver import SILENT, fake_receiver, ready
 from tests.support.peers import make_registration, publish
 
@@ -94,7 +94,7 @@ def test_send_wait_reports_delivered_once_the_inbox_shows_the_message(
 def test_concurrent_invocations_take_turns_with_the_identity(
     inboxes: Inboxes, private_agent_dir: Path, locations: Locations
 ) -> None:
-    inbox = inboxes.start("busy-bee", busy=10)
+    inbox = inboxes.start("busy-bee", busy=HOLD_S)
     results: list[Result] = []
 
     def send(number: int) -> None:
@@ -308,7 +308,7 @@ async def test_the_rate_limit_follows_the_identity_across_invocations(
     up and waiting when the lock is released: a token takes 2 s to grow back, far longer than the
     gap between the last admitted burst message and its send.
     """
-    inbox = inboxes.start("target", busy=30)  # every message after the first waits in the queue
+    inbox = inboxes.start("target", busy=HOLD_S)  # every message after the first waits in the queue
     tally: Counter[str] = Counter()
     results: list[Result] = []
 
