@@ -33,6 +33,7 @@ from pi_cross_session.plugin.hosts import pi_python
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol.exchange import ExchangeConfig
 from pi_cross_session.security.goals import TaskHandle, TaskKind
+from tests.support.bounds import MUST_HAPPEN_S
 
 # The module, not the function of the same name it exports (host-pi-python.md §1.11).
 langchain_stream = importlib.import_module("pi_agent_core.adapters.langchain_stream")
@@ -41,7 +42,7 @@ Responder = Callable[[Sequence[BaseMessage]], AIMessage]
 
 #: How often the helpers below look at a condition, and for how long at most.
 POLL_S = 0.01
-WAIT_S = 5.0
+WAIT_S = MUST_HAPPEN_S
 
 
 def text_of(message: BaseMessage) -> str:

@@ -32,12 +32,13 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.admission import Clock, Row, Snapshot
 from tests.support import raw_client
+from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.raw_client import RawClient
 from tests.support.scripted_host import ScriptedHost, Turns
 from tests.support.sessions import published_sender
 
 #: How long a condition that must come true may take (polling; the runtime exposes no events).
-WAIT_LIMIT_S: Final = 3.0
+WAIT_LIMIT_S: Final = MUST_HAPPEN_S
 POLL_S: Final = 0.005
 #: Capabilities of a legacy hello: no capabilities field at all (an empty list is legacy too).
 LEGACY: Final = None
