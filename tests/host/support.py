@@ -629,7 +629,7 @@ class GoalHarness:
 #: How long a goal test session waits for a live peer's probe while binding it. The contract's
 #: 350 ms is what a real session uses; on a loaded 2-core test machine the shared event loop can
 #: stall that long, and a missed probe would make a live peer look gone to ``bind``.
-GOAL_PROBE_S = 2.0
+GOAL_PROBE_S = MUST_HAPPEN_S
 
 
 def goal_activate(api: ExtensionAPI) -> None:

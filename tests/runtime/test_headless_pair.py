@@ -11,7 +11,9 @@ import pytest
 
 from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session.protocol.exchange import ExchangeConfig
 from pi_cross_session.protocol.paths import Locations
+from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.wire_session import eventually
 
 pytestmark = pytest.mark.anyio
@@ -25,7 +27,10 @@ async def session(
     locations: Locations, name: str, *, busy_s: float = 0.05
 ) -> AsyncIterator[tuple[HeadlessHost, SessionRuntime]]:
     host = HeadlessHost(name=name, busy_s=busy_s)
-    runtime = SessionRuntime(host, locations=locations, options=RuntimeOptions(with_git=False))
+    # A patient probe: on a loaded machine a live peer may answer after the contract's 350 ms.
+    patient = ExchangeConfig(probe_deadline_s=MUST_HAPPEN_S)
+    options = RuntimeOptions(with_git=False, exchange=patient)
+    runtime = SessionRuntime(host, locations=locations, options=options)
     async with anyio.create_task_group() as group:
         await group.start(serve_inbox, host, runtime)
         try:

@@ -45,6 +45,7 @@ from pi_cross_session.protocol.gitinfo import resolve_git_info
 from pi_cross_session.protocol.limits import (
     HEARTBEAT_INTERVAL_S,
     LIFETIME_BUDGET,
+    PROBE_GUARD_MARGIN_S,
 )
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
@@ -442,6 +443,7 @@ class SessionRuntime:
                 incarnation.exchanger.is_live,
                 self_instance_id=incarnation.identity.instance_id,
                 with_git=False,
+                probe_guard_s=self._probe_guard_s(),
             )
         except CrossSessionError as exc:
             logger.info("the start-up listing failed: %s", exc)
@@ -752,7 +754,13 @@ class SessionRuntime:
             exchanger.is_live,
             self_instance_id=None if inc is None else inc.identity.instance_id,
             with_git=self.options.with_git,
+            probe_guard_s=self._probe_guard_s(),
         )
+
+    def _probe_guard_s(self) -> float:
+        """How long a listing waits for a probe: this session's probe deadline, plus the margin
+        (the contract's deadline unless the options give another)."""
+        return self.options.exchange.probe_deadline_s + PROBE_GUARD_MARGIN_S
 
     def outbox(self) -> outbound.Outbox | None:
         """What this session sends with: its identity, exchanger and budget."""
