@@ -162,6 +162,16 @@ async def eventually(condition: Callable[[], object]) -> None:
             await anyio.sleep(POLL_S)
 
 
+def took_over(session_id: str, old: SessionRuntime) -> bool:
+    """Whether a runtime other than ``old`` now serves ``session_id`` and has registered.
+
+    A runtime has its identity from the moment an incarnation starts; its registration file is
+    written a moment later, and only then may a test count files or expect a peer to find it.
+    """
+    new = pi_python.runtime_for(session_id)
+    return new is not None and new is not old and new.incarnations > 0
+
+
 async def settle(*runtimes: SessionRuntime) -> None:
     """Wait until no endpoint of ``runtimes`` has an open connection.
 
