@@ -11,6 +11,8 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # seconds, most milliseconds); `make test PYTEST_WORKERS=0` runs them in one process.
 PYTEST_WORKERS ?= auto
 PARALLEL = -n $(PYTEST_WORKERS) --dist worksteal
+# Extra pytest arguments, e.g. `make test PYTEST_ARGS=--durations=20`.
+PYTEST_ARGS ?=
 # Test runs write bytecode even where the environment says not to: the suite starts hundreds of
 # Python processes that import the package, and two workers each import every test module.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
@@ -34,12 +36,12 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests bench demo
 	$(BIN)/ruff format --check src tests bench demo
 	$(BIN)/mypy --strict src
-	$(PYTEST) $(PARALLEL)
+	$(PYTEST) $(PARALLEL) $(PYTEST_ARGS)
 
 # The same suite under the `long` hypothesis profile: ten times the examples of every property,
 # stateful machine and the fuzzer (20,000 examples). Tens of minutes; for a scheduled CI job.
 test-long: $(STAMP)
-	PI_XS_HYPOTHESIS_PROFILE=long $(PYTEST) $(PARALLEL) --timeout=1800
+	PI_XS_HYPOTHESIS_PROFILE=long $(PYTEST) $(PARALLEL) --timeout=1800 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench demo
@@ -49,7 +51,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy --strict src
 
 pytest: $(STAMP)
-	$(PYTEST) $(PARALLEL)
+	$(PYTEST) $(PARALLEL) $(PYTEST_ARGS)
 
 # The hostile suite's fuzzer at length: 200,000 examples against a live session (make test runs
 # 2,000, make test-long 20,000).
