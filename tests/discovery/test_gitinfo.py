@@ -322,8 +322,10 @@ def test_our_git_dir_variable_does_not_redirect_a_peer(
     ours = make_repo(tmp_path / "ours")
     theirs = make_repo(tmp_path / "theirs")
     git(theirs, "checkout", "-q", "-b", "their-branch")
-    monkeypatch.setenv("GIT_DIR", str(ours / ".git"))
+    # Before GIT_DIR is set: afterwards git itself would answer for ours. (The two repositories'
+    # commits have the same hash only when both were made within one second.)
     expected = GitInfo(worktree=str(theirs), branch="their-branch", head=head_of(theirs))
+    monkeypatch.setenv("GIT_DIR", str(ours / ".git"))
     assert read_git_files(str(theirs)) == expected
     # Even the fallback command ignores it.
     assert rev_parse(theirs) == expected
