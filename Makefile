@@ -1,14 +1,31 @@
-# The two commands of the README: `make demo` and `make test`. Both build .venv on first use.
+# The two commands of the README: `make demo` and `make test`. Both build .venv on first use;
+# `make demo` installs only what the demo runs, `make test` the test and lint tools on top.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 .DEFAULT_GOAL := test
 
-.PHONY: demo demo-cli test lint typecheck pytest bench clean fuzz soak
+# pytest runs on every core (pytest-xdist), handing out tests as workers free up (a few take
+# seconds, most milliseconds); `make test PYTEST_WORKERS=0` runs them in one process.
+PYTEST_WORKERS ?= auto
+PARALLEL = -n $(PYTEST_WORKERS) --dist worksteal
+# Extra pytest arguments, e.g. `make test PYTEST_ARGS=--durations=20`.
+PYTEST_ARGS ?=
+# Test runs write bytecode even where the environment says not to: the suite starts hundreds of
+# Python processes that import the package, and two workers each import every test module.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
+
+.PHONY: demo demo-cli test test-long lint typecheck pytest bench clean fuzz soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[pi-python]'
+	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -19,7 +36,12 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests bench demo
 	$(BIN)/ruff format --check src tests bench demo
 	$(BIN)/mypy --strict src
-	$(BIN)/pytest
+	$(PYTEST) $(PARALLEL) $(PYTEST_ARGS)
+
+# The same suite under the `long` hypothesis profile: ten times the examples of every property,
+# stateful machine and the fuzzer (20,000 examples). Tens of minutes; for a scheduled CI job.
+test-long: $(STAMP)
+	PI_XS_HYPOTHESIS_PROFILE=long $(PYTEST) $(PARALLEL) --timeout=1800 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench demo
@@ -29,12 +51,13 @@ typecheck: $(STAMP)
 	$(BIN)/mypy --strict src
 
 pytest: $(STAMP)
-	$(BIN)/pytest
+	$(PYTEST) $(PARALLEL) $(PYTEST_ARGS)
 
-# The hostile suite's fuzzer at length: 200,000 examples against a live session (CI runs 10,000).
+# The hostile suite's fuzzer at length: 200,000 examples against a live session (make test runs
+# 2,000, make test-long 20,000).
 FUZZ_EXAMPLES ?= 200000
 fuzz: $(STAMP)
-	PI_XS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/hostile -k fuzz --timeout=0 -p no:cacheprovider
+	PI_XS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PYTEST) tests/hostile -k fuzz --timeout=0 -p no:cacheprovider
 
 bench: $(STAMP)
 	$(BIN)/python bench/codec.py
@@ -51,9 +74,9 @@ clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache .hypothesis
 
 # Two real pi-python sessions (scripted models) messaging each other, each in its own process.
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python demo/agents_demo.py
 
 # The command line and two headless inboxes.
-demo-cli: $(STAMP)
+demo-cli: $(DEMO_STAMP)
 	$(BIN)/python demo/cli_demo.py

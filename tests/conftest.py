@@ -1,4 +1,6 @@
-"""Suite-wide guards: a private agent dir per test (never ~/.pi), and no runtime dir left."""
+"""Suite-wide guards: a private agent dir per test (never ~/.pi), no runtime dir left, nothing read
+from beside the checkout (``tests/confinement.py``), and the hypothesis profile this run asked for
+(``tests/hypothesis_profiles.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,11 @@ from typing import Any
 import pytest
 
 from pi_cross_session.protocol import paths
+from tests import hypothesis_profiles
+
+pytest_plugins = ["tests.confinement"]
+
+hypothesis_profiles.load_from_environment()
 
 
 @pytest.fixture(autouse=True)

@@ -24,7 +24,7 @@ from pi_cross_session.protocol.codec import (
 )
 from pi_cross_session.protocol.errors import FrameError
 from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
-from tests.shared_paths import REFERENCE, SHARED
+from tests.data_paths import REFERENCE
 
 HERE = Path(__file__).resolve()
 MANIFEST = HERE.parent / "vectors" / "framing" / "manifest.json"
@@ -157,7 +157,7 @@ NOT_JSON = {("09-invalid-json.wire.jsonl", 0)}
 
 
 def test_the_reference_transcripts_are_present() -> None:
-    assert SHARED.is_dir(), f"the shared contract material is expected at {SHARED}"
+    assert REFERENCE.is_dir(), f"the recorded reference traffic is expected at {REFERENCE}"
     assert len(TRANSCRIPTS) >= 17
 
 

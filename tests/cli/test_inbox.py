@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session.protocol.paths import Locations
-from tests.support.cli_procs import Inboxes, Result, mode_of
+from tests.support.cli_procs import HOLD_S, Inboxes, Result, mode_of
 
 Cli = Callable[..., Result]
 
@@ -88,13 +88,11 @@ def test_text_inbox_prints_readable_lines(inboxes: Inboxes, cli: Cli) -> None:
     assert re.search(r"\] stopped; files removed$", inbox.lines[-1]), inbox.output()
 
 
-@pytest.mark.slow
 def test_busy_inbox_queues_a_second_message_and_delivers_it_after_the_turn(
     inboxes: Inboxes, cli: Cli
 ) -> None:
-    # Busy long enough that, even on a loaded machine, the second send and the status request
-    # both happen inside the first message's turn.
-    inbox = inboxes.start("slowpoke", busy=6)
+    # Busy until told: the second send is a new process, which may take seconds to start.
+    inbox = inboxes.start("slowpoke", busy=HOLD_S)
     first = cli("send", "slowpoke", "first message", "--json")
     assert first.returncode == 0, first
     assert first.json()["status"] == "submitted"
@@ -117,6 +115,7 @@ def test_busy_inbox_queues_a_second_message_and_delivers_it_after_the_turn(
         second_id: "queued",
     }
 
+    inbox.end_turn()
     delivered = inbox.wait_event("message", messageId=second_id)
     assert delivered["text"] == "second message"
     inbox.wait_event("state", messageId=second_id, state="delivered")

@@ -17,7 +17,7 @@ import pytest
 
 from pi_cross_session.plugin import cli_identity
 from pi_cross_session.protocol.paths import Locations
-from tests.support.cli_procs import Inboxes, Result, mode_of
+from tests.support.cli_procs import HOLD_S, Inboxes, Result, mode_of
 
 Cli = Callable[..., Result]
 
@@ -81,7 +81,7 @@ def test_status_of_a_message_sent_by_an_earlier_invocation_and_of_a_random_one(
 
 
 def test_status_of_a_queued_message(inboxes: Inboxes, cli: Cli) -> None:
-    inbox = inboxes.start("occupied", busy=10)
+    inbox = inboxes.start("occupied", busy=HOLD_S)
     first = cli("send", "occupied", "keeps it busy")
     assert first.returncode == 0, first
     inbox.wait_event("message", messageId=first.message_id())

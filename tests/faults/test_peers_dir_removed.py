@@ -33,6 +33,7 @@ from pi_cross_session.protocol.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security import fs
 from tests.faults.injection import FaultyFiles, temp_files
+from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.wire_session import (
     FakeClock,
     assert_accounted,
@@ -46,7 +47,7 @@ pytestmark = pytest.mark.anyio
 
 FAST_HEARTBEAT_S = 0.1
 NO_HEARTBEAT_S = 3600.0
-TEARDOWN_LIMIT_S = 10.0
+TEARDOWN_LIMIT_S = MUST_HAPPEN_S
 
 
 def dir_mode(path: str) -> int:

@@ -43,6 +43,7 @@ from pi_cross_session.security import fs
 from pi_cross_session.security.admission import TurnEnding, TurnSource
 from tests.faults.conftest import Unprivileged
 from tests.faults.injection import FaultyFiles, leaf, temp_files
+from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.scripted_host import ScriptedHost
 from tests.support.watched import ProcessExitedError, WatchedProcess
 from tests.support.wire_session import (
@@ -63,9 +64,9 @@ FAST_HEARTBEAT_S = 0.1
 #: A heartbeat that never comes during a test.
 NO_HEARTBEAT_S = 3600.0
 #: How long a test waits for a runtime to tear itself down (a hang guard, not a measurement).
-TEARDOWN_LIMIT_S = 10.0
+TEARDOWN_LIMIT_S = MUST_HAPPEN_S
 #: How long a reload may take before the test calls it hung (a guard, not a measurement).
-RELOAD_LIMIT_S = 5.0
+RELOAD_LIMIT_S = MUST_HAPPEN_S
 FAULTS = [pytest.param(errno.ENOSPC, id="ENOSPC"), pytest.param(errno.EACCES, id="EACCES")]
 
 

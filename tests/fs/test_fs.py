@@ -1146,7 +1146,7 @@ def test_a_true_process_reaped_is_dead() -> None:
     assert pid_is_dead(child.pid) is True
 
 
-@pytest.mark.parametrize("pid", [0, -1, -os.getpid(), -(2**31)])
+@pytest.mark.parametrize("pid", [0, -1, pytest.param(-os.getpid(), id="minus-own-pid"), -(2**31)])
 def test_process_group_pids_are_never_signalled(monkeypatch: pytest.MonkeyPatch, pid: int) -> None:
     def must_not_run(pid: int, signal: int) -> None:
         raise AssertionError("kill must not be called")

@@ -24,6 +24,7 @@ from pi_cross_session.protocol.exchange import ExchangeConfig
 from pi_cross_session.protocol.frames import Response
 from pi_cross_session.security.goals import USER_TURN
 from tests.support import raw_client
+from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.raw_client import RawClient
 from tests.support.sessions import published_sender
 from tests.support.wire_session import Receiver, WireSender, headless_session
@@ -60,16 +61,16 @@ class Peer:
 
 
 #: Liveness probe deadline of the peers these tests start (see :func:`peer_session`).
-PATIENT_PROBE_S = 2.0
+PATIENT_PROBE_S = MUST_HAPPEN_S
 
 
 @asynccontextmanager
 async def peer_session(rx: Receiver, name: str, **options: Any) -> AsyncIterator[Peer]:
     """A real peer session on ``rx``'s agent dir and fake clock, serving until the block ends.
 
-    Its listings wait up to 2 s for a liveness probe (the contract's 350 ms is for a quiet
-    machine): hundreds of sends in a row on two busy cores must not turn a live receiver into
-    ``not_found``; these tests are about goals, not about probe deadlines.
+    Its listings wait as long for a liveness probe as for anything that must happen (the
+    contract's 350 ms is for a quiet machine): hundreds of sends in a row on two busy cores must
+    not turn a live receiver into ``not_found``; these tests are about goals, not probe deadlines.
     """
     options.setdefault("exchange", ExchangeConfig(probe_deadline_s=PATIENT_PROBE_S))
     async with headless_session(rx.locations, name, clock=rx.clock, **options) as (host, runtime):

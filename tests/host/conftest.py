@@ -29,11 +29,12 @@ from tests.host.support import (
     scripted_model,
     settle,
 )
+from tests.support.bounds import MUST_HAPPEN_S
 
 #: The test peer's liveness probe deadline. The contract's 350 ms is what a real session uses (and
 #: our extension keeps it); on a loaded 2-core test machine the harness's loop can stall that long,
 #: and a missed probe would hide the harness from the peer — not what these tests are about.
-PEER_PROBE_S = 2.0
+PEER_PROBE_S = MUST_HAPPEN_S
 
 
 @pytest.fixture(autouse=True)

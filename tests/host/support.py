@@ -33,6 +33,7 @@ from pi_cross_session.plugin.hosts import pi_python
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol.exchange import ExchangeConfig
 from pi_cross_session.security.goals import TaskHandle, TaskKind
+from tests.support.bounds import MUST_HAPPEN_S
 
 # The module, not the function of the same name it exports (host-pi-python.md §1.11).
 langchain_stream = importlib.import_module("pi_agent_core.adapters.langchain_stream")
@@ -41,7 +42,7 @@ Responder = Callable[[Sequence[BaseMessage]], AIMessage]
 
 #: How often the helpers below look at a condition, and for how long at most.
 POLL_S = 0.01
-WAIT_S = 5.0
+WAIT_S = MUST_HAPPEN_S
 
 
 def text_of(message: BaseMessage) -> str:
@@ -159,6 +160,16 @@ async def eventually(condition: Callable[[], object]) -> None:
     with anyio.fail_after(WAIT_S):
         while not condition():  # noqa: ASYNC110 (no event to wait on)
             await anyio.sleep(POLL_S)
+
+
+def took_over(session_id: str, old: SessionRuntime) -> bool:
+    """Whether a runtime other than ``old`` now serves ``session_id`` and has registered.
+
+    A runtime has its identity from the moment an incarnation starts; its registration file is
+    written a moment later, and only then may a test count files or expect a peer to find it.
+    """
+    new = pi_python.runtime_for(session_id)
+    return new is not None and new is not old and new.incarnations > 0
 
 
 async def settle(*runtimes: SessionRuntime) -> None:
@@ -628,7 +639,7 @@ class GoalHarness:
 #: How long a goal test session waits for a live peer's probe while binding it. The contract's
 #: 350 ms is what a real session uses; on a loaded 2-core test machine the shared event loop can
 #: stall that long, and a missed probe would make a live peer look gone to ``bind``.
-GOAL_PROBE_S = 2.0
+GOAL_PROBE_S = MUST_HAPPEN_S
 
 
 def goal_activate(api: ExtensionAPI) -> None:

@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.plugin.hosts import pi_python
 from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.hosts.pi_python import GOAL_EVIDENCE_TYPE
 from pi_cross_session.plugin.runtime import SessionRuntime
@@ -41,6 +40,7 @@ from tests.host.support import (
     instance_id_of,
     journal_entries,
     scoped_goal_harness,
+    took_over,
 )
 
 pytestmark = pytest.mark.anyio
@@ -111,7 +111,7 @@ async def test_loading_the_extension_again_revokes_the_goal(
     old = alpha.runtime
     alpha.harness.load_extension(goal_activate)  # the host's reload: no session_start
     await eventually(lambda: old.identity is None)
-    await eventually(lambda: (pi_python.runtime_for(alpha.session_id) or old).identity is not None)
+    await eventually(lambda: took_over(alpha.session_id, old))
     assert alpha.runtime is not old
     end = old.goal_view().last_end  # the superseded runtime revoked it as it stopped
     assert end is not None
@@ -351,7 +351,7 @@ async def test_loading_the_extension_again_keeps_ownership_evidence(
     old = alpha.runtime
     alpha.harness.load_extension(goal_activate)
     await eventually(lambda: old.identity is None)
-    await eventually(lambda: (pi_python.runtime_for(alpha.session_id) or old).identity is not None)
+    await eventually(lambda: took_over(alpha.session_id, old))
     assert alpha.owner_of_run("run-1") == old_goal
     await alpha.start_goal("a new objective")
     [old_run] = await alpha.notified({"runId": "run-1"}, ("workflow", {"script": "x"}))

@@ -20,6 +20,7 @@ from tests.host.support import (
     reply_text,
     runtime_of,
     session_id,
+    took_over,
 )
 
 pytestmark = pytest.mark.anyio
@@ -143,7 +144,7 @@ async def test_loading_the_extension_again_replaces_the_inbox(
     # The host sends no second session_start; the new activation takes over by itself.
     harness.load_extension(pi_python.activate)
     await eventually(lambda: old.identity is None)
-    await eventually(lambda: (pi_python.runtime_for(sid) or old).identity is not None)
+    await eventually(lambda: took_over(sid, old))
     new = pi_python.runtime_for(sid)
     assert new is not None
     assert new is not old

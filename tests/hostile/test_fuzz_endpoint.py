@@ -15,8 +15,9 @@ frames at the 1 MiB cap. For every example (see :meth:`tests.hostile.live.LiveRe
 
 At the end of each test every admitted message has exactly one row and one host submission.
 
-``PI_XS_FUZZ_EXAMPLES`` sets the total number of examples (default 10,000), shared between the
-tests below; ``make fuzz`` runs 200,000. Runs are derandomized, so CI is reproducible.
+``PI_XS_FUZZ_EXAMPLES`` sets the total number of examples, shared between the tests below: by
+default 2,000 in ``make test`` and ten times that under the ``long`` hypothesis profile
+(``make test-long``); ``make fuzz`` runs 200,000. Runs are derandomized, so CI is reproducible.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ from tests.hostile.strategies import (
     resolve,
     status_obj,
 )
+from tests.hypothesis_profiles import scaled
 
-EXAMPLES: Final = int(os.environ.get("PI_XS_FUZZ_EXAMPLES", "10000"))
+EXAMPLES: Final = int(os.environ.get("PI_XS_FUZZ_EXAMPLES", scaled(2000)))
 #: How the examples are shared between the tests; the oversized frames come on top.
 SHARES: Final = {"random": 0.2, "first": 0.3, "second": 0.35, "cuts": 0.15}
 #: Frames near the 1 MiB cap cost milliseconds each: a few dozen cover every boundary.

@@ -8,7 +8,7 @@ import pytest
 
 from pi_cross_session.protocol import frames as wire
 from pi_cross_session.protocol.errors import FrameError
-from tests.shared_paths import REFERENCE
+from tests.data_paths import REFERENCE
 
 TRANSCRIPTS = sorted(REFERENCE.glob("*.wire.jsonl"))
 NOT_JSON = {"09-invalid-json.wire.jsonl": 0}  # scenario 09 sends a non-JSON line on purpose

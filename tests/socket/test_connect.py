@@ -18,6 +18,7 @@ import anyio.lowlevel
 import pytest
 
 from pi_cross_session.protocol.exchange import _connect_unix as connect_unix
+from tests.support.bounds import MUST_HAPPEN_S
 
 pytestmark = pytest.mark.anyio
 
@@ -71,6 +72,6 @@ async def test_a_connect_waiting_on_a_full_backlog_gets_through_once_it_clears(
 
         async with anyio.create_task_group() as group:
             group.start_soon(clear_later)
-            with anyio.fail_after(5):
+            with anyio.fail_after(MUST_HAPPEN_S):
                 stream = await connect_unix(path)
             await stream.aclose()

@@ -16,7 +16,7 @@ import pytest
 
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.paths import Locations
-from tests.shared_paths import REFERENCE
+from tests.data_paths import REFERENCE
 from tests.support.raw_client import (
     BOM,
     REPLY_KEYS,

@@ -28,6 +28,7 @@ import pytest
 from pi_cross_session.protocol.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.support import raw_client
+from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.peers import PeerHandle, running_peer
 from tests.support.raw_client import RawClient
 
@@ -81,7 +82,7 @@ async def probe_ok(peer: PeerHandle) -> bool:
 
 
 async def wait_open(peer: PeerHandle, count: int) -> None:
-    with anyio.fail_after(5):
+    with anyio.fail_after(MUST_HAPPEN_S):
         while peer.endpoint.statistics().open_connections < count:  # noqa: ASYNC110 (counters)
             await anyio.sleep(0.01)
 
@@ -138,7 +139,7 @@ async def test_a_connection_that_sent_its_hello_is_never_shed(locations: Locatio
         first = raw_client.line(raw_client.hello(beta.registration)).decode().rstrip("\n")
         with holder(beta.registration.socket_path, CAPACITY, first):
             await wait_open(beta, CAPACITY)
-            with anyio.fail_after(5):
+            with anyio.fail_after(MUST_HAPPEN_S):
                 while beta.endpoint._waiting:  # noqa: ASYNC110 (all hellos read)
                     await anyio.sleep(0.01)
             # Every slot holds a connection past its hello (idle, within its 5 s): the newcomer

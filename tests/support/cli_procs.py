@@ -30,6 +30,10 @@ CLI: Final = (sys.executable, "-m", "pi_cross_session")
 COMMAND_TIMEOUT_S: Final = 30.0
 #: How long an inbox gets to stop after SIGINT/SIGTERM before it is killed.
 STOP_TIMEOUT_S: Final = 10.0
+#: ``--busy`` for an inbox that must stay busy while other processes start and send: the most the
+#: option takes, a minute, far beyond a process start even under load. The test ends the turn
+#: with :meth:`InboxProcess.end_turn`, or leaves the inbox busy until the fixture stops it.
+HOLD_S: Final = 60.0
 #: The messageId printed at the end of a send's text result.
 MESSAGE_ID_RE: Final = re.compile(r"messageId=([0-9a-f-]{36})")
 
@@ -172,6 +176,10 @@ class InboxProcess(WatchedProcess):
 
     def send_signal(self, number: int) -> None:
         self.process.send_signal(number)
+
+    def end_turn(self) -> None:
+        """End the inbox's simulated turn now (SIGUSR2), whatever its ``--busy``."""
+        self.send_signal(signal.SIGUSR2)
 
     def stop(self, number: int = signal.SIGINT, timeout: float = STOP_TIMEOUT_S) -> int:
         """Send ``number`` and wait for the exit status (the test fails if it does not exit)."""

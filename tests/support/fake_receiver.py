@@ -23,6 +23,7 @@ import anyio.abc
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security import fs
+from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.peers import make_registration
 
 #: What a step computes its reply from: the received line's JSON (None if it is not JSON).
@@ -178,7 +179,7 @@ class FakeReceiver:
     connections: int = 0
     open: int = 0
     #: How long :meth:`wait_for` may wait before the test fails.
-    wait_limit_s: float = 3.0
+    wait_limit_s: float = MUST_HAPPEN_S
     _changed: anyio.Event = field(default_factory=anyio.Event)
 
     def count(self, kind: str) -> int:

@@ -19,6 +19,7 @@ import anyio.abc
 
 from pi_cross_session.protocol import frames
 from pi_cross_session.protocol.registration import Registration
+from tests.support.bounds import MUST_HAPPEN_S
 
 #: Keys every reply carries, in the order the reference emits them (spec §3.4).
 REPLY_KEYS: Final = (
@@ -37,7 +38,7 @@ RETRYABLE_STATUSES: Final = frozenset({"busy", "queue_full", "rate_limited"})
 #: What our receivers advertise in every response (the reference 2.2.1 lists only the first).
 CAPABILITIES: Final = ["cancel-safe-queue-v1", "goal-scoped-peer-v1", "delivery-receipts-v1"]
 #: How long a test waits for a reply or an EOF that must come.
-READ_TIMEOUT_S: Final = 3.0
+READ_TIMEOUT_S: Final = MUST_HAPPEN_S
 BOM: Final = b"\xef\xbb\xbf"
 
 

@@ -33,13 +33,14 @@ from pi_cross_session.protocol.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.admission import Clock, Delivery, Snapshot, TurnEnding, TurnSource
-from tests.shared_paths import REFERENCE
+from tests.data_paths import REFERENCE
+from tests.support.bounds import MUST_HAPPEN_S
 
 ID_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
 INSTANCE_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
 TOKEN_RE: Final = re.compile(r"[0-9a-f]{64}")
 #: How long a condition that must come true may take (polling: the runtime offers no events).
-WAIT_LIMIT_S: Final = 3.0
+WAIT_LIMIT_S: Final = MUST_HAPPEN_S
 POLL_S: Final = 0.005
 
 

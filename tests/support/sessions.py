@@ -25,11 +25,12 @@ from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security import fs
 from pi_cross_session.security.auth import Authenticator, LocalIdentity
 from pi_cross_session.security.inbox import MemoryInbox
+from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.peers import PeerHandle, make_registration, publish, running_peer
 
 #: How often :func:`wait_until_idle` looks at the endpoint's counters, and for how long at most.
 POLL_S = 0.005
-SETTLE_TIMEOUT_S = 3.0
+SETTLE_TIMEOUT_S = MUST_HAPPEN_S
 
 
 def published_sender(

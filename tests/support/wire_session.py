@@ -27,17 +27,19 @@ import anyio
 from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol.codes import ROW_STATES, Code
+from pi_cross_session.protocol.exchange import ExchangeConfig
 from pi_cross_session.protocol.frames import Response
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.admission import Clock, Row, Snapshot
 from tests.support import raw_client
+from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.raw_client import RawClient
 from tests.support.scripted_host import ScriptedHost, Turns
 from tests.support.sessions import published_sender
 
 #: How long a condition that must come true may take (polling; the runtime exposes no events).
-WAIT_LIMIT_S: Final = 3.0
+WAIT_LIMIT_S: Final = MUST_HAPPEN_S
 POLL_S: Final = 0.005
 #: Capabilities of a legacy hello: no capabilities field at all (an empty list is legacy too).
 LEGACY: Final = None
@@ -386,7 +388,13 @@ async def headless_session(
     busy_s: float = 0.05,
     **options: Any,
 ) -> AsyncIterator[tuple[HeadlessHost, SessionRuntime]]:
-    """A second real session (simulated turns) serving until the block ends."""
+    """A second real session (simulated turns) serving until the block ends.
+
+    Its listings wait for a probe as long as for anything that must happen, unless ``exchange``
+    says otherwise: on a loaded machine the contract's 350 ms can pass before a live receiver
+    answers, and a send would find no target; tests of probe deadlines pass their own.
+    """
+    options.setdefault("exchange", ExchangeConfig(probe_deadline_s=MUST_HAPPEN_S))
     host = HeadlessHost(name=name, busy_s=busy_s)
     runtime = SessionRuntime(host, locations=locations, options=runtime_options(clock, **options))
     async with anyio.create_task_group() as group:

@@ -18,7 +18,16 @@ from pi_cross_session.protocol.limits import (
 )
 
 NOW = 1_700_000_000_000
-OMIT = object()
+
+
+class _Omitted:
+    """Marks a field left out; its repr is a stable test id (xdist workers must agree on ids)."""
+
+    def __repr__(self) -> str:
+        return "OMIT"
+
+
+OMIT = _Omitted()
 
 
 def envelope(**overrides: Any) -> str:

@@ -26,8 +26,9 @@ from pi_cross_session.protocol.codec import (
 )
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import FrameTooLargeError, LocalProtocolError
+from tests.hypothesis_profiles import scaled
 
-SETTINGS = settings(max_examples=300, deadline=None)
+SETTINGS = settings(max_examples=scaled(100))
 
 # -- the model -----------------------------------------------------------------------------------
 
@@ -187,7 +188,7 @@ def test_events_come_as_soon_as_the_bytes_so_far_decide_them(
         assert comparable([*got, last]) == model(received, cap, eof=False)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=scaled(100))
 @given(st.one_of(streams, clean_streams), caps)
 def test_byte_at_a_time_equals_one_shot(stream: bytes, cap: int) -> None:
     bytewise, _ = run([stream[i : i + 1] for i in range(len(stream))], cap)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pi_cross_session.protocol import frames as wire
 from pi_cross_session.protocol.errors import FrameError, FrameValidationError
 from pi_cross_session.protocol.limits import MAX_SAFE_INTEGER
+from tests.hypothesis_profiles import scaled
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40)
 json_values = st.recursive(
@@ -57,7 +58,7 @@ texts = st.text(st.characters(exclude_categories=("Cs",)), min_size=0, max_size=
 summaries = texts.map(lambda t: (t.strip() or "x")[:200]).filter(lambda s: s.strip(" \t\n"))
 
 
-@settings(max_examples=400)
+@settings(max_examples=scaled(100))
 @given(st.one_of(json_values, frame_like))
 def test_parsers_only_ever_refuse_with_a_validation_error(data: Any) -> None:
     for parse in (wire.parse_hello, wire.parse_request, wire.parse_response):
@@ -65,14 +66,14 @@ def test_parsers_only_ever_refuse_with_a_validation_error(data: Any) -> None:
             parse(data)
 
 
-@settings(max_examples=300)
+@settings(max_examples=scaled(300))
 @given(st.text(max_size=60))
 def test_json_parsing_only_ever_refuses_with_a_frame_error(text: str) -> None:
     with contextlib.suppress(FrameError):
         wire.loads_frame(text)
 
 
-@settings(max_examples=300)
+@settings(max_examples=scaled(100))
 @given(
     request_id=ids,
     message_id=ids,
@@ -102,7 +103,7 @@ def test_messages_round_trip(
     assert wire.dumps_frame(again) == wire.dumps_frame(original)
 
 
-@settings(max_examples=200)
+@settings(max_examples=scaled(100))
 @given(
     request_id=ids,
     target=instance_ids,

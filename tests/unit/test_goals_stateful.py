@@ -4,7 +4,8 @@ The machine keeps its own model (the active goal, its exact member pairs, every 
 imported evidence, the confirmation keys) and checks the code against it after every step. Small
 bounds (4 peers, 4 confirmations, 6 evidence entries) make the machine reach every limit.
 
-``PI_XS_STATEFUL_EXAMPLES`` sets the number of examples (default 300).
+``PI_XS_STATEFUL_EXAMPLES`` sets the number of examples (default: 100 in ``make test``, ten times
+that under the ``long`` hypothesis profile).
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from pi_cross_session.security.goals import (
     TaskHandle,
     TaskKind,
 )
+from tests.hypothesis_profiles import scaled
 
-EXAMPLES = int(os.environ.get("PI_XS_STATEFUL_EXAMPLES", "300"))
+EXAMPLES = int(os.environ.get("PI_XS_STATEFUL_EXAMPLES", scaled(100)))
 MAX_PEERS = 4
 MAX_KEYS = 4
 MAX_EVIDENCE = 6
@@ -302,7 +304,5 @@ class GoalsMachine(RuleBasedStateMachine):
         assert len(self.confirmations) <= MAX_KEYS
 
 
-GoalsMachine.TestCase.settings = settings(
-    max_examples=EXAMPLES, stateful_step_count=40, deadline=None
-)
+GoalsMachine.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=40)
 TestGoalsMachine = GoalsMachine.TestCase

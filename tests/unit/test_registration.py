@@ -31,7 +31,7 @@ from pi_cross_session.protocol.registration import (
     serialize,
 )
 from pi_cross_session.protocol.text import clean_name
-from tests.shared_paths import REFERENCE
+from tests.data_paths import REFERENCE
 from tests.support.hostile_text import ATTACKS, assert_safe_line
 
 FIXTURE = paths.resolve(env={paths.AGENT_DIR_ENV: "/tmp/xs-fixture/agent"}, uid=0)

@@ -14,6 +14,7 @@ import pytest
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.admission import Phase, TurnEnding
 from tests.support import raw_client
+from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.scripted_host import ScriptedHost
 from tests.support.wire_session import assert_accounted, on_disk, running_receiver
 
@@ -55,7 +56,7 @@ async def test_reload_mints_a_new_incarnation_with_fresh_state_and_removes_the_o
             await anyio.connect_unix(old.socket_path)
         # The old identity and token are refused at the new socket.
         stale_hello = raw_client.hello(old, sender=alpha.registration, request_id="stale")
-        with anyio.fail_after(3):
+        with anyio.fail_after(MUST_HAPPEN_S):
             (refusal,) = await raw_client.exchange_raw(
                 new.socket_path, raw_client.line(stale_hello)
             )

@@ -118,13 +118,13 @@ async def test_item14_the_runtime_expires_queued_messages_by_itself(
     locations: Locations,
 ) -> None:
     """No wake-up from the test: the maintenance loop's own timer (at most 1 s of real time
-    with a clock that jumps) finds the expired entry."""
+    with a clock that jumps, more on a loaded machine) finds the expired entry."""
     async with running_receiver(locations) as rx:
         rx.turns.user_turn()
         alpha = rx.sender("alpha")
         assert (await alpha.send(message_id="m-1")).status == "queued"
         rx.clock.advance(30)
-        await eventually(lambda: rx.state(alpha, "m-1") == "expired", limit_s=3)
+        await eventually(lambda: rx.state(alpha, "m-1") == "expired")
         assert (await alpha.status("m-1")).status == "expired"
         assert rx.host.calls == []
         assert_accounted(rx, all_final=True)

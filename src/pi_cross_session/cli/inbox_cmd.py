@@ -2,7 +2,8 @@
 
 It runs on the same code as every headless session
 (:func:`pi_cross_session.plugin.hosts.headless.serve_inbox`); this module adds only the signals
-(SIGINT/SIGTERM stop it, SIGUSR1 prints its status) and the printing:
+(SIGINT/SIGTERM stop it, SIGUSR1 prints its status, SIGUSR2 ends the current busy turn at once)
+and the printing:
 
 * text: one line per event, stamped with the local time; a received message's body follows its
   header indented by four spaces (sanitised: a peer's line can never start where ours do, nor
@@ -178,7 +179,7 @@ def _first_cross_session_error(
 
 
 async def _serve(printer: InboxPrinter, host: HeadlessHost, runtime: SessionRuntime) -> None:
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
     with anyio.open_signal_receiver(*signals) as received:
         async with anyio.create_task_group() as group:
             await group.start(serve_inbox, host, runtime)
@@ -188,6 +189,9 @@ async def _serve(printer: InboxPrinter, host: HeadlessHost, runtime: SessionRunt
                 async for number in received:
                     if number == signal.SIGUSR1:
                         printer.status(runtime)
+                        continue
+                    if number == signal.SIGUSR2:
+                        host.end_turn()
                         continue
                     runtime.request_stop()
                     return

@@ -159,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Register a session that receives messages and prints each one as its state changes "
             "(accepted, queued, submitted, delivered, expired, dropped). Each delivered message "
             "keeps the inbox busy for --busy seconds, so senders see queueing as with a real "
-            "agent. Ctrl-C or SIGTERM stops it and removes its files; SIGUSR1 prints its status."
+            "agent. Ctrl-C or SIGTERM stops it and removes its files; SIGUSR1 prints its status; "
+            "SIGUSR2 ends the current busy turn at once."
         ),
     )
     inbox.add_argument("--name", help="the session name others address it by")

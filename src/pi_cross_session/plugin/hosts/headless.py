@@ -2,9 +2,9 @@
 
 The command line's ``inbox`` runs on it, and so do tests that need a receiving session without an
 agent. A submitted message is "processed" as a short simulated turn: the host goes busy at once,
-shows the message, stays busy for ``busy_s`` seconds and ends the turn cleanly. While it is busy,
-capable senders are told ``queued`` and their messages are delivered one per settled turn, exactly
-as in a real session.
+shows the message, stays busy for ``busy_s`` seconds (or until :meth:`HeadlessHost.end_turn`) and
+ends the turn cleanly. While it is busy, capable senders are told ``queued`` and their messages are
+delivered one per settled turn, exactly as in a real session.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class HeadlessHost:
         self._busy_s = busy_s
         self._on_event = on_event
         self._busy = False
+        self._turn_over: anyio.Event | None = None
         self.runtime: SessionRuntime | None = None
         send: MemoryObjectSendStream[Delivery]
         receive: MemoryObjectReceiveStream[Delivery]
@@ -97,6 +98,17 @@ class HeadlessHost:
         """Report a notice to whoever watches this inbox."""
         self._emit(HostEvent(kind="notice", text=text))
 
+    def end_turn(self) -> bool:
+        """End the simulated turn in progress now rather than after ``busy_s``.
+
+        Returns whether a turn was running; with none, nothing happens (the next turn still
+        lasts ``busy_s``). Call it from the loop the host runs on.
+        """
+        if self._turn_over is None:
+            return False
+        self._turn_over.set()
+        return True
+
     # -- the simulated turns ---------------------------------------------------------------------
 
     async def run_turns(
@@ -120,8 +132,11 @@ class HeadlessHost:
             self._emit(HostEvent(kind="message", text=delivery.text, delivery=delivery))
             if runtime is not None:
                 runtime.on_message_started(delivery.message_id, delivery.sender.instance_id)
-            await anyio.sleep(self._busy_s)
+            self._turn_over = anyio.Event()
+            with anyio.move_on_after(self._busy_s):
+                await self._turn_over.wait()
         finally:
+            self._turn_over = None
             self._busy = False
             if runtime is not None:
                 runtime.on_turn_ended(TurnEnding.STOP)
