@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pi_cross_session.security.shares import SenderShares
+from tests.hypothesis_profiles import scaled
 
 
 def filled(*holdings: tuple[str, int]) -> SenderShares[str]:
@@ -95,7 +96,7 @@ OPS = st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=150)
 BOUND = 10
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=scaled(400))
 @given(ops=OPS)
 def test_the_rule_in_any_sequence(ops: list[tuple[int, bool]]) -> None:
     shares: SenderShares[str] = SenderShares()

@@ -19,6 +19,7 @@ from pi_cross_session.protocol.codes import Code
 from pi_cross_session.security.admission import TurnEnding, TurnSource
 from pi_cross_session.security.goals import GoalConfirmations
 from pi_cross_session.security.limits import MessageIdLedger, RateLimiter, TextDedup
+from tests.hypothesis_profiles import scaled
 from tests.support.admission_kit import Kit, caller, goals_with, registration
 
 T0 = 1_000.0
@@ -317,7 +318,7 @@ STEPS = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300))
 @given(steps=STEPS)
 def test_a_victims_fresh_digests_survive_any_commits_from_attackers_holding_digests(
     steps: list[tuple[int, int, float]],
@@ -341,7 +342,7 @@ def test_a_victims_fresh_digests_survive_any_commits_from_attackers_holding_dige
                 assert dedup.is_duplicate(TextDedup.key("victim", str(t)), now), (t, steps)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300))
 @given(steps=STEPS)
 def test_a_victims_ids_survive_any_commits_from_attackers_holding_ids(
     steps: list[tuple[int, int, float]],
@@ -365,7 +366,7 @@ def test_a_victims_ids_survive_any_commits_from_attackers_holding_ids(
         assert len(ledger) <= 8
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300))
 @given(
     steps=st.lists(
         st.tuples(st.integers(0, 9), st.integers(1, 5), st.sampled_from([0.0, 0.5, 2.0, 7.0])),

@@ -81,10 +81,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.json({"peers": [peer.to_dict() for peer in peers], "unread": unread})
     else:
         from pi_cross_session.cli import words
-        from pi_cross_session.plugin.render import unread_line
 
         console.result(words.peer_table(peers))
-        note = unread_line(unread)
-        if note is not None:
-            console.result(note)
+        if unread:
+            from pi_cross_session.plugin.render import unread_line
+
+            console.result(str(unread_line(unread)))
     return exits.EXIT_OK

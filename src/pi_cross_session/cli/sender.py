@@ -89,7 +89,7 @@ async def resolve(held: Held, target: str) -> Resolved | AddressFailure:
     except AddressError as exc:
         candidates: tuple[PublicPeer, ...] = ()
         if exc.code == Code.NOT_FOUND:
-            text = words.not_found(target, listing.peers)
+            text = words.not_found(target, listing.peers, unread=listing.unread)
         elif exc.code == Code.AMBIGUOUS:
             candidates = tuple(cast(Sequence[PublicPeer], exc.candidates))
             text = words.ambiguous(target, candidates)

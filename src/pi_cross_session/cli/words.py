@@ -194,14 +194,21 @@ READING_STDIN: Final = f"{PROG}: reading the message from stdin; end it with Ctr
 # -- addressing --------------------------------------------------------------------------------
 
 
-def not_found(target: str, live: Sequence[PublicPeer]) -> str:
-    """No live session matches the target (the list of those that do exist comes along)."""
+def not_found(target: str, live: Sequence[PublicPeer], *, unread: int = 0) -> str:
+    """No live session matches the target (the list of those that do exist comes along, and
+    the registrations the listing left unread, among which the target may be)."""
     head = f"no live session matches {_quoted(target)}"
     if not live:
-        return f"{head}; there are no other live sessions."
-    named = [peer_address(peer) for peer in live[:_NAMED_AT_MOST]]
-    more = f" and {len(live) - _NAMED_AT_MOST} more" if len(live) > _NAMED_AT_MOST else ""
-    return f"{head}. Live sessions: {', '.join(named)}{more}."
+        text = f"{head}; there are no other live sessions."
+    else:
+        named = [peer_address(peer) for peer in live[:_NAMED_AT_MOST]]
+        more = f" and {len(live) - _NAMED_AT_MOST} more" if len(live) > _NAMED_AT_MOST else ""
+        text = f"{head}. Live sessions: {', '.join(named)}{more}."
+    if unread <= 0:
+        return text
+    from pi_cross_session.plugin.render import unread_line  # heavy; only when there is one
+
+    return f"{text} {unread_line(unread)}"
 
 
 def ambiguous(target: str, candidates: Sequence[PublicPeer]) -> str:
