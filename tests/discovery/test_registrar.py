@@ -232,9 +232,12 @@ async def test_heartbeat_writes_every_interval(locations: Locations) -> None:
             await enough.wait()
             # Stopping wakes the heartbeat at once: the task group exits without a cancel.
             assert await registrar.unregister()
-    gaps = [b - a for a, b in itertools.pairwise(beats[1:])]
-    assert len(gaps) >= 4
-    assert all(gap >= interval * 0.8 for gap in gaps), gaps
+    # Beats sit on a fixed grid that starts after the first write: the k-th heartbeat comes no
+    # earlier than k intervals after it. A loaded machine can only make a beat later (and a
+    # late one is skipped rather than bunched), never earlier, so this holds under any load.
+    assert len(beats) >= 6
+    early = [k for k in range(1, len(beats)) if beats[k] < beats[0] + k * interval - 0.001]
+    assert early == [], beats
     assert not registration_file(locations, state).exists()
 
 
