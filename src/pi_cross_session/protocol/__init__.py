@@ -11,10 +11,13 @@ SANS_IO_MODULES = (
     "codec",
     "codes",
     "errors",
+    "fairness",
     "frames",
     "limits",
     "paths",
+    "pressure",
     "registration",
+    "shape",
     "text",
 )
 
