@@ -263,12 +263,16 @@ class _InboxPrinter:
         snapshot = runtime.snapshot()
         if snapshot is None:
             return
+        checks = runtime.peer_checks()
         if self._json:
-            self.emit("status", "", **render.status_data(snapshot))
+            self.emit(
+                "status", "", **render.status_data(snapshot), **render.peer_check_data(checks)
+            )
             return
         registration = runtime.registration()
         me = None if registration is None else PublicPeer.from_registration(registration)
-        self.emit("status", "status:\n" + render.status_text(snapshot, me=me))
+        lines = [render.status_text(snapshot, me=me), *render.peer_check_lines(checks)]
+        self.emit("status", "status:\n" + "\n".join(lines))
 
 
 async def _inbox(args: argparse.Namespace) -> int:
@@ -358,7 +362,7 @@ async def _peers(args: argparse.Namespace) -> int:
             )
         )
         return EXIT_OK
-    print("\n".join(render.peer_lines(listing.peers)))
+    print("\n".join(render.peer_lines(listing.peers, unchecked=listing.unchecked)))
     return EXIT_OK
 
 

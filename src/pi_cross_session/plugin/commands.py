@@ -62,7 +62,7 @@ async def peers(runtime: SessionRuntime) -> str:
     """``/peers`` and ``/list-pi``: this session, then one line per live peer."""
     me = await runtime.me()
     listing = await runtime.list_peers()
-    return render.listing(me, listing.peers)
+    return render.listing(me, listing.peers, unchecked=listing.unchecked)
 
 
 def _me(runtime: SessionRuntime) -> PublicPeer | None:

@@ -30,14 +30,19 @@ from dataclasses import dataclass, replace
 
 import anyio
 
-from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.plugin.render import (
+    NEXT_SHORT_OF_RESOURCES,
+    SendReport,
+    listing_short,
+    target_unchecked,
+)
 from pi_cross_session.protocol.addressing import AddressError, resolve_target
 from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
 from pi_cross_session.protocol.capabilities import can_report_delivery
 from pi_cross_session.protocol.codec import encode_frame
 from pi_cross_session.protocol.codes import PENDING_ROW_STATES, Code, classify
 from pi_cross_session.protocol.discovery import Listing
-from pi_cross_session.protocol.errors import FrameTooLargeError
+from pi_cross_session.protocol.errors import CrossSessionError, FrameTooLargeError
 from pi_cross_session.protocol.exchange import ExchangeError, Exchanger, Progress, Receipt
 from pi_cross_session.protocol.frames import ID_RE, WIRE_VERSION, Message, Sender, dumps_frame
 from pi_cross_session.protocol.limits import (
@@ -49,6 +54,7 @@ from pi_cross_session.protocol.limits import (
     MAX_TEXT_UNITS,
     MAX_TOOL_SUMMARY_UNITS,
 )
+from pi_cross_session.protocol.pressure import shortage
 from pi_cross_session.protocol.registration import PublicPeer, Registration
 from pi_cross_session.protocol.text import clean_line, is_blank, is_well_formed, utf16_length
 from pi_cross_session.security.goals import GoalConfirmations, Reservation
@@ -106,7 +112,9 @@ def check_input(
     return None
 
 
-def local_failure(code: str, detail: str, *, target: PublicPeer | None = None) -> SendReport:
+def local_failure(
+    code: str, detail: str, *, target: PublicPeer | None = None, next_step: str | None = None
+) -> SendReport:
     """A report for an ending decided before anything was written to a peer."""
     verdict = classify(code)
     return SendReport(
@@ -116,7 +124,7 @@ def local_failure(code: str, detail: str, *, target: PublicPeer | None = None) -
         target=target,
         state=verdict.state,
         retryable=verdict.retryable,
-        next=verdict.next,
+        next=next_step or verdict.next,
         detail=detail,
         message_written=False,
     )
@@ -126,6 +134,7 @@ def exchange_failure(exc: ExchangeError, message_id: str, peer: PublicPeer) -> S
     """A report for an exchange that did not end in a good receipt."""
     verdict = exc.verdict
     detail = exc.detail if exc.remote_error is None else f"{exc.detail}: {exc.remote_error}"
+    short = not exc.message_written and shortage(exc) is not None
     return SendReport(
         ok=False,
         status=exc.code,
@@ -133,20 +142,38 @@ def exchange_failure(exc: ExchangeError, message_id: str, peer: PublicPeer) -> S
         target=peer,
         state=verdict.state,
         retryable=verdict.retryable,
-        next=verdict.next,
+        next=NEXT_SHORT_OF_RESOURCES if short else verdict.next,
         detail=detail,
         message_written=exc.message_written,
     )
 
 
 async def resolve(outbox: Outbox, target: str) -> tuple[PublicPeer, Listing] | SendReport:
-    """The live peer ``target`` names, with the listing it came from, or a failure report."""
-    listing = await outbox.list_peers()
+    """The live peer ``target`` names, with the listing it came from, or a failure report.
+
+    Out of file descriptors (or buffers, or memory), a listing that failed, or that could not
+    check every session, ends in ``transport_error`` with nothing written, never ``not_found``.
+    """
+    try:
+        listing = await outbox.list_peers()
+    except CrossSessionError as exc:
+        short = shortage(exc)
+        if short is None:
+            raise
+        return local_failure(
+            Code.TRANSPORT_ERROR, listing_short(short), next_step=NEXT_SHORT_OF_RESOURCES
+        )
     own = [outbox.me] if outbox.me is not None else []
     self_id = outbox.me.instance_id if outbox.me is not None else outbox.sender.instance_id
     try:
         peer = resolve_target(target, [*listing.peers, *own], self_instance_id=self_id)
     except AddressError as exc:
+        if exc.code == Code.NOT_FOUND and listing.unchecked:
+            return local_failure(
+                Code.TRANSPORT_ERROR,
+                target_unchecked(listing.unchecked),
+                next_step=NEXT_SHORT_OF_RESOURCES,
+            )
         return local_failure(exc.code, str(exc))
     return peer, listing
 

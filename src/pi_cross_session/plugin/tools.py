@@ -301,7 +301,7 @@ async def run_list_pi(runtime: SessionRuntime) -> ToolOutput:
         "self": None if me is None else me.to_dict(),
         "peers": [peer.to_dict() for peer in listing.peers],
     }
-    text = render.listing(me, listing.peers)
+    text = render.listing(me, listing.peers, unchecked=listing.unchecked)
     ids = render.runtime_ids(listing.peers)
     return ToolOutput(text if ids is None else f"{text}\n{ids}", details)
 
