@@ -60,6 +60,7 @@ from typing import Final, Generic, Protocol, TypeVar
 import anyio
 import anyio.abc
 
+from pi_cross_session.protocol import memory
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codec import NEED_DATA, Fault, Frame, FrameDecoder, encode_frame
 from pi_cross_session.protocol.codes import Code, refusal_text
@@ -85,6 +86,8 @@ from pi_cross_session.protocol.limits import (
     IDLE_AFTER_HELLO_S,
     MAX_CONNECTIONS,
     MAX_FRAME_BYTES,
+    MEMORY_GIVE_BACK_AFTER_BYTES,
+    MEMORY_GIVE_BACK_EVERY_S,
     PEER_READ_BURST_BYTES,
     PEER_READ_BYTES_PER_S,
     READ_CHUNK_BYTES,
@@ -243,6 +246,10 @@ class EndpointConfig:
     #: Descriptors kept free once ``accept`` ran out of them, and how often they are counted.
     descriptor_reserve: int = DESCRIPTOR_RESERVE
     descriptor_check_s: float = DESCRIPTOR_CHECK_S
+    #: A connection that read more than this gives its freed memory back to the OS on closing
+    #: (at most once per ``give_back_every_s``, and once more that long after the last).
+    give_back_after_bytes: int = MEMORY_GIVE_BACK_AFTER_BYTES
+    give_back_every_s: float = MEMORY_GIVE_BACK_EVERY_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +290,8 @@ class EndpointStatistics:
     #: Connections allowed while file descriptors are short (``None``: not short, the limit is
     #: ``max_connections``).
     descriptor_cap: int | None = None
+    #: Times freed heap memory was handed back to the OS after large connections (glibc only).
+    memory_given_back: int = 0
 
     @property
     def shed_waiting(self) -> int:
@@ -310,6 +319,7 @@ class _Counters:
     accept_failures: dict[str, int] = field(default_factory=dict)
     last_accept_failure: str | None = None
     last_accept_failure_at: float | None = None
+    given_back: int = 0
 
 
 @dataclass(slots=True)
@@ -329,6 +339,7 @@ class _Connection(Generic[SessionT]):
     heard_at: float = 0.0
     #: Its request was admitted and the reply is being written: it never gives way.
     answering: bool = False
+    bytes_read: int = 0
     stream: anyio.abc.SocketStream | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     #: Closed by the endpoint to make room (its slot was released then).
@@ -382,6 +393,8 @@ class Endpoint(Generic[SessionT]):
         )
         # Set once descriptors ran short: from then on they are counted every few seconds.
         self._short = anyio.Event()
+        # Set when a connection that read plenty has closed: wakes the task giving memory back.
+        self._released = anyio.Event()
         # Set whenever a connection ends: a descriptor came back, so a paused accept may retry.
         self._freed = anyio.Event()
 
@@ -409,6 +422,7 @@ class Endpoint(Generic[SessionT]):
             last_accept_failure=c.last_accept_failure,
             last_accept_failure_age_s=None if failed_at is None else self._clock() - failed_at,
             descriptor_cap=self._headroom.cap,
+            memory_given_back=c.given_back,
         )
 
     async def serve(
@@ -425,6 +439,8 @@ class Endpoint(Generic[SessionT]):
             await anyio.to_thread.run_sync(self._files.make_socket_private, self.path)
             async with anyio.create_task_group() as connections:
                 connections.start_soon(self._recount_descriptors, listener)
+                if memory.AVAILABLE:
+                    connections.start_soon(self._give_back_memory)
                 task_status.started()
                 await self._accept_loop(listener, connections)
         finally:
@@ -522,6 +538,16 @@ class Endpoint(Generic[SessionT]):
             if self._headroom.cap is None:
                 self._short = anyio.Event()
 
+    async def _give_back_memory(self) -> None:
+        """After a connection that read plenty has closed, hand the freed heap back to the OS,
+        at most once a period (so the last of a flood is given back one period after it)."""
+        while True:
+            await self._released.wait()
+            await anyio.sleep(self._config.give_back_every_s)
+            self._released = anyio.Event()
+            memory.give_back()
+            self._counters.given_back += 1
+
     def _count_descriptors(self, listener: anyio.abc.SocketListener) -> None:
         """Count the free descriptors (duplicating the listener's, then closing the copies) and
         let the connections have what is free beyond the reserve."""
@@ -609,6 +635,8 @@ class Endpoint(Generic[SessionT]):
                 self._counters.request_cuts += 1
             await anyio.aclose_forcefully(stream)
             self._freed.set()
+            if state.bytes_read > self._config.give_back_after_bytes:
+                self._released.set()
 
     async def _converse(self, stream: anyio.abc.SocketStream, state: _Connection[SessionT]) -> None:
         decoder = FrameDecoder(max_frame_bytes=self._config.max_frame_bytes)
@@ -657,6 +685,7 @@ class Endpoint(Generic[SessionT]):
                 return None
         now = anyio.current_time()
         state.heard_at = now
+        state.bytes_read += len(data)
         self._reads.charge(state.pid, len(data), now)
         return data
 

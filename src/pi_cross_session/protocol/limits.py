@@ -111,6 +111,13 @@ PEER_READ_BURST_BYTES: Final = 4 * 1_048_576 + 65_536
 #: (decoding, the shape check, parsing, field checks), so one process streaming at this rate takes
 #: a few percent of the loop and never its whole (docs/security.md has the measurement).
 PEER_READ_BYTES_PER_S: Final = 4 * 1_048_576
+#: A connection that read more than this held buffers the allocator serves from its heap; once it
+#: has closed, the endpoint asks the allocator to give the freed heap back to the OS (glibc keeps
+#: it otherwise, and the RSS with it)...
+MEMORY_GIVE_BACK_AFTER_BYTES: Final = 65_536
+#: ...at most this often, and once more this long after the last such close: a trim walks the
+#: heap, a few milliseconds for a large one.
+MEMORY_GIVE_BACK_EVERY_S: Final = 1.0
 #: Processes whose read budget is remembered; a process whose budget has refilled needs no entry,
 #: so more than this are only ever held by processes that are all in debt, and the fullest is
 #: then forgotten first. Four times the connections, so every process with a connection fits.
