@@ -222,14 +222,16 @@ def receiver_stats(runtime: SessionRuntime) -> dict[str, Any]:
             "deadline_cuts": endpoint.deadline_cuts,
             "idle_cuts": endpoint.idle_cuts,
             "faults": endpoint.faults,
-            "shed": endpoint.shed,
-            "shed_for_descriptors": endpoint.shed_for_descriptors,
-            "request_deadline_cuts": endpoint.request_deadline_cuts,
-            "costly_frames": endpoint.costly_frames,
-            "throttled_reads": endpoint.throttled_reads,
-            "accept_failures": dict(endpoint.accept_failures),
-            "descriptor_cap": endpoint.descriptor_cap,
-            "memory_given_back": endpoint.memory_given_back,
+            # Read with defaults, so the same soak can measure a receiver from before these
+            # counters existed (``PYTHONPATH=<old checkout>/src``).
+            "shed": getattr(endpoint, "shed", getattr(endpoint, "shed_waiting", 0)),
+            "shed_for_descriptors": getattr(endpoint, "shed_for_descriptors", 0),
+            "request_deadline_cuts": getattr(endpoint, "request_deadline_cuts", 0),
+            "costly_frames": getattr(endpoint, "costly_frames", 0),
+            "throttled_reads": getattr(endpoint, "throttled_reads", 0),
+            "accept_failures": dict(getattr(endpoint, "accept_failures", {})),
+            "descriptor_cap": getattr(endpoint, "descriptor_cap", None),
+            "memory_given_back": getattr(endpoint, "memory_given_back", 0),
         }
     if snapshot is not None:
         data["admission"] = {
@@ -754,6 +756,16 @@ def proc_sample(pid: int) -> tuple[int, int] | None:
     return rss, sockets
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far, from /proc; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # After the command name: state is field 3, utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Sampler:
     """Samples the receiver's RSS and socket descriptors, tagged with the phase."""
@@ -981,6 +993,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
             # Phase 1: at rest.
             sampler.phase = "rest"
+            cpu_rest = (cpu_seconds(receiver.pid), time.monotonic())
             rest = Phase()
             await rounds(
                 legit,
@@ -990,6 +1003,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 sends=SENDS_AT_REST - 1,  # the first was sent during the warm-up
             )
             stats_rest = await receiver.ask("stats", "stats")
+            cpu_rest_share = (cpu_seconds(receiver.pid) - cpu_rest[0]) / (
+                time.monotonic() - cpu_rest[1]
+            )
 
             # Phase 2: under attack.
             plan = AttackPlan(
@@ -1049,6 +1065,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
             sampler.phase = "attack"
             attack_started = time.monotonic()
+            cpu_attack_started = cpu_seconds(receiver.pid)
             await attacker.command("go")
             for parser in parsers:
                 await parser.command("go")
@@ -1065,6 +1082,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     sends=SENDS_UNDER_ATTACK,
                 )
             attack_s = time.monotonic() - attack_started
+            cpu_attack_share = (cpu_seconds(receiver.pid) - cpu_attack_started) / attack_s
             attacker_exit = await attacker.stop()
             parser_exits = [await parser.stop() for parser in parsers]
 
@@ -1119,6 +1137,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "attack": attack.figures(),
             "after": after.figures(),
             "attack_s": round(attack_s, 2),
+            "receiver_cpu_share": {
+                "rest": round(cpu_rest_share, 3),
+                "attack": round(cpu_attack_share, 3),
+            },
             "attacker": attack_result,
             "attacker_exit": attacker_exit,
             "parsers": parse_results,
@@ -1314,6 +1336,11 @@ def print_report(result: dict[str, Any], verdict: dict[str, Any]) -> None:
     print(f"{'failures under attack':<38}{failures}")
     print()
     print(f"{'receiver':<38}{'value':>14}")
+    cpu = result.get("receiver_cpu_share", {})
+    print(
+        f"{'CPU, share of one core: rest / attack':<38}"
+        f"{cpu.get('rest', 0) * 100:>13.1f}% / {cpu.get('attack', 0) * 100:.1f}%"
+    )
     print(f"{'RSS before (KiB)':<38}{verdict['rss_before_kib']:>14,.0f}")
     print(f"{'RSS during, max (KiB)':<38}{verdict['rss_during_max_kib']:>14,.0f}")
     drift = verdict["rss_after_kib"] - verdict["rss_before_kib"]
