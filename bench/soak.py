@@ -801,11 +801,19 @@ class Phase:
     started_ns: int = field(default_factory=time.perf_counter_ns)
     answered_at_ns: list[int] = field(default_factory=list)
     ended_ns: int | None = None
+    #: When (seconds into the phase) each failed probe or status query began.
+    failed_at_s: list[float] = field(default_factory=list)
+
+    def longest_silence(self) -> tuple[float, float]:
+        """The longest stretch of the phase with no answered probe, and when it began (both in
+        seconds, the second from the start of the phase)."""
+        marks = [self.started_ns, *self.answered_at_ns, self.ended_ns or time.perf_counter_ns()]
+        gap, begun = max((b - a, a) for a, b in itertools.pairwise(marks))
+        return gap / 1e9, (begun - self.started_ns) / 1e9
 
     def longest_silence_s(self) -> float:
         """The longest stretch of the phase with no answered probe."""
-        marks = [self.started_ns, *self.answered_at_ns, self.ended_ns or time.perf_counter_ns()]
-        return max(b - a for a, b in itertools.pairwise(marks)) / 1e9
+        return self.longest_silence()[0]
 
     def figures(self) -> dict[str, Any]:
         probe_failed = sum(n for k, n in self.failures.items() if k.startswith("probe "))
@@ -821,7 +829,9 @@ class Phase:
             "status_p99_us": percentile_us(self.status_ns, 0.99),
             "status_p99_all_us": percentile_all_us(self.status_ns, status_failed, 0.99),
             "failures": dict(self.failures),
-            "longest_silence_s": round(self.longest_silence_s(), 2),
+            "longest_silence_s": round(self.longest_silence()[0], 2),
+            "longest_silence_from_s": round(self.longest_silence()[1], 2),
+            "failed_at_s": self.failed_at_s,
         }
 
 
@@ -843,6 +853,7 @@ class Legit:
             await self.exchanger.probe(self.target)
         except ExchangeError as exc:
             phase.failures[f"probe {exc.code}"] += 1
+            phase.failed_at_s.append(round((before - phase.started_ns) / 1e9, 2))
             return
         now = time.perf_counter_ns()
         phase.probe_ns.append(now - before)
@@ -857,6 +868,7 @@ class Legit:
             )
         except ExchangeError as exc:
             phase.failures[f"status {exc.code}"] += 1
+            phase.failed_at_s.append(round((before - phase.started_ns) / 1e9, 2))
             return
         phase.status_ns.append(time.perf_counter_ns() - before)
 

@@ -82,12 +82,14 @@ def test_never_an_answering_connection_and_never_the_newcomers_lighter_rival(
 # -- ReadBudget ------------------------------------------------------------------------------------
 
 
-def test_the_defaults_fit_an_honest_burst() -> None:
+def test_the_defaults_fit_an_honest_burst_and_more_than_admission_takes() -> None:
     budget = ReadBudget()
-    assert budget.burst == limits.PEER_READ_BURST_BYTES >= 4 * limits.MAX_FRAME_BYTES
+    assert budget.burst == limits.PEER_READ_BURST_BYTES >= 2 * limits.MAX_FRAME_BYTES
     assert budget.per_s == limits.PEER_READ_BYTES_PER_S
-    # A hello and four full frames back to back: never a wait.
-    for _ in range(4):
+    # Admission takes at most RATE_REFILL_PER_S messages a second from a sender in the long run.
+    assert budget.per_s >= 2 * limits.RATE_REFILL_PER_S * limits.MAX_FRAME_BYTES
+    # A hello and two full frames back to back: never a wait.
+    for _ in range(2):
         budget.charge(7, limits.MAX_FRAME_BYTES, T0)
     budget.charge(7, 60_000, T0)
     assert budget.delay(7, T0) == 0.0

@@ -28,10 +28,13 @@ What one hostile process of the same user can make it spend is bounded too (``do
   (:class:`~pi_cross_session.protocol.fairness.ReadBudget`), and a frame whose JSON would need more
   values or containers than any valid frame is refused unparsed
   (:mod:`~pi_cross_session.protocol.shape`), with the reply a frame of the wrong kind gets;
-* **descriptors** — ``EMFILE``, ``ENFILE``, ``ENOBUFS`` or ``ENOMEM`` from ``accept`` never end
-  the endpoint: it sheds a connection (so a descriptor comes back) and accepts again, or else
-  backs off (growing, bounded, cut short when a connection closes); every accept failure is
-  counted by errno in :class:`EndpointStatistics`.
+* **descriptors** — connections are held to what leaves ``descriptor_reserve`` descriptors free
+  for the rest of the session: from the start when the open-file limit is low, and as soon as
+  ``accept`` fails with ``EMFILE``, ``ENFILE``, ``ENOBUFS`` or ``ENOMEM`` otherwise. No accept
+  failure ends the endpoint: it sheds connections (so descriptors come back) and accepts again, or
+  else backs off (growing, bounded, cut short when a connection closes); every accept failure is
+  counted by errno in :class:`EndpointStatistics`, and the free descriptors are counted again
+  every ``descriptor_check_s`` to give the connections back what came free.
 
 ``on_request`` is synchronous on purpose: admission must be atomic with respect to every other
 connection (spec §3.2), and a function without ``await`` cannot be interleaved.
@@ -437,6 +440,11 @@ class Endpoint(Generic[SessionT]):
         listener = await anyio.create_unix_listener(self.path)
         try:
             await anyio.to_thread.run_sync(self._files.make_socket_private, self.path)
+            # A process whose open-file limit cannot hold every connection and the reserve (a
+            # low ``ulimit -n``) is held to what it can from the start, before any runs out.
+            self._count_descriptors(listener)
+            if self._headroom.cap is not None:
+                self._short.set()
             async with anyio.create_task_group() as connections:
                 connections.start_soon(self._recount_descriptors, listener)
                 if memory.AVAILABLE:

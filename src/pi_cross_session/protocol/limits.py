@@ -104,13 +104,14 @@ DESCRIPTOR_RESERVE: Final = 8
 #: at most a connection limit's worth) to give the connections back what came free.
 DESCRIPTOR_CHECK_S: Final = 1.0
 #: Bytes one process (by kernel pid) may have the endpoint read at once, across all its
-#: connections: a full hello and four full 1 MiB frames, so an honest sender writing messages back
-#: to back is never slowed...
-PEER_READ_BURST_BYTES: Final = 4 * 1_048_576 + 65_536
-#: ...and then per second. Judging a valid 1 MiB frame costs the event loop a few milliseconds
-#: (decoding, the shape check, parsing, field checks), so one process streaming at this rate takes
-#: a few percent of the loop and never its whole (docs/security.md has the measurement).
-PEER_READ_BYTES_PER_S: Final = 4 * 1_048_576
+#: connections: a full hello and two full 1 MiB frames, so an honest sender is never slowed by
+#: a message or two written back to back...
+PEER_READ_BURST_BYTES: Final = 2 * 1_048_576 + 65_536
+#: ...and then per second: four times what admission ever takes from one sender in the long run
+#: (0.5 messages a second, of at most 1 MiB each). Judging a 1 MiB frame costs the event loop a
+#: few milliseconds (decoding, the shape check, parsing, field checks), so one process streaming
+#: at this rate takes about one percent of the loop and never its whole.
+PEER_READ_BYTES_PER_S: Final = 2 * 1_048_576
 #: A connection that read more than this held buffers the allocator serves from its heap; once it
 #: has closed, the endpoint asks the allocator to give the freed heap back to the OS (glibc keeps
 #: it otherwise, and the RSS with it)...
