@@ -246,7 +246,8 @@ class EndpointConfig:
     #: Pauses after a failed ``accept`` that shedding could not make good: first, then at most.
     accept_backoff_s: float = ACCEPT_BACKOFF_S
     accept_backoff_max_s: float = ACCEPT_BACKOFF_MAX_S
-    #: Descriptors kept free once ``accept`` ran out of them, and how often they are counted.
+    #: Descriptors kept free for the rest of the session when they are short (a low open-file
+    #: limit, or ``accept`` ran out of them), and how often the free ones are counted then.
     descriptor_reserve: int = DESCRIPTOR_RESERVE
     descriptor_check_s: float = DESCRIPTOR_CHECK_S
     #: A connection that read more than this gives its freed memory back to the OS on closing
@@ -295,11 +296,6 @@ class EndpointStatistics:
     descriptor_cap: int | None = None
     #: Times freed heap memory was handed back to the OS after large connections (glibc only).
     memory_given_back: int = 0
-
-    @property
-    def shed_waiting(self) -> int:
-        """The old name of :attr:`shed` (every phase may give way now, not only waiting ones)."""
-        return self.shed
 
 
 @dataclass(slots=True)
