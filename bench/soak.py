@@ -1,19 +1,29 @@
-"""Soak: a live inbox under a connection flood and a slowloris, against its own figures at rest.
+"""Soak: a live inbox under a flood, slowlorises, a parse-cost flood and descriptor pressure.
 
-Three processes take part, all on this machine's loopback (Unix sockets in a temporary agent dir):
+Several processes take part, all on this machine (Unix sockets in a temporary agent dir):
 
 * the **receiver** — this file's ``--serve-receiver`` mode: a real :class:`SessionRuntime` inbox on
   the headless host with turns of 0 s (what ``pi-cross-session inbox --busy 0`` runs, without its
   printing), every contract limit at its default unless ``--deadline`` / ``--idle`` say otherwise
   (the report then says so). It answers ``stats`` on its stdin with its endpoint's counters
-  (open and peak connections, refusals over capacity, deadline and idle cuts, faults) and its
-  admission snapshot (admitted count, refusals, the senders of its rows);
+  (open and peak connections, refusals over capacity, deadline and idle cuts, faults, sheds,
+  request-deadline cuts, costly frames, throttled reads, accept failures, the descriptor cap) and
+  its admission snapshot (admitted count, refusals, the senders of its rows). It runs with its
+  open-file limit lowered to ``--nofile`` (64 by default: fewer descriptors than 64 connections
+  need), so the attack also exhausts its descriptors;
 * the **attacker** — this file's ``--attack`` mode: on ``go`` it makes ``--flood`` connection
   attempts spread over ``--flood-seconds`` (connect and close; connect, write garbage, close;
   half a hello; hellos with a wrong token, with a legitimate sender's stolen identity and token
   from the wrong pid, or a probe followed by a message — each of the last three followed by a
-  message frame whose reply it reads), and opens ``--slow`` connections that never finish a line
-  (one byte every ``--trickle`` seconds, no LF) and holds them until the receiver cuts them;
+  message frame whose reply it reads), opens ``--slow`` connections that never finish a line
+  (one byte every ``--trickle`` seconds, no LF), and ``--trickle-ready`` connections that finish a
+  valid probe hello, read ``ready``, then send one byte of a second frame every ``--trickle``
+  seconds (never idle for the 5 s bound); it holds both kinds until the receiver cuts them;
+* the **parse-cost flood** — this file's ``--parse-flood`` mode, ``--parse-procs`` processes of
+  ``--parse-threads`` threads each: for ``--parse-seconds`` every thread sends 1 MiB first frames
+  in a loop, built to be expensive to parse (an array of ~350,000 empty objects, of ~520,000
+  zeros, ~520,000 empty strings) and, one in four, the valid space-padded 1 MiB probe hello,
+  reading each reply;
 * this process: the **legitimate sender** (a published registration, so the receiver can
   authenticate it) and the measurements.
 
@@ -29,24 +39,29 @@ Phases, in one run, so that the ratios compare like with like on a shared machin
 Meanwhile the receiver's VmRSS (``/proc/<pid>/status``) and its socket descriptors
 (``/proc/<pid>/fd``) are sampled every ``--sample-ms``, by this process, in both phases.
 
-Reading it: with the contract's limits (64 connections; before a hello only the 30 s connection
-deadline applies) the slow connections that get a slot hold every slot until that deadline, so
-the legitimate sender is refused for most of the attack; the report shows how long it went
-unanswered, and that the receiver recovers at once when the deadline cuts them.
+Reading it: with the contract's limits alone (64 connections; before a hello only the 30 s
+connection deadline; after it a 5 s idle bound that every byte resets) the slow and the trickling
+connections would hold every slot until that deadline, and the legitimate sender would be refused
+for most of the attack. The receiver's answers — a connection of the process holding the most
+gives way to a newcomer from another, a second frame must be complete 5 s after ``ready``, frames
+too costly to parse are refused unparsed, each process's reads draw on a byte budget, and out of
+descriptors the connections are held to what leaves some free — show in its counters.
 
 Reported: the legitimate p50/p99 at rest and under attack and their ratio (target ≤ 5×), how many
-legitimate rounds succeeded under attack, the peak of open connections (the endpoint's own counter
-and the descriptor count), RSS before / during / after (target: after within ±5 MiB of before), and
-the attacker's view. Timing targets are reported, never enforced. Invariants make the exit status
-non-zero: the endpoint never held more than its 64 connections (nor the process more socket
-descriptors than those, its listener and one being refused), the receiver never crashed and still
-serves, it stopped cleanly, and nothing was admitted that the legitimate sender was not told was
-admitted (a receipt lost in the attack is settled with a status query, as the contract says).
+legitimate rounds were answered under attack (target: all), the peak of open connections (the
+endpoint's own counter and the descriptor count), RSS before / during / after (target: after
+within ±5 MiB of before), the receiver's defences (sheds, cuts, costly frames, throttled reads,
+accept failures, the descriptor cap) and the attackers' view. Timing targets are reported, never
+enforced. Invariants make the exit status non-zero: the endpoint never held more than its 64
+connections (nor the process more socket descriptors than those, its listener and one being
+refused), the receiver never crashed and still serves, it stopped cleanly, and nothing was
+admitted that the legitimate sender was not told was admitted (a receipt lost in the attack is
+settled with a status query, as the contract says).
 
 Run ``.venv/bin/python bench/soak.py`` (``--json`` for machine-readable output), or ``make soak``.
-With the contract's 30 s connection deadline a run takes about 50 s; ``--deadline 5`` gives a
+With the contract's 30 s connection deadline a run takes about a minute; ``--deadline 5`` gives a
 quicker, clearly labelled run. Everything it creates — the temporary agent dir, the runtime dir
-``/tmp/pi-peers-<uid>-<ns>``, both processes — is removed at the end.
+``/tmp/pi-peers-<uid>-<ns>``, every process — is removed at the end.
 """
 
 from __future__ import annotations
@@ -57,8 +72,10 @@ import itertools
 import json
 import math
 import os
+import resource
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -68,6 +85,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -131,6 +149,10 @@ FLOOD_KINDS: Final = (
 )
 #: How long an attacker waits for the replies to one of its message attempts.
 ATTACK_REPLY_LIMIT_S: Final = 3.0
+#: The parse-cost frames, in turn (each 1 MiB with its LF), and how long a flood thread waits for
+#: one reply before it gives up on that connection.
+PARSE_KINDS: Final = ("objects", "zeros", "strings", "padded_hello")
+PARSE_REPLY_LIMIT_S: Final = 10.0
 
 
 # -- shared helpers -------------------------------------------------------------------------------
@@ -200,6 +222,16 @@ def receiver_stats(runtime: SessionRuntime) -> dict[str, Any]:
             "deadline_cuts": endpoint.deadline_cuts,
             "idle_cuts": endpoint.idle_cuts,
             "faults": endpoint.faults,
+            # Read with defaults, so the same soak can measure a receiver from before these
+            # counters existed (``PYTHONPATH=<old checkout>/src``).
+            "shed": getattr(endpoint, "shed", getattr(endpoint, "shed_waiting", 0)),
+            "shed_for_descriptors": getattr(endpoint, "shed_for_descriptors", 0),
+            "request_deadline_cuts": getattr(endpoint, "request_deadline_cuts", 0),
+            "costly_frames": getattr(endpoint, "costly_frames", 0),
+            "throttled_reads": getattr(endpoint, "throttled_reads", 0),
+            "accept_failures": dict(getattr(endpoint, "accept_failures", {})),
+            "descriptor_cap": getattr(endpoint, "descriptor_cap", None),
+            "memory_given_back": getattr(endpoint, "memory_given_back", 0),
         }
     if snapshot is not None:
         data["admission"] = {
@@ -216,8 +248,16 @@ def receiver_stats(runtime: SessionRuntime) -> dict[str, Any]:
     return data
 
 
-async def serve_receiver(name: str, deadline_s: float, idle_s: float) -> int:
+def lower_open_files(limit: int) -> None:
+    """Lower this process's open-file limit (soft and hard) to ``limit``; 0 leaves it alone."""
+    if limit > 0:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, min(limit, hard)))
+
+
+async def serve_receiver(name: str, deadline_s: float, idle_s: float, nofile: int) -> int:
     """A headless inbox with 0 s turns; ``stats`` and ``stop`` on stdin, JSON lines on stdout."""
+    lower_open_files(nofile)
     host = HeadlessHost(name=name, busy_s=0.0)
     endpoint = EndpointConfig(connection_deadline_s=deadline_s, idle_after_hello_s=idle_s)
     runtime = SessionRuntime(host, options=RuntimeOptions(with_git=False, endpoint=endpoint))
@@ -268,6 +308,7 @@ class AttackPlan:
     slow: int
     trickle_s: float
     max_hold_s: float
+    trickle_ready: int = 0
 
 
 @dataclass
@@ -285,6 +326,12 @@ class AttackTally:
     #: Seconds from connect to the receiver's close, per slow connection it cut.
     slow_cut_after_s: list[float] = field(default_factory=list)
     slow_not_cut: int = 0
+    #: Connections that got ``ready`` and then trickled a second frame: opened, the replies
+    #: their hellos got, and seconds from ``ready`` to the receiver's close for each one it cut.
+    ready_opened: int = 0
+    ready_replies: Counter[str] = field(default_factory=Counter)
+    ready_cut_after_s: list[float] = field(default_factory=list)
+    ready_not_cut: int = 0
 
 
 def _line(body: dict[str, Any]) -> bytes:
@@ -422,6 +469,64 @@ async def slow_connection(plan: AttackPlan, tally: AttackTally) -> None:
         tally.slow_not_cut += 1
 
 
+async def ready_trickle_connection(plan: AttackPlan, tally: AttackTally) -> None:
+    """Connect, send a valid probe hello, read ``ready``, then trickle a second frame one byte
+    every ``trickle_s`` (never idle long enough for the idle bound) until the receiver closes."""
+    try:
+        stream = await anyio.connect_unix(plan.socket_path)
+    except OSError:
+        tally.slow_connect_errors += 1
+        return
+    tally.ready_opened += 1
+    cut = False
+    ready_at: float | None = None
+    try:
+        hello = attack_bytes(plan, "probe_then_message", tally.ready_opened).split(b"\n")[0]
+        received = b""
+        with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+            await stream.send(hello + b"\n")
+            with anyio.move_on_after(ATTACK_REPLY_LIMIT_S):
+                while b"\n" not in received:
+                    received += await stream.receive()
+        try:
+            status = str(json.loads(received.split(b"\n")[0]).get("status"))
+        except ValueError:
+            status = "(no reply)"
+        tally.ready_replies[status] += 1
+        if status != "ready":
+            return
+        ready_at = time.monotonic()
+        async with anyio.create_task_group() as group:
+
+            async def trickle() -> None:
+                for byte in b'{"v":1,"type":"message","requestId":"r","text":"' + b"t" * 10_000:
+                    await anyio.sleep(plan.trickle_s)
+                    try:
+                        await stream.send(bytes([byte]))
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        return
+
+            async def watch() -> None:
+                nonlocal cut
+                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                    while await stream.receive():
+                        pass
+                cut = True
+                group.cancel_scope.cancel()
+
+            group.start_soon(trickle)
+            group.start_soon(watch)
+            await anyio.sleep(plan.max_hold_s)
+            group.cancel_scope.cancel()
+    finally:
+        await anyio.aclose_forcefully(stream)
+    if ready_at is not None:
+        if cut:
+            tally.ready_cut_after_s.append(time.monotonic() - ready_at)
+        else:
+            tally.ready_not_cut += 1
+
+
 async def run_attack(plan: AttackPlan) -> int:
     """Wait for ``go`` on stdin, attack, print the tally."""
     tally = AttackTally()
@@ -436,6 +541,8 @@ async def run_attack(plan: AttackPlan) -> int:
         slow_every = plan.flood_s / 2 / max(1, plan.slow)
         spacing = plan.flood_s / max(1, plan.flood)
         next_slow = 0
+        for _ in range(plan.trickle_ready):
+            group.start_soon(ready_trickle_connection, plan, tally)
         for serial in range(plan.flood):
             at = started + serial * spacing
             while next_slow < plan.slow and started + next_slow * slow_every <= at:
@@ -463,6 +570,103 @@ async def run_attack(plan: AttackPlan) -> int:
         slowCutLaterMin=round(min((s for s in cuts if s >= 1.0), default=0.0), 2),
         slowCutLaterMax=round(max((s for s in cuts if s >= 1.0), default=0.0), 2),
         slowNotCut=tally.slow_not_cut,
+        readyOpened=tally.ready_opened,
+        readyReplies=dict(tally.ready_replies),
+        readyCut=len(tally.ready_cut_after_s),
+        readyCutMaxAfterReady=round(max(tally.ready_cut_after_s, default=0.0), 2),
+        readyNotCut=tally.ready_not_cut,
+    )
+    return 0
+
+
+# -- the parse-cost flood (--parse-flood) ---------------------------------------------------------
+
+
+@dataclass
+class ParsePlan:
+    """What one parse-flood process does; passed as JSON on its command line."""
+
+    socket_path: str
+    target_id: str
+    target_instance_id: str
+    target_token: str
+    threads: int
+    seconds: float
+
+
+def parse_frames(plan: ParsePlan) -> dict[str, bytes]:
+    """The frames of the flood by kind, each exactly 1 MiB with its LF (space-padded)."""
+    cap = 1_048_576
+    hello = _line(
+        {
+            "v": 1,
+            "type": "hello",
+            "requestId": "parse-flood",
+            "token": plan.target_token,
+            "target": {"id": plan.target_id, "instanceId": plan.target_instance_id},
+        }
+    )[:-1]
+    items = (cap - 8) // 3
+    bodies = {
+        "objects": b"[" + b"{}," * items + b"{}]",
+        "zeros": b"[" + b"0," * ((cap - 8) // 2) + b"0]",
+        "strings": b"[" + b'"",' * items + b'""]',
+        "padded_hello": hello,
+    }
+    return {kind: body.ljust(cap - 1) + b"\n" for kind, body in bodies.items()}
+
+
+def parse_thread(
+    plan: ParsePlan, frames: dict[str, bytes], until: float, tally: Counter[str]
+) -> None:
+    """Send the frames in turn, one connection each, until ``until``; count replies and bytes."""
+    serial = 0
+    while time.monotonic() < until:
+        kind = PARSE_KINDS[serial % len(PARSE_KINDS)]
+        serial += 1
+        frame = frames[kind]
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(PARSE_REPLY_LIMIT_S)
+                sock.connect(plan.socket_path)
+                sock.sendall(frame)
+                tally["bytes"] += len(frame)
+                reply = b""
+                while not reply.endswith(b"\n"):
+                    chunk = sock.recv(65_536)
+                    if not chunk:
+                        break
+                    reply += chunk
+            status = str(json.loads(reply).get("status")) if reply else "(closed)"
+        except (OSError, ValueError) as exc:
+            status = type(exc).__name__
+        tally[f"{kind}:{status}"] += 1
+        tally["frames"] += 1
+
+
+async def run_parse_flood(plan: ParsePlan) -> int:
+    """Wait for ``go`` on stdin, flood from ``threads`` threads, print the tally."""
+    frames = parse_frames(plan)
+    emit("ready", pid=os.getpid())
+    async for line in stdin_lines():
+        if line == b"go":
+            break
+    tallies: list[Counter[str]] = [Counter() for _ in range(plan.threads)]
+    started = time.monotonic()
+    until = started + plan.seconds
+    async with anyio.create_task_group() as group:
+        for tally in tallies:
+            group.start_soon(
+                partial(anyio.to_thread.run_sync, parse_thread, plan, frames, until, tally)
+            )
+    total: Counter[str] = sum(tallies, Counter())
+    elapsed = time.monotonic() - started
+    emit(
+        "result",
+        frames=total.pop("frames", 0),
+        mib=round(total.pop("bytes", 0) / 1_048_576, 1),
+        seconds=round(elapsed, 2),
+        replies=dict(total),
     )
     return 0
 
@@ -552,6 +756,16 @@ def proc_sample(pid: int) -> tuple[int, int] | None:
     return rss, sockets
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far, from /proc; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # After the command name: state is field 3, utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Sampler:
     """Samples the receiver's RSS and socket descriptors, tagged with the phase."""
@@ -587,11 +801,19 @@ class Phase:
     started_ns: int = field(default_factory=time.perf_counter_ns)
     answered_at_ns: list[int] = field(default_factory=list)
     ended_ns: int | None = None
+    #: When (seconds into the phase) each failed probe or status query began.
+    failed_at_s: list[float] = field(default_factory=list)
+
+    def longest_silence(self) -> tuple[float, float]:
+        """The longest stretch of the phase with no answered probe, and when it began (both in
+        seconds, the second from the start of the phase)."""
+        marks = [self.started_ns, *self.answered_at_ns, self.ended_ns or time.perf_counter_ns()]
+        gap, begun = max((b - a, a) for a, b in itertools.pairwise(marks))
+        return gap / 1e9, (begun - self.started_ns) / 1e9
 
     def longest_silence_s(self) -> float:
         """The longest stretch of the phase with no answered probe."""
-        marks = [self.started_ns, *self.answered_at_ns, self.ended_ns or time.perf_counter_ns()]
-        return max(b - a for a, b in itertools.pairwise(marks)) / 1e9
+        return self.longest_silence()[0]
 
     def figures(self) -> dict[str, Any]:
         probe_failed = sum(n for k, n in self.failures.items() if k.startswith("probe "))
@@ -607,7 +829,9 @@ class Phase:
             "status_p99_us": percentile_us(self.status_ns, 0.99),
             "status_p99_all_us": percentile_all_us(self.status_ns, status_failed, 0.99),
             "failures": dict(self.failures),
-            "longest_silence_s": round(self.longest_silence_s(), 2),
+            "longest_silence_s": round(self.longest_silence()[0], 2),
+            "longest_silence_from_s": round(self.longest_silence()[1], 2),
+            "failed_at_s": self.failed_at_s,
         }
 
 
@@ -629,6 +853,7 @@ class Legit:
             await self.exchanger.probe(self.target)
         except ExchangeError as exc:
             phase.failures[f"probe {exc.code}"] += 1
+            phase.failed_at_s.append(round((before - phase.started_ns) / 1e9, 2))
             return
         now = time.perf_counter_ns()
         phase.probe_ns.append(now - before)
@@ -643,6 +868,7 @@ class Legit:
             )
         except ExchangeError as exc:
             phase.failures[f"status {exc.code}"] += 1
+            phase.failed_at_s.append(round((before - phase.started_ns) / 1e9, 2))
             return
         phase.status_ns.append(time.perf_counter_ns() - before)
 
@@ -757,10 +983,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, paths.AGENT_DIR_ENV: agent_dir, "PYTHONUNBUFFERED": "1"}
     receiver: Child | None = None
     attacker: Child | None = None
+    parsers: list[Child] = []
     try:
         started = time.monotonic()
         argv = [sys.executable, THIS_FILE, "--serve-receiver", "soak-receiver"]
         argv += ["--deadline", f"{args.deadline}", "--idle", f"{args.idle}"]
+        argv += ["--nofile", f"{args.nofile}"]
         receiver = await Child.start("receiver", argv, env, root)
         target = read_registration(locations, receiver.ready["instanceId"])
         sender_registration, sender = publish_sender(locations)
@@ -777,6 +1005,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
             # Phase 1: at rest.
             sampler.phase = "rest"
+            cpu_rest = (cpu_seconds(receiver.pid), time.monotonic())
             rest = Phase()
             await rounds(
                 legit,
@@ -786,6 +1015,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 sends=SENDS_AT_REST - 1,  # the first was sent during the warm-up
             )
             stats_rest = await receiver.ask("stats", "stats")
+            cpu_rest_share = (cpu_seconds(receiver.pid) - cpu_rest[0]) / (
+                time.monotonic() - cpu_rest[1]
+            )
 
             # Phase 2: under attack.
             plan = AttackPlan(
@@ -801,9 +1033,27 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 slow=args.slow,
                 trickle_s=args.trickle,
                 max_hold_s=args.deadline + HOLD_GRACE_S,
+                trickle_ready=args.trickle_ready,
             )
             attack_argv = [sys.executable, THIS_FILE, "--attack", json.dumps(plan.__dict__)]
             attacker = await Child.start("attacker", attack_argv, env, root)
+            parse_plan = ParsePlan(
+                socket_path=target.socket_path,
+                target_id=target.id,
+                target_instance_id=target.instance_id,
+                target_token=target.token,
+                threads=args.parse_threads,
+                seconds=args.parse_seconds,
+            )
+            parse_argv = [
+                sys.executable,
+                THIS_FILE,
+                "--parse-flood",
+                json.dumps(parse_plan.__dict__),
+            ]
+            for number in range(args.parse_procs):
+                parsers.append(await Child.start(f"parser-{number}", parse_argv, env, root))
+            parse_results: list[dict[str, Any]] = []
             attack_result: dict[str, Any] = {}
             attack = Phase()
             open_during: list[int] = []
@@ -812,28 +1062,41 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 assert attacker is not None
                 attack_result.update(await attacker.next_event("result"))
 
+            async def watch_parser(parser: Child) -> None:
+                parse_results.append(await parser.next_event("result"))
+
+            def attack_over() -> bool:
+                return bool(attack_result) and len(parse_results) == len(parsers)
+
             async def watch_endpoint() -> None:
                 assert receiver is not None
-                while not attack_result:
+                while not attack_over():
                     stats = await receiver.ask("stats", "stats")
                     open_during.append(stats["endpoint"]["open"])
                     await anyio.sleep(0.25)
 
             sampler.phase = "attack"
             attack_started = time.monotonic()
+            cpu_attack_started = cpu_seconds(receiver.pid)
             await attacker.command("go")
+            for parser in parsers:
+                await parser.command("go")
             async with anyio.create_task_group() as attack_group:
                 attack_group.start_soon(watch_attacker)
+                for parser in parsers:
+                    attack_group.start_soon(watch_parser, parser)
                 attack_group.start_soon(watch_endpoint)
                 await rounds(
                     legit,
                     attack,
                     interval_s=args.interval_ms / 1000,
-                    until=lambda: bool(attack_result),
+                    until=attack_over,
                     sends=SENDS_UNDER_ATTACK,
                 )
             attack_s = time.monotonic() - attack_started
+            cpu_attack_share = (cpu_seconds(receiver.pid) - cpu_attack_started) / attack_s
             attacker_exit = await attacker.stop()
+            parser_exits = [await parser.stop() for parser in parsers]
 
             # Phase 3: after. The receiver must drain, then serve as before.
             sampler.phase = "drain"
@@ -875,14 +1138,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "flood_s": args.flood_seconds,
                 "slow": args.slow,
                 "trickle_s": args.trickle,
+                "trickle_ready": args.trickle_ready,
+                "parse_procs": args.parse_procs,
+                "parse_threads": args.parse_threads,
+                "parse_s": args.parse_seconds,
+                "nofile": args.nofile,
                 "interval_ms": args.interval_ms,
             },
             "rest": rest.figures(),
             "attack": attack.figures(),
             "after": after.figures(),
             "attack_s": round(attack_s, 2),
+            "receiver_cpu_share": {
+                "rest": round(cpu_rest_share, 3),
+                "attack": round(cpu_attack_share, 3),
+            },
             "attacker": attack_result,
             "attacker_exit": attacker_exit,
+            "parsers": parse_results,
+            "parser_exits": parser_exits,
             "open_during": open_during,
             "stats_rest": stats_rest,
             "stats_after": stats_after,
@@ -912,7 +1186,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         }
     finally:
         with anyio.CancelScope(shield=True):
-            for child in (attacker, receiver):
+            for child in (attacker, *parsers, receiver):
                 if child is not None:
                     await child.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -977,11 +1251,16 @@ def judge(result: dict[str, Any]) -> dict[str, Any]:
         and admission["admitted"] == told + resolved
         and foreign_rows == 0
         and result["attacker"].get("admitted", 0) == 0,
-        "attack ran to the end": result["attacker_exit"] == 0 and bool(result["attacker"]),
+        "attack ran to the end": result["attacker_exit"] == 0
+        and bool(result["attacker"])
+        and all(code == 0 for code in result["parser_exits"])
+        and len(result["parsers"]) == result["plan"]["parse_procs"],
     }
+    answered = attack["probes_ok"] == attack["status_ok"] == attack["rounds"]
     targets = {
         f"probe p99 under attack / at rest <= {TARGET_P99_RATIO:g}": ratio is not None
         and ratio <= TARGET_P99_RATIO,
+        "every legitimate round answered under attack": answered,
         "RSS after within ±5 MiB of before": abs(after - before) <= TARGET_RSS_DRIFT_KIB,
     }
     return {
@@ -1020,9 +1299,13 @@ def print_report(result: dict[str, Any], verdict: dict[str, Any]) -> None:
     )
     print(
         f"attack: {plan['flood']:,} connection attempts over {plan['flood_s']:g} s "
-        f"(kinds in turn: {', '.join(kind for kind, _ in FLOOD_KINDS)}) and {plan['slow']} slow "
-        f"connections (1 byte per {plan['trickle_s']:g} s, no LF); legitimate rounds (a probe and "
-        f"a status query) every {plan['interval_ms']:g} ms"
+        f"(kinds in turn: {', '.join(kind for kind, _ in FLOOD_KINDS)}), {plan['slow']} slow "
+        f"connections (1 byte per {plan['trickle_s']:g} s, no LF), {plan['trickle_ready']} "
+        f"connections trickling a second frame after ready (1 byte per {plan['trickle_s']:g} s), "
+        f"a parse-cost flood of 1 MiB frames from {plan['parse_procs']} processes x "
+        f"{plan['parse_threads']} threads for {plan['parse_s']:g} s; receiver open-file limit "
+        f"{plan['nofile'] or 'unchanged'}; legitimate rounds (a probe and a status query) every "
+        f"{plan['interval_ms']:g} ms"
     )
     print(
         f"run {result['run_s']} s (attack phase {result['attack_s']} s), {result['cpus']} cpus, "
@@ -1065,10 +1348,18 @@ def print_report(result: dict[str, Any], verdict: dict[str, Any]) -> None:
     print(f"{'failures under attack':<38}{failures}")
     print()
     print(f"{'receiver':<38}{'value':>14}")
+    cpu = result.get("receiver_cpu_share", {})
+    print(
+        f"{'CPU, share of one core: rest / attack':<38}"
+        f"{cpu.get('rest', 0) * 100:>13.1f}% / {cpu.get('attack', 0) * 100:.1f}%"
+    )
     print(f"{'RSS before (KiB)':<38}{verdict['rss_before_kib']:>14,.0f}")
     print(f"{'RSS during, max (KiB)':<38}{verdict['rss_during_max_kib']:>14,.0f}")
     drift = verdict["rss_after_kib"] - verdict["rss_before_kib"]
-    print(f"{'RSS after (KiB)':<38}{verdict['rss_after_kib']:>14,.0f}   ({drift:+,.0f} KiB)")
+    print(
+        f"{'RSS after (KiB)':<38}{verdict['rss_after_kib']:>14,.0f}   ({drift:+,.0f} KiB; freed "
+        f"heap given back to the OS {endpoint['memory_given_back']} times)"
+    )
     print(
         f"{'peak open connections (endpoint)':<38}{endpoint['peak']:>14}   (max {MAX_CONNECTIONS})"
     )
@@ -1082,8 +1373,20 @@ def print_report(result: dict[str, Any], verdict: dict[str, Any]) -> None:
         f"{endpoint['refused_over_capacity']:,}"
     )
     print(
-        f"{'cuts: deadline / idle; faults':<38}{endpoint['deadline_cuts']:>14} / "
-        f"{endpoint['idle_cuts']}; {endpoint['faults']:,}"
+        f"{'cuts: deadline / idle / request; faults':<38}{endpoint['deadline_cuts']:>14} / "
+        f"{endpoint['idle_cuts']} / {endpoint['request_deadline_cuts']}; {endpoint['faults']:,}"
+    )
+    print(
+        f"{'shed for newcomers / for descriptors':<38}{endpoint['shed']:>14,} / "
+        f"{endpoint['shed_for_descriptors']:,}"
+    )
+    print(
+        f"{'costly frames refused unparsed':<38}{endpoint['costly_frames']:>14,}   "
+        f"(reads slowed for a process over its share: {endpoint['throttled_reads']:,})"
+    )
+    print(
+        f"{'accept failures (kept serving)':<38}{endpoint['accept_failures'] or '-'!s:>14}   "
+        f"(descriptor cap now: {endpoint['descriptor_cap']})"
     )
     print(
         f"{'admitted (receiver) / told (legit)':<38}{verdict['receiver_admitted']:>14} / "
@@ -1103,6 +1406,21 @@ def print_report(result: dict[str, Any], verdict: dict[str, Any]) -> None:
         f"{att.get('slowCutLaterMin')}–{att.get('slowCutLaterMax')} s, "
         f"{att.get('slowNotCut')} never cut"
     )
+    print(
+        f"trickling after ready: {att.get('readyOpened')} opened, hellos answered "
+        f"{att.get('readyReplies')}, {att.get('readyCut')} cut at most "
+        f"{att.get('readyCutMaxAfterReady')} s after ready, {att.get('readyNotCut')} never cut"
+    )
+    replies: Counter[str] = Counter()
+    for parsed in result["parsers"]:
+        replies.update(parsed.get("replies", {}))
+    frames = sum(parsed.get("frames", 0) for parsed in result["parsers"])
+    mib = sum(parsed.get("mib", 0.0) for parsed in result["parsers"])
+    print(
+        f"parse-cost flood: {frames:,} frames, {mib:,.0f} MiB sent in "
+        f"{max((p.get('seconds', 0) for p in result['parsers']), default=0):g} s; "
+        f"replies {dict(sorted(replies.items()))}"
+    )
     print()
     for name, ok in verdict["targets"].items():
         print(f"target     {'ok  ' if ok else 'OVER'}  {name}")
@@ -1120,6 +1438,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow", type=int, default=200, help="slow connections")
     parser.add_argument("--trickle", type=float, default=1.0, help="seconds between slow bytes")
     parser.add_argument(
+        "--trickle-ready",
+        type=int,
+        default=64,
+        help="connections trickling a second frame after a valid probe hello",
+    )
+    parser.add_argument("--parse-procs", type=int, default=3, help="parse-cost flood processes")
+    parser.add_argument("--parse-threads", type=int, default=2, help="threads per such process")
+    parser.add_argument(
+        "--parse-seconds", type=float, default=20.0, help="how long the parse-cost flood runs"
+    )
+    parser.add_argument(
+        "--nofile",
+        type=int,
+        default=64,
+        help="the receiver's open-file limit (0: unchanged); 64 cannot hold 64 connections",
+    )
+    parser.add_argument(
         "--deadline",
         type=float,
         default=CONNECTION_DEADLINE_S,
@@ -1134,11 +1469,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-ms", type=float, default=50.0, help="RSS/fd sampling period")
     parser.add_argument("--serve-receiver", metavar="NAME", help=argparse.SUPPRESS)
     parser.add_argument("--attack", metavar="PLAN_JSON", help=argparse.SUPPRESS)
+    parser.add_argument("--parse-flood", metavar="PLAN_JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_receiver:
-        return anyio.run(serve_receiver, args.serve_receiver, args.deadline, args.idle)
+        return anyio.run(serve_receiver, args.serve_receiver, args.deadline, args.idle, args.nofile)
     if args.attack:
         return anyio.run(run_attack, AttackPlan(**json.loads(args.attack)))
+    if args.parse_flood:
+        return anyio.run(run_parse_flood, ParsePlan(**json.loads(args.parse_flood)))
 
     async def bounded() -> dict[str, Any]:
         with anyio.fail_after(RUN_LIMIT_S):

@@ -407,3 +407,130 @@ async def test_heartbeat_keeps_the_real_interval_on_a_virtual_clock(
         await registrar.unregister()
     gaps = [round(b - a, 6) for a, b in itertools.pairwise(beats)]
     assert gaps == [HEARTBEAT_INTERVAL_S] * 3
+
+
+# -- a shortage of kernel resources is not a reason to leave the network ---------------------------
+
+
+class ShortFiles:
+    """The real file layer, whose registration writes fail with ``fail_with`` while it is set,
+    the way the file layer reports it (the errno name as the code, the OSError as the cause)."""
+
+    def __init__(self) -> None:
+        self.fail_with: int | None = None
+        self.attempts = 0
+        self.written = 0
+        self.attempted = anyio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(fs, name)
+
+    def write_registration(
+        self, peers_dir: str, instance_id: str, data: bytes, *, still_current: Callable[[], bool]
+    ) -> bool:
+        self.attempts += 1
+        if self.fail_with is not None:
+            cause = OSError(self.fail_with, os.strerror(self.fail_with))
+            raise fs.FileOperationError(peers_dir, "create a temp file in", cause) from cause
+        self.written += 1
+        return fs.write_registration(peers_dir, instance_id, data, still_current=still_current)
+
+
+async def wait_for(condition: Callable[[], bool]) -> None:
+    """Poll a counter the registrar moves from its own task (no event is exposed for it)."""
+    with anyio.fail_after(10):
+        while not condition():  # noqa: ASYNC110
+            await anyio.sleep(0.005)
+
+
+@pytest.mark.parametrize("number", [errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM])
+async def test_a_heartbeat_short_of_resources_retries_and_stays_registered(
+    locations: Locations, number: int
+) -> None:
+    """Regression: one ``EMFILE`` on a heartbeat write withdrew the registration and stopped the
+    session, so whoever could exhaust our descriptors could make us leave the network."""
+    state = State(locations)
+    files = ShortFiles()
+    failures: list[BaseException] = []
+    registrar = Registrar(
+        locations,
+        files,
+        state.snapshot,
+        heartbeat_interval_s=0.05,
+        retry_s=0.01,
+        on_failure=failures.append,
+    )
+    await registrar.register()
+    name = errno.errorcode[number]
+    async with anyio.create_task_group() as group:
+        await group.start(registrar.run_heartbeat)
+        files.fail_with = number
+        await wait_for(lambda: registrar.retries.get(name, 0) >= 3)
+        # Still ours, still on disk, nothing reported as a failure.
+        assert failures == []
+        assert not registrar.is_stopped
+        assert registration_file(locations, state).exists()
+        assert registrar.last_retry_at is not None
+        files.fail_with = None
+        written = files.written
+        await wait_for(lambda: files.written > written)
+        await registrar.unregister()
+    assert failures == []
+    assert set(registrar.retries) == {name}
+
+
+async def test_retries_back_off_up_to_the_heartbeat_interval(locations: Locations) -> None:
+    state = State(locations)
+    files = ShortFiles()
+    registrar = Registrar(locations, files, state.snapshot, heartbeat_interval_s=0.2, retry_s=0.01)
+    await registrar.register()
+    files.fail_with = errno.EMFILE
+    async with anyio.create_task_group() as group:
+        await group.start(registrar.run_heartbeat)
+        await anyio.sleep(0.7)  # a window to count attempts in, not a timing assertion
+        attempts = files.attempts - 1
+        await registrar.unregister()
+    # Pauses of 0.01, 0.02, 0.04 … capped at 0.2 after the first beat at 0.2: a handful of
+    # tries, never a spin (hundreds) and never only the beats (three).
+    assert 4 <= attempts <= 12, attempts
+
+
+async def test_a_refresh_short_of_resources_raises_and_the_heartbeat_retries_soon(
+    locations: Locations,
+) -> None:
+    state = State(locations)
+    files = ShortFiles()
+    registrar = Registrar(
+        locations, files, state.snapshot, heartbeat_interval_s=3600.0, retry_s=0.01
+    )
+    await registrar.register()
+    async with anyio.create_task_group() as group:
+        await group.start(registrar.run_heartbeat)
+        files.fail_with = errno.EMFILE
+        state.status = "busy"
+        with pytest.raises(fs.FileOperationError) as caught:
+            await registrar.refresh()
+        assert caught.value.code == "EMFILE"
+        assert registrar.retries == {"EMFILE": 1}
+        files.fail_with = None
+        # The heartbeat (an hour away) retries within its short pause and publishes "busy".
+        await wait_for(lambda: files.written >= 2)
+        assert b'"status":"busy"' in registration_file(locations, state).read_bytes()
+        await registrar.unregister()
+
+
+async def test_any_other_heartbeat_failure_still_withdraws(locations: Locations) -> None:
+    state = State(locations)
+    files = ShortFiles()
+    failures: list[BaseException] = []
+    registrar = Registrar(
+        locations, files, state.snapshot, heartbeat_interval_s=0.02, on_failure=failures.append
+    )
+    await registrar.register()
+    files.fail_with = errno.EIO
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            await group.start(registrar.run_heartbeat)
+    assert [getattr(f, "code", None) for f in failures] == ["EIO"]
+    assert registrar.retries == {}
+    assert not registration_file(locations, state).exists()

@@ -9,6 +9,7 @@ situation raising the ``OSError``:
 
 * ``ENOSPC`` (disk full) from ``write(2)`` of the temp file's bytes;
 * ``EACCES`` (permission denied) from ``open(2)`` creating the temp file;
+* ``EMFILE`` (out of file descriptors) from ``open(2)`` creating the temp file;
 * ``EIO`` from ``write(2)``, for anything else.
 
 So the error reaches the registrar exactly as the file layer translates it (a
@@ -33,7 +34,12 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security import fs
 
 #: Which system call fails for each injected errno.
-FAILING_CALL: Final = {errno.ENOSPC: "write", errno.EACCES: "open", errno.EIO: "write"}
+FAILING_CALL: Final = {
+    errno.ENOSPC: "write",
+    errno.EACCES: "open",
+    errno.EMFILE: "open",
+    errno.EIO: "write",
+}
 
 _fault = threading.local()
 

@@ -10,6 +10,14 @@ lines:
 It stops on ``{"exit": true}``, at the end of stdin, on SIGTERM/SIGINT, or by itself when its
 registration cannot be kept (the heartbeat fails); it exits 1 when the runtime reports an error.
 It imports only the package, so it runs as any user from any directory.
+
+Three more commands play a process that runs out of file descriptors:
+
+  ``{"hog": true}``      open ``/dev/null`` until ``EMFILE`` (every descriptor in use), then
+                         ``{"event": "hogged", "held": n}``
+  ``{"release": true}``  close them again, then ``{"event": "released"}``
+  ``{"stats": true}``    ``{"event": "stats", "registered": bool, "peerChecks": {...}}``, the
+                         status the session shows (``/cross-session-status --json``'s part)
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import Any
 
 import anyio
 
+from pi_cross_session.plugin import render
 from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 
@@ -32,11 +41,38 @@ def emit(event: str, **data: Any) -> None:
     sys.stdout.flush()
 
 
+def hog() -> list[int]:
+    """Every free descriptor, held."""
+    held: list[int] = []
+    while True:
+        try:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            return held
+
+
+def answer(runtime: SessionRuntime, command: dict[str, Any], held: list[int]) -> None:
+    if command.get("hog"):
+        held.extend(hog())
+        emit("hogged", held=len(held))
+    elif command.get("release"):
+        while held:
+            os.close(held.pop())
+        emit("released")
+    elif command.get("stats"):
+        registration = runtime.registration()
+        registered = registration is not None and os.path.exists(
+            runtime.locations.registration_path(registration.instance_id)
+        )
+        emit("stats", registered=registered, **render.peer_check_data(runtime.peer_checks()))
+
+
 async def follow_stdin(runtime: SessionRuntime) -> str:
-    """Wait for ``exit`` or the end of stdin; the reason."""
+    """Answer commands until ``exit`` or the end of stdin; the reason."""
     fd = sys.stdin.fileno()
     os.set_blocking(fd, False)
     buffer = b""
+    held: list[int] = []
     while True:
         await anyio.wait_readable(fd)
         try:
@@ -48,8 +84,12 @@ async def follow_stdin(runtime: SessionRuntime) -> str:
         buffer += chunk
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
-            if line.strip() and json.loads(line).get("exit"):
+            if not line.strip():
+                continue
+            command = json.loads(line)
+            if command.get("exit"):
                 return "exit"
+            answer(runtime, command, held)
 
 
 async def main(name: str, heartbeat_s: float, busy_s: float) -> int:

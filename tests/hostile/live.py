@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Any, Final
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.endpoint import EndpointStatistics
 from pi_cross_session.protocol.frames import Response
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
@@ -74,6 +76,34 @@ def converse(path: str, chunks: Sequence[bytes]) -> bytes:
                 break
             received += data
     return bytes(received)
+
+
+def trickle(path: str, first: bytes, pieces: Sequence[bytes], pause_s: float) -> tuple[bytes, bool]:
+    """Write ``first``, then each piece ``pause_s`` after the last, never half-closing; return
+    every byte received and whether the receiver closed first (it cut the connection)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(READ_TIMEOUT_S)
+        sock.connect(path)
+        received = bytearray()
+        try:
+            sock.sendall(first)
+            for piece in pieces:
+                time.sleep(pause_s)
+                sock.sendall(piece)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        sock.settimeout(READ_TIMEOUT_S + pause_s * len(pieces))
+        cut = False
+        while True:
+            try:
+                data = sock.recv(65_536)
+            except (ConnectionResetError, TimeoutError):
+                break
+            if not data:
+                cut = True
+                break
+            received += data
+    return bytes(received), cut
 
 
 def parse_replies(raw: bytes) -> list[Response]:
@@ -169,6 +199,44 @@ class LiveReceiver:
         self.probe()
         if admitted is not None:
             self.portal.call(self.receiver.turns.settle_submissions)
+        self.receiver.clock.advance(STEP_S)
+        return expected
+
+    def endpoint_counters(self) -> EndpointStatistics:
+        """The endpoint's counters (read without the portal, like :meth:`counters`)."""
+        current = self.receiver.runtime._current  # no public handle on the endpoint
+        assert current is not None
+        return current.endpoint.statistics()
+
+    def check_late(self, first: bytes, rest: Sequence[bytes], pause_s: float) -> Outcome:
+        """A first frame, then the pieces of a second one that never ends, ``pause_s`` apart
+        (more in all than the receiver's request deadline, each far less than its idle bound).
+
+        The receiver must answer the first frame as the model says and then, if it went on,
+        close the connection with nothing more: a second frame must be complete by its deadline
+        after ``ready``, however the bytes are paced. Nothing is admitted.
+        """
+        self.examples += 1
+        model = self.model
+        model.now_ms = self.now_ms()
+        partial = b"".join(rest)
+        assert not partial.endswith(b"\n")
+        expected = model.conversation(first + partial)
+        before, cuts = self.counters(), self.endpoint_counters().request_deadline_cuts
+        raw, closed = trickle(self.path, first, rest, pause_s)
+        got = parse_replies(raw)
+        shown = [(r.ok, r.status, r.request_id) for r in got]
+        assert len(got) == len(expected.replies), (shown, expected.replies)
+        for reply, want in zip(got, expected.replies, strict=True):
+            assert (reply.ok, reply.request_id) == (want.ok, want.request_id), (shown, want)
+            assert reply.status in want.statuses, (shown, want)
+        assert self.counters() == before, "something was admitted from an unfinished frame"
+        # Still waiting for its second frame after ``ready`` (no fault in the bytes so far).
+        went_on = len(expected.replies) == 1 and expected.replies[0].ok
+        if went_on and rest:
+            assert closed, "the receiver let a trickled request run past its deadline"
+            assert self.endpoint_counters().request_deadline_cuts == cuts + 1
+        self.probe()
         self.receiver.clock.advance(STEP_S)
         return expected
 

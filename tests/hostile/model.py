@@ -3,8 +3,11 @@
 The hostile suite compares a live receiver with this model, example by example. It is written from
 ``spec/protocol-v1.md`` (§3.1 framing, §3.2 connection rules, §3.3 hello, §3.5 message, §3.6 status,
 §5 admission order) and from the stricter choices ``docs/protocol.md`` documents (a float is not an
-integer, ``null`` is never "absent", lone surrogates are refused, deep nesting is a bad frame). It
-imports nothing from the package under test, so a bug cannot hide by being shared.
+integer, ``null`` is never "absent", lone surrogates are refused, and a frame whose JSON would need
+more strings, containers or separators than any valid frame is refused unparsed, as "not a hello"
+or "not a request"). It imports nothing from the package under test, so a bug cannot hide by being
+shared: the shape of a frame is measured here with a scan of its own (:func:`shape`), not with the
+receiver's string methods.
 
 The model judges a whole stream at once: the contract makes every verdict a property of the
 bytes, never of how they were chunked, so the live receiver, fed the same bytes in any chunking,
@@ -128,6 +131,58 @@ def split_frames(data: bytes, cap: int = FRAME_CAP) -> tuple[list[str], Fault | 
             return frames, Fault("invalid_frame")
         frames.append(text)
         at = lf + 1
+
+
+# -- what a frame would cost to parse (docs/protocol.md, "Frames too costly to parse") ------------
+
+#: The most strings, containers (objects and arrays) and separators (commas and colons) a frame
+#: may hold outside its strings to be parsed at all.
+MAX_STRINGS: Final = 128
+MAX_CONTAINERS: Final = 32
+MAX_SEPARATORS: Final = 256
+#: The characters the scan stops at; everything else is skipped in one step.
+_SPECIAL: Final = re.compile(r'[\\"{\[,:]')
+
+
+def shape(text: str) -> tuple[int, int, int]:
+    """``(strings, containers, separators)`` of a text, by one left-to-right scan.
+
+    A run of backslashes pairs up from its left, and the pairs never delimit anything; a run of
+    odd length followed by a quote escapes that quote (the two are dropped together), and its
+    last backslash is otherwise an ordinary character. Every other quote opens or closes a string
+    (an unterminated one runs to the end); outside strings, ``{`` and ``[`` are containers, ``,``
+    and ``:`` separators.
+    """
+    strings = containers = separators = 0
+    inside = False
+    at = 0
+    while (found := _SPECIAL.search(text, at)) is not None:
+        at = found.start()
+        char = text[at]
+        if char == "\\":
+            end = at
+            while end < len(text) and text[end] == "\\":
+                end += 1
+            odd = (end - at) % 2 == 1
+            at = end + 1 if odd and end < len(text) and text[end] == '"' else end
+            continue
+        if char == '"':
+            if not inside:
+                strings += 1
+            inside = not inside
+        elif not inside:
+            if char in "{[":
+                containers += 1
+            else:
+                separators += 1
+        at += 1
+    return strings, containers, separators
+
+
+def costly(text: str) -> bool:
+    """True when the receiver must refuse ``text`` without parsing it."""
+    strings, containers, separators = shape(text)
+    return strings > MAX_STRINGS or containers > MAX_CONTAINERS or separators > MAX_SEPARATORS
 
 
 # -- JSON as the contract reads it -----------------------------------------------------------------
@@ -318,6 +373,8 @@ class ReceiverModel:
     def judge_hello(self, text: str) -> tuple[Reply, str | None, bool]:
         """The reply to a first frame, the authenticated sender (if any), and whether the
         connection goes on."""
+        if costly(text):
+            return Reply.one(False, "authentication_failed"), None, False
         try:
             body = parse_json(text)
         except BadJsonError:
@@ -349,6 +406,8 @@ class ReceiverModel:
     def judge_second(self, text: str, sender: str | None) -> tuple[Reply, dict[str, Any] | None]:
         """The reply to the frame after a ``ready``, and the message if it must be committed
         (admitted, or refused ``goal_not_authorized`` after its commit)."""
+        if costly(text):
+            return Reply.one(False, "invalid_frame"), None
         try:
             body = parse_json(text)
         except BadJsonError:

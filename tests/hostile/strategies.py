@@ -19,7 +19,14 @@ from typing import Final, TypeAlias, TypeVar
 
 from hypothesis import strategies as st
 
-from tests.hostile.model import BOM, BRIDGE_PREFIX, JS_WHITESPACE, Identity, well_formed
+from tests.hostile.model import (
+    BOM,
+    BRIDGE_PREFIX,
+    JS_WHITESPACE,
+    Identity,
+    shape,
+    well_formed,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,3 +486,49 @@ GARBAGE_LINES: Final = st.one_of(
     st.text(max_size=30).map(str.encode),
     st.binary(max_size=30),
 ).map(_one_line)
+
+
+# -- frames built to cost the parser (docs/protocol.md, "Frames too costly to parse") ------------
+
+#: Strings whose JSON spelling holds escapes and structural characters: each still counts as one
+#: string and nothing else.
+TRICKY_STRINGS: Final = ("", '"', "\\", '\\"', "{[,:]}", 'a"b\\c"', '\\\\"{', "字,:")
+#: Where a padded count lands relative to its bound: just under, at, just past, far past.
+SHAPE_DELTAS: Final = (-1, 0, 1, 2, 40)
+#: What a pad value adds, per kind: ``(strings, containers, separators)`` per item, and fixed.
+SHAPE_KINDS: Final = ("separators", "containers", "strings", "objects", "tricky")
+
+
+def _pad_for(kind: str, count: int, draw: st.DrawFn) -> Json:
+    """A value holding ``count`` of the kind's unit (see :func:`shaped`)."""
+    if kind == "separators":
+        return [0] * count
+    if kind == "containers":
+        return Raw(b"[" * count + b"]" * count)
+    if kind == "objects":
+        return [Obj(())] * count
+    if kind == "tricky":
+        return [pick(draw, TRICKY_STRINGS) for _ in range(count)]
+    return [""] * count
+
+
+def shaped(draw: st.DrawFn, base: Obj, bounds: tuple[int, int, int]) -> bytes:
+    """``base`` with one extra field, ``pad``, whose value brings one count of the frame's shape
+    (strings, containers or separators, as :func:`tests.hostile.model.shape` measures it) to its
+    bound plus a drawn delta; sometimes the frame is then cut by one byte (no longer JSON)."""
+    strings, containers, separators = shape(encode(base).decode("utf-8", "surrogatepass"))
+    max_strings, max_containers, max_separators = bounds
+    kind = pick(draw, SHAPE_KINDS)
+    delta = pick(draw, SHAPE_DELTAS)
+    # Appending "pad" adds a string (its key) and two separators (its comma and colon).
+    strings, separators = strings + 1, separators + 2
+    if kind == "separators":
+        count = max_separators + delta - separators + 1  # n items: n - 1 commas
+    elif kind in ("containers", "objects"):
+        count = max_containers + delta - containers - (kind == "objects")
+    else:
+        count = max_strings + delta - strings
+    body = encode(base.appended("pad", _pad_for(kind, max(1, count), draw)))
+    if draw(st.integers(0, 4)) == 0:
+        body = body[:-1]
+    return body

@@ -241,6 +241,8 @@ def _raw(data: bytes) -> Callable[[Ctx], bytes]:
     return lambda ctx: data
 
 
+#: About 1 MiB of empty objects in an array: the parse-cost attack (350,000 dicts to build).
+COSTLY_OBJECTS: Final = b"[" + b"{}," * 340_000 + b"{}]"
 REFUSED_UNKNOWN: Final = [(False, "authentication_failed", UNKNOWN)]
 REFUSED_HELLO: Final = [(False, "authentication_failed", HELLO_ID)]
 BAD_FRAME: Final = [(False, "invalid_frame", UNKNOWN)]
@@ -259,8 +261,6 @@ FIRST_FRAMES: Final = [
     pytest.param(_raw(b'{"v":"\xc0\xaf"}\n'), BAD_FRAME, id="utf8-overlong-slash"),
     pytest.param(_raw(b'{"v":"\xe2\x82\n'), BAD_FRAME, id="utf8-sequence-cut-by-newline"),
     pytest.param(_raw(BOM + BOM + b"{}\n"), BAD_FRAME, id="second-bom-is-not-stripped"),
-    pytest.param(_raw(DEEP_ARRAYS.data + b"\n"), BAD_FRAME, id="10000-nested-arrays"),
-    pytest.param(_hello_with("deep", DEEP_ARRAYS), BAD_FRAME, id="hello-with-deep-extra-field"),
     pytest.param(_hello_with("v", Raw(b"NaN")), BAD_FRAME, id="hello-v-nan"),
     pytest.param(_hello_with("v", Raw(b"Infinity")), BAD_FRAME, id="hello-v-infinity"),
     # JSON, but not a hello: authentication_failed for "unknown".
@@ -352,7 +352,31 @@ FIRST_FRAMES: Final = [
         REFUSED_HELLO,
         id="duplicate-token-key-wrong-one-last",
     ),
+    # Too costly to be a hello (more containers, separators or strings than any hello needs):
+    # refused unparsed with the not-a-hello reply, JSON or not. Deep nesting used to be a bad
+    # frame because Python's parser ran out of recursion; it is now refused before parsing.
+    pytest.param(_raw(DEEP_ARRAYS.data + b"\n"), REFUSED_UNKNOWN, id="10000-nested-arrays"),
+    pytest.param(
+        _hello_with("deep", DEEP_ARRAYS), REFUSED_UNKNOWN, id="hello-with-deep-extra-field"
+    ),
+    pytest.param(_raw(COSTLY_OBJECTS + b"\n"), REFUSED_UNKNOWN, id="one-mebibyte-of-objects"),
+    pytest.param(_raw(COSTLY_OBJECTS[:-1] + b"\n"), REFUSED_UNKNOWN, id="costly-and-not-json"),
+    pytest.param(_raw(b'""' * 200 + b"\n"), REFUSED_UNKNOWN, id="two-hundred-strings"),
+    pytest.param(_hello_with("pad", [0] * 300), REFUSED_UNKNOWN, id="hello-with-300-numbers"),
+    pytest.param(
+        _hello_with("pad", Raw(b"[" * 33 + b"]" * 33)), REFUSED_UNKNOWN, id="hello-33-deep"
+    ),
     # Tolerated: the contract's framing and JSON rules let these through.
+    pytest.param(
+        lambda ctx: lines(probe_hello(ctx).appended("pad", [0] * 200)),
+        READY,
+        id="hello-with-200-extra-numbers-within-bounds",
+    ),
+    pytest.param(
+        lambda ctx: lines(probe_hello(ctx).appended("pad", '{[,:]}\\"' * 2_000)),
+        READY,
+        id="hello-with-structure-and-escapes-inside-a-string",
+    ),
     pytest.param(lambda ctx: BOM + lines(probe_hello(ctx)), READY, id="bom-before-hello"),
     pytest.param(lambda ctx: encode(probe_hello(ctx)) + b"\r\n", READY, id="crlf-hello"),
     pytest.param(lambda ctx: encode(probe_hello(ctx)) + b"   \n", READY, id="hello-padded"),
@@ -442,6 +466,9 @@ SECOND_FRAMES: Final = [
     pytest.param(_second(v=Raw(b"1E0")), BAD_SECOND, id="message-v-exponent"),
     pytest.param(_second(goalId=None), BAD_SECOND, id="goal-id-null"),
     pytest.param(_second(goalId="not a goal"), BAD_SECOND, id="goal-id-malformed"),
+    pytest.param(_second(pad=[0] * 300), BAD_SECOND, id="message-with-300-extra-numbers"),
+    pytest.param(_second(pad=[Obj(())] * 40), BAD_SECOND, id="message-with-40-extra-objects"),
+    pytest.param(_raw(COSTLY_OBJECTS + b"\n"), BAD_SECOND, id="one-mebibyte-of-objects"),
     pytest.param(_second_without("sentAt"), BAD_SECOND, id="sent-at-missing"),
     pytest.param(_second(sentAt=Raw(b"1.7e12")), BAD_SECOND, id="sent-at-float"),
     pytest.param(_second(sentAt=2**53), BAD_SECOND, id="sent-at-2-pow-53"),
@@ -462,6 +489,12 @@ SECOND_FRAMES: Final = [
     pytest.param(_sent(5_000), SUBMITTED, id="sent-exactly-5-s-ahead"),
     pytest.param(_second(text="\x1c"), SUBMITTED, id="text-python-whitespace-is-not-js-blank"),
     pytest.param(_second(summary=ASTRAL * 200), SUBMITTED, id="summary-200-astral-code-points"),
+    pytest.param(
+        _second(text='{"a":[1,2]}, "b": \\ ' * 20_000),
+        SUBMITTED,
+        id="text-full-of-json-is-one-string",
+    ),
+    pytest.param(_second(pad=[0] * 200), SUBMITTED, id="message-with-200-extra-numbers"),
     pytest.param(
         lambda ctx: lines(message(ctx).appended("__proto__", Obj((("text", 1),)))),
         SUBMITTED,

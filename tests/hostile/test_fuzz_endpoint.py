@@ -3,8 +3,13 @@
 Each test starts one real session (a :class:`SessionRuntime` serving its endpoint on a real Unix
 socket) and feeds it thousands of streams: byte soup, mutated hellos, mutated second frames after a
 genuine authenticated hello (some carrying a ``goalId`` the session never granted, refused
-``goal_not_authorized`` after its commit), valid conversations cut short and chunked at random, and
-frames at the 1 MiB cap. For every example (see :meth:`tests.hostile.live.LiveReceiver.check`):
+``goal_not_authorized`` after its commit), valid conversations cut short and chunked at random,
+frames at the 1 MiB cap, and frames padded to cost the parser (strings, containers and separators
+at their bounds, JSON or not). Two more tests change the conditions rather than the bytes: a
+second frame trickled after ``ready`` so slowly that it misses the request deadline, and examples
+run while another process holds every connection slot (silent, mid-hello, or past ``ready`` and
+into a second frame), retaking each one the receiver sheds. For every example (see
+:meth:`tests.hostile.live.LiveReceiver.check`):
 
 * every reply parses as a response of the contract, with a known status, and the replies are
   exactly the ones :class:`tests.hostile.model.ReceiverModel` derives from the spec — including no
@@ -22,14 +27,19 @@ default 2,000 in ``make test`` and ten times that under the ``long`` hypothesis 
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Final
 
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.hostile.live import LiveReceiver, identity
-from tests.hostile.model import BOM, FRAME_CAP
+from pi_cross_session.protocol.endpoint import EndpointConfig
+from pi_cross_session.protocol.limits import MAX_CONNECTIONS
+from pi_cross_session.protocol.paths import Locations
+from tests.hostile.crowd import crowd
+from tests.hostile.live import LiveReceiver, identity, live_receiver
+from tests.hostile.model import BOM, FRAME_CAP, MAX_CONTAINERS, MAX_SEPARATORS, MAX_STRINGS
 from tests.hostile.strategies import (
     CAPABILITY,
     GARBAGE_LINES,
@@ -50,20 +60,31 @@ from tests.hostile.strategies import (
     pick,
     position,
     resolve,
+    shaped,
     status_obj,
 )
 from tests.hypothesis_profiles import scaled
 
 EXAMPLES: Final = int(os.environ.get("PI_XS_FUZZ_EXAMPLES", scaled(2000)))
-#: How the examples are shared between the tests; the oversized frames come on top.
-SHARES: Final = {"random": 0.2, "first": 0.3, "second": 0.35, "cuts": 0.15}
+#: How the examples are shared between the tests; the oversized frames, the trickled requests
+#: and the crowded examples come on top.
+SHARES: Final = {"random": 0.18, "first": 0.28, "second": 0.32, "cuts": 0.14, "shapes": 0.08}
 #: Frames near the 1 MiB cap cost milliseconds each: a few dozen cover every boundary.
 OVERSIZED: Final = max(24, EXAMPLES // 400)
+#: A trickled request lasts past the request deadline: each example takes about a second.
+TRICKLED: Final = max(12, EXAMPLES // 1000)
+#: Examples run while another process holds every slot (each costs a shed and a refill).
+CROWDED: Final = max(60, EXAMPLES // 50)
+#: The request deadline of the receiver the trickled requests meet (the default is 5 s), and the
+#: pause between their pieces: several pauses outlast the deadline, none comes near the idle bound.
+TRICKLE_DEADLINE_S: Final = 0.3
+TRICKLE_PAUSE_S: Final = 0.12
 
 
 def count(share: str) -> int:
     """How many examples the test with this share runs."""
-    return OVERSIZED if share == "oversized" else max(1, round(EXAMPLES * SHARES[share]))
+    fixed = {"oversized": OVERSIZED, "trickled": TRICKLED, "crowded": CROWDED}
+    return fixed.get(share) or max(1, round(EXAMPLES * SHARES[share]))
 
 
 #: A long run is split into runs of at most this many examples, each with its own fixed seed:
@@ -244,6 +265,53 @@ def oversized_streams(draw: st.DrawFn, live: LiveReceiver) -> bytes:
 
 
 @st.composite
+def shape_streams(draw: st.DrawFn, live: LiveReceiver) -> bytes:
+    """A first frame, or a second frame after a genuine authenticated hello, padded so that one
+    count of its shape lands at, just short of or past its bound (see ``strategies.shaped``)."""
+    now = live.now_ms()
+    target = identity(live.target)
+    sender = pick(draw, live.valid_senders)
+    bounds = (MAX_STRINGS, MAX_CONTAINERS, MAX_SEPARATORS)
+    if draw(st.booleans()):
+        claim = sender if draw(st.booleans()) else None
+        first = shaped(draw, hello_obj(target, sender=claim, request_id="h5"), bounds)
+        frames = [first, *following_frames(draw, live, now)]
+    else:
+        hello = encode(hello_obj(target, sender=sender, request_id="h5"))
+        kind = pick(draw, ["message", "message", "status"])
+        base = (
+            resolve(fresh_message(live), now)
+            if kind == "message"
+            else status_obj(request_id="s5", message_id=live.fresh("q"))
+        )
+        assert isinstance(base, Obj)
+        frames = [hello, shaped(draw, base, bounds), *following_frames(draw, live, now)]
+    return frame(draw, frames, cut_one_in=10)
+
+
+@st.composite
+def late_requests(draw: st.DrawFn, live: LiveReceiver) -> tuple[bytes, list[bytes]]:
+    """A hello (mostly a good one) and a second frame without its LF, cut into pieces."""
+    now = live.now_ms()
+    target = identity(live.target)
+    sender = pick(draw, live.valid_senders)
+    claim = pick(draw, [sender, sender, None, pick(draw, live.impostors)])
+    first = encode(hello_obj(target, sender=claim, request_id="h6")) + b"\n"
+    kind = pick(draw, ["message", "message", "status", "line"])
+    if kind == "message":
+        second = wire(mutate(draw, fresh_message(live), MESSAGE_POOLS, most=1), now)
+    elif kind == "status":
+        second = encode(status_obj(request_id="s6", message_id=live.fresh("q")))
+    else:
+        second = draw(GARBAGE_LINES)
+    second = second.replace(b"\n", b" ")
+    cuts = sorted({position(draw, len(second)) for _ in range(draw(st.integers(3, 5)))})
+    edges = [0, *cuts, len(second)]
+    pieces = [second[a:b] for a, b in itertools.pairwise(edges) if b > a]
+    return first, pieces
+
+
+@st.composite
 def _chunked(draw: st.DrawFn, streams: st.SearchStrategy[bytes]) -> tuple[bytes, list[bytes]]:
     stream = draw(streams)
     return stream, chunk(draw, stream)
@@ -289,3 +357,34 @@ def test_fuzz_valid_conversations_cut_anywhere_and_chunked(live: LiveReceiver) -
 
 def test_fuzz_frames_at_the_one_mebibyte_cap(live: LiveReceiver) -> None:
     _run(live, oversized_streams(live), "oversized")
+
+
+def test_fuzz_frame_shapes_at_their_bounds(live: LiveReceiver) -> None:
+    _run(live, shape_streams(live), "shapes")
+    assert live.model.admitted, "no padded message within the bounds was admitted"
+
+
+def test_fuzz_requests_trickled_past_the_request_deadline(locations: Locations) -> None:
+    config = EndpointConfig(request_deadline_s=TRICKLE_DEADLINE_S)
+    with live_receiver(locations, endpoint=config) as live:
+
+        @fuzz_settings(count("trickled"), derandomize=True)
+        @given(example=late_requests(live))
+        def run(example: tuple[bytes, list[bytes]]) -> None:
+            first, pieces = example
+            live.check_late(first, pieces, TRICKLE_PAUSE_S)
+
+        run()
+        live.final_accounting()
+        assert live.model.admitted == []
+        assert live.endpoint_counters().request_deadline_cuts >= 1
+
+
+def test_fuzz_while_another_process_holds_every_slot(live: LiveReceiver) -> None:
+    """Every slot is taken (and retaken as soon as it is shed) by another process, in every
+    phase; each example still gets exactly the model's replies: fairness gives it a slot."""
+    pools = hello_pools(identity(live.target), [*live.valid_senders, *live.impostors])
+    streams = st.one_of(first_frame_streams(live, pools), second_frame_streams(live))
+    with crowd(live.target, MAX_CONNECTIONS):
+        _run(live, streams, "crowded")
+        assert live.endpoint_counters().shed >= 1

@@ -25,6 +25,8 @@ SMALL_CAP = 1024
 #: Injected deadlines: long enough for a loaded machine to do the handshake, short enough to wait.
 DEADLINE_S = 0.4
 IDLE_S = 0.3
+#: An injected request deadline: several idle bounds long, so only a trickle can reach it.
+REQUEST_S = 0.9
 
 
 def padded(frame: bytes, total: int) -> bytes:
@@ -284,6 +286,76 @@ async def test_idle_bound_is_inactivity_and_the_connection_deadline_is_absolute(
         stats = beta.endpoint.statistics()
         assert (stats.deadline_cuts, stats.idle_cuts) == (1, 0)
         await assert_still_serving(locations, reg)
+
+
+async def test_a_request_trickled_after_ready_is_cut_at_the_request_deadline(
+    locations: Locations,
+) -> None:
+    """Regression: one byte of a second frame every so often never lets the idle bound fire, and
+    the connection deadline is 30 s away, so a slot was held as long as the client liked. Now
+    the second frame must be complete ``request_deadline_s`` after ``ready``."""
+    config = EndpointConfig(
+        connection_deadline_s=30.0, idle_after_hello_s=IDLE_S, request_deadline_s=REQUEST_S
+    )
+    alpha = published_sender(locations)
+    async with settled_peer(locations, "beta", config=config) as beta:
+        reg = beta.registration
+        async with RawClient.connect(reg.socket_path) as client:
+            await client.send(line(hello(reg, sender=alpha)))
+            assert (await client.read_reply()).status == "ready"
+            started = anyio.current_time()
+            frame = line(message())
+
+            async def trickle() -> None:
+                # Pacing, not ordering: one byte per third of the idle bound keeps it from firing.
+                try:
+                    for byte in frame[:-1]:
+                        await anyio.sleep(IDLE_S / 3)
+                        await client.send(bytes([byte]))
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    return
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(trickle)
+                client.limit_s = REQUEST_S + 3
+                assert await client.read_to_eof() == b""
+                elapsed = anyio.current_time() - started
+                tg.cancel_scope.cancel()
+        assert REQUEST_S - 0.05 <= elapsed < REQUEST_S + 1.5
+        stats = beta.endpoint.statistics()
+        assert (stats.request_deadline_cuts, stats.idle_cuts, stats.deadline_cuts) == (1, 0, 0)
+        assert beta.inbox.entries == []
+        await assert_still_serving(locations, reg)
+
+
+async def test_a_request_written_as_ready_arrives_is_untouched_by_the_request_deadline(
+    locations: Locations,
+) -> None:
+    config = EndpointConfig(request_deadline_s=REQUEST_S)
+    async with (
+        settled_peer(locations, "beta", config=config) as beta,
+        settled_peer(locations, "alpha") as alpha,
+    ):
+        receipt = await alpha.send(beta, "on time")
+        assert receipt.status == "submitted"  # type: ignore[attr-defined]
+        assert [entry.text for entry in beta.inbox.entries] == ["on time"]
+        assert beta.endpoint.statistics().request_deadline_cuts == 0
+
+
+async def test_silence_after_ready_is_an_idle_cut_when_both_bounds_meet(
+    locations: Locations,
+) -> None:
+    """With the defaults both bounds are 5 s from ``ready``: a silent client is idle (the
+    contract's rule), not late."""
+    config = EndpointConfig(idle_after_hello_s=IDLE_S, request_deadline_s=IDLE_S)
+    async with settled_peer(locations, "beta", config=config) as beta:
+        reg = beta.registration
+        async with RawClient.connect(reg.socket_path) as client:
+            await client.send(line(hello(reg)))
+            assert (await client.read_reply()).status == "ready"
+            assert await client.read_to_eof() == b""
+        stats = beta.endpoint.statistics()
+        assert (stats.idle_cuts, stats.request_deadline_cuts) == (1, 0)
 
 
 # -- connection cap --------------------------------------------------------------------------------

@@ -120,13 +120,19 @@ class InboxPrinter:
         snapshot = runtime.snapshot()
         if snapshot is None:
             return
+        checks = runtime.peer_checks()
         if self._json:
-            self.emit("status", "", **render.status_data(snapshot), inbound=runtime.inbound)
+            data = {**render.status_data(snapshot), **render.peer_check_data(checks)}
+            self.emit("status", "", **data, inbound=runtime.inbound)
             return
         registration = runtime.registration()
         me = None if registration is None else PublicPeer.from_registration(registration)
-        text = render.status_text(snapshot, me=me)
-        self.emit("status", f"status:\n{text}\n{words.inbox_inbound(self._refusing)}")
+        lines = [
+            render.status_text(snapshot, me=me),
+            *render.peer_check_lines(checks),
+            words.inbox_inbound(self._refusing),
+        ]
+        self.emit("status", "status:\n" + "\n".join(lines))
 
     def stopped(self, error: BaseException | None) -> None:
         """The inbox's last event."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pi_cross_session.cli import exits
@@ -60,31 +61,44 @@ async def list_live(locations: paths.Locations) -> Listing:
     )
 
 
-def peers_of(locations: paths.Locations, console: Console) -> tuple[Sequence[PublicPeer], int]:
-    """The live peers and the count of registrations left unread (blocking: runs an event loop
-    only when there is something to probe)."""
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What ``peers`` shows: the live peers, the registrations left unread past the listing
+    window, and the sessions the listing could not check (out of descriptors)."""
+
+    peers: Sequence[PublicPeer] = ()
+    unread: int = 0
+    unchecked: int = 0
+
+
+def peers_of(locations: paths.Locations, console: Console) -> Found:
+    """The live peers (blocking: runs an event loop only when there is something to probe)."""
     if not os.path.lexists(locations.peers_dir):
-        return (), 0  # nothing there to judge or to list
+        return Found()  # nothing there to judge or to list
     console.enable_logging()  # from here on, the file layer and the probes may log
     if not _anything_to_list(locations):
-        return (), 0
+        return Found()
     import anyio
 
     listing = anyio.run(list_live, locations)
-    return listing.peers, listing.unread
+    return Found(listing.peers, listing.unread, listing.unchecked)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """List the live sessions, as a table or as JSON."""
-    peers, unread = peers_of(paths.resolve(), console)
+    found = peers_of(paths.resolve(), console)
     if args.json:
-        console.json({"peers": [peer.to_dict() for peer in peers], "unread": unread})
-    else:
-        from pi_cross_session.cli import words
+        peers = [peer.to_dict() for peer in found.peers]
+        console.json({"peers": peers, "unread": found.unread, "unchecked": found.unchecked})
+        return exits.EXIT_OK
+    from pi_cross_session.cli import words
 
-        console.result(words.peer_table(peers))
-        if unread:
-            from pi_cross_session.plugin.render import unread_line
+    table = words.peer_table(found.peers, unchecked=bool(found.unchecked))
+    if table:
+        console.result(table)
+    if found.unread or found.unchecked:
+        from pi_cross_session.plugin.render import unchecked_line, unread_line
 
-            console.result(str(unread_line(unread)))
+        notes = [unread_line(found.unread), found.unchecked and unchecked_line(found.unchecked)]
+        console.result("\n".join(note for note in notes if note))
     return exits.EXIT_OK

@@ -16,7 +16,13 @@ from typing import cast
 from pi_cross_session.cli import exits, words
 from pi_cross_session.cli.console import Console
 from pi_cross_session.plugin.cli_identity import Held, Holder
-from pi_cross_session.plugin.outbound import Outbox, local_failure
+from pi_cross_session.plugin.outbound import (
+    Outbox,
+    find_target,
+    list_for_send,
+    local_failure,
+    unchecked_failure,
+)
 from pi_cross_session.plugin.render import SendReport
 from pi_cross_session.protocol.addressing import AddressError, resolve_target
 from pi_cross_session.protocol.codes import Code
@@ -80,15 +86,18 @@ class AddressFailure:
 
 async def resolve(held: Held, target: str) -> Resolved | AddressFailure:
     """List the live sessions as ``held`` and find the one ``target`` names."""
-    listing = await held.outbox.list_peers()
+    listing = await list_for_send(held.outbox)
+    if isinstance(listing, SendReport):  # out of descriptors: nothing was sent
+        return AddressFailure(listing, line(listing.detail or listing.status))
     me = held.outbox.me
-    own = [me] if me is not None else []
-    self_id = held.identity.instance_id
     try:
-        peer = resolve_target(target, [*listing.peers, *own], self_instance_id=self_id)
+        peer = find_target(held.outbox, listing, target)
     except AddressError as exc:
         candidates: tuple[PublicPeer, ...] = ()
         if exc.code == Code.NOT_FOUND:
+            unchecked = unchecked_failure(listing)
+            if unchecked is not None:
+                return AddressFailure(unchecked, line(unchecked.detail or unchecked.status))
             text = words.not_found(target, listing.peers, unread=listing.unread)
         elif exc.code == Code.AMBIGUOUS:
             candidates = tuple(cast(Sequence[PublicPeer], exc.candidates))

@@ -92,10 +92,11 @@ def _git_cell(peer: PublicPeer) -> str:
 PEER_COLUMNS: Final = ("ADDRESS", "STATUS", "INBOUND", "SESSION", "GIT", "CWD")
 
 
-def peer_table(peers: Sequence[PublicPeer]) -> str:
-    """The live sessions as aligned columns, a header first; or a line saying there is none."""
+def peer_table(peers: Sequence[PublicPeer], *, unchecked: bool = False) -> str:
+    """The live sessions as aligned columns, a header first; or a line saying there is none
+    (an empty header instead when some sessions could not be checked: "none" would be untrue)."""
     if not peers:
-        return NO_PEERS
+        return "" if unchecked else NO_PEERS
     rows = [PEER_COLUMNS] + [
         (
             peer_address(peer),

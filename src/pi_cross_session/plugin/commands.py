@@ -66,7 +66,7 @@ async def peers(runtime: SessionRuntime) -> str:
     """``/peers`` and ``/list-pi``: this session, then one line per live peer."""
     me = await runtime.me()
     listing = await runtime.list_peers()
-    return render.listing(me, listing.peers, unread=listing.unread)
+    return render.listing(me, listing.peers, unread=listing.unread, unchecked=listing.unchecked)
 
 
 def _me(runtime: SessionRuntime) -> PublicPeer | None:

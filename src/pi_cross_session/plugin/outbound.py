@@ -37,7 +37,12 @@ from dataclasses import dataclass, replace
 import anyio
 
 from pi_cross_session.plugin import render
-from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.plugin.render import (
+    NEXT_SHORT_OF_RESOURCES,
+    SendReport,
+    listing_short,
+    target_unchecked,
+)
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.addressing import AddressError, resolve_target
 from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
@@ -51,7 +56,7 @@ from pi_cross_session.protocol.codes import (
     status_answer,
 )
 from pi_cross_session.protocol.discovery import Listing
-from pi_cross_session.protocol.errors import FrameTooLargeError
+from pi_cross_session.protocol.errors import CrossSessionError, FrameTooLargeError
 from pi_cross_session.protocol.exchange import ExchangeError, Exchanger, Progress, Receipt
 from pi_cross_session.protocol.frames import ID_RE, WIRE_VERSION, Message, Sender, dumps_frame
 from pi_cross_session.protocol.limits import (
@@ -65,6 +70,7 @@ from pi_cross_session.protocol.limits import (
     MAX_TEXT_UNITS,
     MAX_TOOL_SUMMARY_UNITS,
 )
+from pi_cross_session.protocol.pressure import shortage
 from pi_cross_session.protocol.registration import PublicPeer, Registration
 from pi_cross_session.protocol.text import clean_line, is_blank, is_well_formed, utf16_length
 from pi_cross_session.security.goals import GoalConfirmations, Reservation
@@ -122,7 +128,9 @@ def check_input(
     return None
 
 
-def local_failure(code: str, detail: str, *, target: PublicPeer | None = None) -> SendReport:
+def local_failure(
+    code: str, detail: str, *, target: PublicPeer | None = None, next_step: str | None = None
+) -> SendReport:
     """A report for an ending decided before anything was written to a peer."""
     verdict = classify(code)
     return SendReport(
@@ -132,7 +140,7 @@ def local_failure(code: str, detail: str, *, target: PublicPeer | None = None) -
         target=target,
         state=verdict.state,
         retryable=verdict.retryable,
-        next=verdict.next,
+        next=next_step or verdict.next,
         detail=detail,
         message_written=False,
     )
@@ -157,6 +165,7 @@ def exchange_failure(exc: ExchangeError, message_id: str, peer: PublicPeer) -> S
         detail += f" with a status outside the protocol: {_peer_text(exc.code, MAX_STATUS_UNITS)}"
     if exc.remote_error is not None:
         detail += f": {_peer_text(exc.remote_error)}"
+    short = not exc.message_written and shortage(exc) is not None
     return SendReport(
         ok=False,
         status=code,
@@ -164,20 +173,61 @@ def exchange_failure(exc: ExchangeError, message_id: str, peer: PublicPeer) -> S
         target=peer,
         state=verdict.state,
         retryable=verdict.retryable,
-        next=verdict.next,
+        next=NEXT_SHORT_OF_RESOURCES if short else verdict.next,
         detail=detail,
         message_written=exc.message_written,
     )
 
 
-async def resolve(outbox: Outbox, target: str) -> tuple[PublicPeer, Listing] | SendReport:
-    """The live peer ``target`` names, with the listing it came from, or a failure report."""
-    listing = await outbox.list_peers()
+async def list_for_send(outbox: Outbox) -> Listing | SendReport:
+    """The listing a send resolves its target in, or a failure report when the listing itself
+    failed for lack of a kernel resource (``transport_error``, nothing written)."""
+    try:
+        return await outbox.list_peers()
+    except CrossSessionError as exc:
+        short = shortage(exc)
+        if short is None:
+            raise
+        return local_failure(
+            Code.TRANSPORT_ERROR, listing_short(short), next_step=NEXT_SHORT_OF_RESOURCES
+        )
+
+
+def unchecked_failure(listing: Listing) -> SendReport | None:
+    """A target not found while the listing could not check every session is no ``not_found``:
+    the target may be among those sessions. ``None`` when every session was checked."""
+    if not listing.unchecked:
+        return None
+    return local_failure(
+        Code.TRANSPORT_ERROR,
+        target_unchecked(listing.unchecked),
+        next_step=NEXT_SHORT_OF_RESOURCES,
+    )
+
+
+def find_target(outbox: Outbox, listing: Listing, target: str) -> PublicPeer:
+    """The one live peer (or this session itself) ``target`` names in ``listing``; raises
+    :class:`AddressError` otherwise."""
     own = [outbox.me] if outbox.me is not None else []
     self_id = outbox.me.instance_id if outbox.me is not None else outbox.sender.instance_id
+    return resolve_target(target, [*listing.peers, *own], self_instance_id=self_id)
+
+
+async def resolve(outbox: Outbox, target: str) -> tuple[PublicPeer, Listing] | SendReport:
+    """The live peer ``target`` names, with the listing it came from, or a failure report.
+
+    Out of file descriptors (or buffers, or memory), a listing that failed, or that could not
+    check every session, ends in ``transport_error`` with nothing written, never ``not_found``.
+    """
+    listing = await list_for_send(outbox)
+    if isinstance(listing, SendReport):
+        return listing
     try:
-        peer = resolve_target(target, [*listing.peers, *own], self_instance_id=self_id)
+        peer = find_target(outbox, listing, target)
     except AddressError as exc:
+        unchecked = unchecked_failure(listing) if exc.code == Code.NOT_FOUND else None
+        if unchecked is not None:
+            return unchecked
         detail = str(exc)
         unread = render.unread_line(listing.unread) if exc.code == Code.NOT_FOUND else None
         # The target may be among the registrations the listing never read: say so.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -42,7 +42,7 @@ from pi_cross_session.security.auth import RefusalCause
 from pi_cross_session.security.goals import GoalEnd, GoalStatus, RevokeReason
 
 if TYPE_CHECKING:  # runtime imports render; the type is only needed for annotations
-    from pi_cross_session.plugin.runtime import PeerChecks
+    from pi_cross_session.plugin.runtime import PeerChecks, Pressure
 
 #: The statement appended to every inbound peer message (spec §7.1 lists what it must cover).
 PEER_TEXT_NOTICE: Final = (
@@ -182,11 +182,14 @@ def inbox_row(row: Row) -> str:
     return text
 
 
-def listing(me: PublicPeer | None, peers: Sequence[PublicPeer], *, unread: int = 0) -> str:
+def listing(
+    me: PublicPeer | None, peers: Sequence[PublicPeer], *, unread: int = 0, unchecked: int = 0
+) -> str:
     """The text of ``list_pi`` and ``/peers``: this session first, then one line per peer, then
-    a line saying how many registrations the listing left unread, if any."""
+    a line for the registrations the listing left unread and for the sessions it could not
+    check, if any."""
     first = f"This session: {display_line(me)}" if me is not None else INBOX_UNAVAILABLE
-    return "\n".join([first, *peer_lines(peers, unread=unread)])
+    return "\n".join([first, *peer_lines(peers, unread=unread, unchecked=unchecked)])
 
 
 def address(peer: PublicPeer | Registration) -> str:
@@ -203,12 +206,18 @@ def runtime_ids(peers: Sequence[PublicPeer]) -> str | None:
     return f"Runtime ids (for peer_goal bind): {ids}"
 
 
-def peer_lines(peers: Sequence[PublicPeer], *, unread: int = 0) -> list[str]:
-    """One display line per live peer, or a line saying there is none; then the
-    :func:`unread_line`, if the listing left registrations unread."""
-    lines = [display_line(peer) for peer in peers] or [NO_PEERS]
+def peer_lines(peers: Sequence[PublicPeer], *, unread: int = 0, unchecked: int = 0) -> list[str]:
+    """One display line per live peer, or a line saying there is none (never when sessions went
+    unchecked); then the :func:`unread_line` and the :func:`unchecked_line`, if they apply."""
+    lines = [display_line(peer) for peer in peers]
+    if not lines and not unchecked:
+        lines = [NO_PEERS]
     note = unread_line(unread)
-    return lines if note is None else [*lines, note]
+    if note is not None:
+        lines.append(note)
+    if unchecked:
+        lines.append(unchecked_line(unchecked))
+    return lines
 
 
 def unread_line(unread: int) -> str | None:
@@ -222,6 +231,34 @@ def unread_line(unread: int) -> str | None:
         f"{unread} more registration{'s were' if unread != 1 else ' was'} left unread: a listing "
         f"reads only the first {MAX_LISTED_REGISTRATIONS} in the peers dir, so a live session "
         "among the rest is not shown. `pi-cross-session doctor` says what fills the peers dir."
+    )
+
+
+def unchecked_line(unchecked: int) -> str:
+    """A listing could not look at every session: say so, rather than "no peers"."""
+    return (
+        f"{unchecked} session(s) could not be checked: this process ran out of file descriptors "
+        "(or buffers, or memory) while listing; the list is incomplete, try again shortly."
+    )
+
+
+#: ``next`` of a send that ended for lack of a kernel resource before anything was written.
+NEXT_SHORT_OF_RESOURCES: Final = (
+    "Nothing was sent: this process ran out of file descriptors (or buffers, or memory); "
+    "retry once it holds fewer open files"
+)
+
+
+def listing_short(shortage: str) -> str:
+    """The detail of a send whose listing failed for lack of a kernel resource."""
+    return f"could not list the sessions: this process is out of resources ({shortage})"
+
+
+def target_unchecked(unchecked: int) -> str:
+    """The detail of a send whose target was not found while sessions went unchecked."""
+    return (
+        f"the target was not among the sessions checked, and {unchecked} could not be checked: "
+        "this process is out of file descriptors (or buffers, or memory)"
     )
 
 
@@ -702,8 +739,8 @@ def peer_check_lines(checks: PeerChecks | None, *, recent: int = 3) -> list[str]
         head = "Peer checks: kernel credentials unavailable here (pids and uids not enforced)"
     else:
         head = f"Peer checks: {checks.source}; other uids closed {checks.foreign_uid_closed}"
-    if checks.shed_waiting:
-        head += f"; stalled connections shed {checks.shed_waiting}"
+    if checks.shed:
+        head += f"; connections shed for newcomers {checks.shed}"
     refused = ", ".join(f"{_word(cause)} {n}" for cause, n in sorted(checks.auth.refusals.items()))
     lines = [head + (f"; hellos refused: {refused}" if refused else "")]
     changed = checks.auth.refusals.get(RefusalCause.PID_CHANGED.value, 0)
@@ -715,7 +752,49 @@ def peer_check_lines(checks: PeerChecks | None, *, recent: int = 3) -> list[str]
         )
     for text in checks.auth.recent[-recent:] if recent > 0 else ():
         lines.append(f"  {_diagnostic(text)}")
+    pressure = pressure_line(checks.pressure)
+    if pressure is not None:
+        lines.append(pressure)
     return lines
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+
+
+def _ago(seconds: float | None) -> str:
+    return "" if seconds is None else f", last {seconds:.0f} s ago"
+
+
+def pressure_line(pressure: Pressure) -> str | None:
+    """One line on what the session did to keep serving under load; ``None`` if nothing."""
+    if not pressure.pressed:
+        return None
+    parts: list[str] = []
+    if pressure.accept_failures:
+        parts.append(
+            f"accept failed {_counts(pressure.accept_failures)}"
+            f"{_ago(pressure.last_accept_failure_age_s)} (kept serving)"
+        )
+    if pressure.descriptor_cap is not None:
+        parts.append(
+            f"file descriptors short: connections held to {pressure.descriptor_cap} "
+            "(counted again every second)"
+        )
+    if pressure.shed_for_descriptors:
+        parts.append(f"connections shed to free descriptors {pressure.shed_for_descriptors}")
+    if pressure.registration_retries:
+        parts.append(
+            f"registration writes retried {_counts(pressure.registration_retries)}"
+            f"{_ago(pressure.last_registration_retry_age_s)}"
+        )
+    if pressure.request_deadline_cuts:
+        parts.append(f"requests too slow after ready {pressure.request_deadline_cuts}")
+    if pressure.costly_frames:
+        parts.append(f"frames too costly to parse {pressure.costly_frames}")
+    if pressure.throttled_reads:
+        parts.append(f"reads slowed for a process over its share {pressure.throttled_reads}")
+    return "Under pressure: " + "; ".join(parts)
 
 
 def peer_check_data(checks: PeerChecks | None) -> dict[str, Any]:
@@ -728,10 +807,27 @@ def peer_check_data(checks: PeerChecks | None) -> dict[str, Any]:
             "foreignUidClosed": checks.foreign_uid_closed,
             "credentialsUnreadable": checks.credentials_unreadable,
             "unverified": checks.unverified,
-            "shedWaiting": checks.shed_waiting,
+            "shed": checks.shed,
             "helloRefusals": dict(checks.auth.refusals),
             "recent": list(checks.auth.recent),
+            "pressure": pressure_data(checks.pressure),
         }
+    }
+
+
+def pressure_data(pressure: Pressure) -> dict[str, Any]:
+    """What :func:`pressure_line` says, for ``--json``."""
+    return {
+        "acceptFailures": dict(pressure.accept_failures),
+        "lastAcceptFailure": pressure.last_accept_failure,
+        "lastAcceptFailureAgeS": pressure.last_accept_failure_age_s,
+        "descriptorCap": pressure.descriptor_cap,
+        "shedForDescriptors": pressure.shed_for_descriptors,
+        "requestDeadlineCuts": pressure.request_deadline_cuts,
+        "costlyFrames": pressure.costly_frames,
+        "throttledReads": pressure.throttled_reads,
+        "registrationRetries": dict(pressure.registration_retries),
+        "lastRegistrationRetryAgeS": pressure.last_registration_retry_age_s,
     }
 
 
@@ -874,6 +970,7 @@ __all__ = [
     "NAME_COMMAND_DESCRIPTION",
     "NAME_SOURCES",
     "NAME_USAGE",
+    "NEXT_SHORT_OF_RESOURCES",
     "NO_PEERS",
     "PEERS_COMMAND_DESCRIPTION",
     "PEER_TEXT_NOTICE",
@@ -913,6 +1010,7 @@ __all__ = [
     "invalid_inbound_option",
     "invalid_name_option",
     "listing",
+    "listing_short",
     "message_preview",
     "name_changed",
     "name_current",
@@ -922,6 +1020,8 @@ __all__ = [
     "peer_check_lines",
     "peer_lines",
     "peer_message",
+    "pressure_data",
+    "pressure_line",
     "registration_lost",
     "resume_text",
     "runtime_ids",
@@ -932,7 +1032,9 @@ __all__ = [
     "status_json",
     "status_query_result",
     "status_text",
+    "target_unchecked",
     "tool_failure",
+    "unchecked_line",
     "unread_line",
     "unreadable_config",
     "utf16_limit_error",

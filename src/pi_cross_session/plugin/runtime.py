@@ -129,8 +129,47 @@ class GoalView:
 
 
 @dataclass(frozen=True, slots=True)
+class Pressure:
+    """What the session did to keep serving under load: a snapshot for the status.
+
+    All zero (and ``descriptor_cap`` ``None``) for a session nobody pressed.
+    """
+
+    #: Failed ``accept`` calls by errno name; none ended the endpoint.
+    accept_failures: Mapping[str, int] = field(default_factory=dict)
+    last_accept_failure: str | None = None
+    last_accept_failure_age_s: float | None = None
+    #: Connections allowed while file descriptors are short (``None``: not short).
+    descriptor_cap: int | None = None
+    #: Connections closed to free descriptors (part of ``PeerChecks.shed``).
+    shed_for_descriptors: int = 0
+    #: Second frames not complete in time after ``ready`` (a trickle), cut.
+    request_deadline_cuts: int = 0
+    #: Frames refused unparsed because their JSON would cost more than any valid frame's.
+    costly_frames: int = 0
+    #: Reads delayed because the connecting process had used its byte budget.
+    throttled_reads: int = 0
+    #: Registration writes that failed for lack of resources and were retried, by errno name.
+    registration_retries: Mapping[str, int] = field(default_factory=dict)
+    last_registration_retry_age_s: float | None = None
+
+    @property
+    def pressed(self) -> bool:
+        """True when anything here happened at all."""
+        return bool(
+            self.accept_failures
+            or self.descriptor_cap is not None
+            or self.request_deadline_cuts
+            or self.costly_frames
+            or self.throttled_reads
+            or self.registration_retries
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class PeerChecks:
-    """Who the receiver turned away before admission: by kernel credentials, by hello."""
+    """Who the receiver turned away before admission: by kernel credentials, by hello; and what
+    it did to keep serving under load."""
 
     #: How peer credentials are read here (``SO_PEERCRED``, ``LOCAL_PEERCRED``, ``unavailable``).
     source: str
@@ -138,8 +177,9 @@ class PeerChecks:
     foreign_uid_closed: int
     credentials_unreadable: int
     unverified: int
-    #: Connections that never finished their first line, closed at capacity for a newcomer.
-    shed_waiting: int = 0
+    #: Connections closed (without a byte) for a newcomer, at capacity or out of descriptors.
+    shed: int = 0
+    pressure: Pressure = field(default_factory=Pressure)
 
 
 class NotReadyError(CrossSessionError):
@@ -644,13 +684,30 @@ class SessionRuntime:
         if inc is None:
             return None
         stats = inc.endpoint.statistics()
+        registrar = inc.registrar
+        retried_at = registrar.last_retry_at
+        pressure = Pressure(
+            accept_failures=stats.accept_failures,
+            last_accept_failure=stats.last_accept_failure,
+            last_accept_failure_age_s=stats.last_accept_failure_age_s,
+            descriptor_cap=stats.descriptor_cap,
+            shed_for_descriptors=stats.shed_for_descriptors,
+            request_deadline_cuts=stats.request_deadline_cuts,
+            costly_frames=stats.costly_frames,
+            throttled_reads=stats.throttled_reads,
+            registration_retries=registrar.retries,
+            last_registration_retry_age_s=None
+            if retried_at is None
+            else max(0.0, (self.options.clock.wall_ms() - retried_at) / 1000),
+        )
         return PeerChecks(
             source=PEER_CREDENTIALS_SOURCE,
             auth=inc.authenticator.diagnostics(),
             foreign_uid_closed=stats.foreign_uid_closed,
             credentials_unreadable=stats.credentials_unreadable,
             unverified=stats.unverified,
-            shed_waiting=stats.shed_waiting,
+            shed=stats.shed,
+            pressure=pressure,
         )
 
     # -- goals -----------------------------------------------------------------------------------
@@ -847,6 +904,7 @@ __all__ = [
     "GoalView",
     "NotReadyError",
     "PeerChecks",
+    "Pressure",
     "RuntimeOptions",
     "SessionRuntime",
 ]

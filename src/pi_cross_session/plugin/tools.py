@@ -301,7 +301,7 @@ async def run_list_pi(runtime: SessionRuntime) -> ToolOutput:
         "peers": [peer.to_dict() for peer in listing.peers],
         "unread": listing.unread,
     }
-    text = render.listing(me, listing.peers, unread=listing.unread)
+    text = render.listing(me, listing.peers, unread=listing.unread, unchecked=listing.unchecked)
     ids = render.runtime_ids(listing.peers)
     return ToolOutput(text if ids is None else f"{text}\n{ids}", details)
 

@@ -11,11 +11,14 @@ SANS_IO_MODULES = (
     "codec",
     "codes",
     "errors",
+    "fairness",
     "frames",
     "limits",
     "paths",
+    "pressure",
     "registration",
     "sanitize",
+    "shape",
     "text",
 )
 

@@ -29,6 +29,13 @@ Decisions where the contract leaves room:
   advertising its endpoint), then reports the error once through ``on_failure``; closing the
   endpoint, dropping queued messages and the rest of the cleanup are the runtime's, which calls
   :meth:`Registrar.unregister` again as part of it (harmless: it is idempotent).
+* **Except for a shortage.** A write that failed because the process ran out of file
+  descriptors, buffers or memory (:func:`~pi_cross_session.protocol.pressure.shortage`) says
+  nothing about the registration: the record on disk is still ours and still true, only older.
+  Leaving the network for that would hand an attacker who can exhaust our descriptors a way to
+  make us vanish. So such a failure is counted (:attr:`Registrar.retries`), and the write is tried
+  again after a short pause that doubles up to the heartbeat interval; a refresh that fails so
+  asks the heartbeat for that early retry.
 * **Reaping is serialised across processes** with a lock file ``.reap.lock`` in the peers dir
   (a dot-file, so no listing ever reads it). A lister that cannot take the lock quickly skips
   reaping this time: another lister is doing it, and the next listing will finish the job.
@@ -57,6 +64,7 @@ from pi_cross_session.protocol.errors import CrossSessionError, LocalProtocolErr
 from pi_cross_session.protocol.gitinfo import resolve_git_info
 from pi_cross_session.protocol.limits import (
     HEARTBEAT_INTERVAL_S,
+    HEARTBEAT_RETRY_S,
     MAX_LISTED_REGISTRATIONS,
     MAX_REGISTRATION_BYTES,
     PROBE_DEADLINE_S,
@@ -65,6 +73,7 @@ from pi_cross_session.protocol.limits import (
     WRITE_WAIT_S,
 )
 from pi_cross_session.protocol.paths import Locations, instance_id_from_filename
+from pi_cross_session.protocol.pressure import Backoff, shortage
 from pi_cross_session.protocol.registration import (
     GitInfo,
     InvalidRegistrationError,
@@ -186,6 +195,7 @@ class Registrar:
         on_failure: Callable[[BaseException], None] | None = None,
         clock: Callable[[], int | float] = _epoch_ms,
         write_wait_s: float = WRITE_WAIT_S,
+        retry_s: float = HEARTBEAT_RETRY_S,
     ) -> None:
         if heartbeat_interval_s <= 0:
             raise ValueError("the heartbeat interval must be positive")
@@ -196,10 +206,14 @@ class Registrar:
         self._on_failure = on_failure
         self._clock = clock
         self._write_wait_s = write_wait_s
+        self._retry_s = min(retry_s, heartbeat_interval_s)
         self._lock = anyio.Lock()
         self._stopped = False
-        # Wakes a sleeping heartbeat when the registrar stops, so its task ends promptly.
-        self._stopped_event = anyio.Event()
+        # Wakes a sleeping heartbeat when the registrar stops (so its task ends promptly), or when
+        # a refresh failed for lack of resources (so it retries soon).
+        self._wake = anyio.Event()
+        self._retries: dict[str, int] = {}
+        self._last_retry_at: int | float | None = None
         self._failure_reported = False
         self._instance_id: str | None = None
         self._socket_path: str | None = None
@@ -226,6 +240,17 @@ class Registrar:
         return self._instance_id
 
     @property
+    def retries(self) -> Mapping[str, int]:
+        """Writes that failed for lack of a kernel resource and were (or will be) tried again,
+        by errno name; a copy."""
+        return dict(self._retries)
+
+    @property
+    def last_retry_at(self) -> int | float | None:
+        """When (``clock`` time, epoch ms by default) the newest of those failed."""
+        return self._last_retry_at
+
+    @property
     def writes(self) -> int:
         """How many writes reached the registration file."""
         return self._writes
@@ -243,7 +268,7 @@ class Registrar:
 
     def _stop(self) -> None:
         self._stopped = True
-        self._stopped_event.set()
+        self._wake.set()
 
     def _stamp(self, registration: Registration) -> Registration:
         """The snapshot with our ``updatedAt``, after checking it is still this incarnation."""
@@ -336,9 +361,24 @@ class Registrar:
         """Rewrite the registration from a fresh snapshot (a status, name or cwd change).
 
         Returns False, writing nothing, once the registrar is stopped: a status change racing
-        shutdown is normal. Raises the file layer's error if the write fails.
+        shutdown is normal. Raises the file layer's error if the write fails; when it failed for
+        lack of a kernel resource, the heartbeat also tries again soon.
         """
-        return await self._write()
+        try:
+            return await self._write()
+        except CrossSessionError as exc:
+            if self._note_shortage(exc):
+                self._wake.set()
+            raise
+
+    def _note_shortage(self, exc: BaseException) -> bool:
+        """Count ``exc`` if it is a shortage (True), else leave it to the caller (False)."""
+        name = shortage(exc)
+        if name is None:
+            return False
+        self._retries[name] = self._retries.get(name, 0) + 1
+        self._last_retry_at = self._clock()
+        return True
 
     async def run_heartbeat(
         self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -348,23 +388,38 @@ class Registrar:
         Start it with ``await task_group.start(registrar.run_heartbeat)``. It returns when the
         registrar is stopped. A failed write or a snapshot getter that raises ends it too: the
         registrar is fenced, its file removed, and ``on_failure`` called once with the error (or
-        the error logged when there is no callback). Beats are scheduled on a fixed grid; one that
-        a slow write made late is skipped rather than bunched.
+        the error logged when there is no callback) — except a failure for lack of a kernel
+        resource, which is counted and retried after a pause that doubles up to the interval.
+        Beats are scheduled on a fixed grid; one that a slow write made late is skipped rather
+        than bunched.
         """
         task_status.started()
+        backoff = Backoff(self._retry_s, self._interval_s)
         next_beat = anyio.current_time() + self._interval_s
         while not self._stopped:
-            with anyio.CancelScope(deadline=next_beat):
-                await self._stopped_event.wait()
+            with anyio.CancelScope(deadline=next_beat) as sleep:
+                await self._wake.wait()
             if self._stopped:
                 return
+            if not sleep.cancelled_caught:
+                # Woken early: a refresh failed for lack of resources. Retry soon, not at once.
+                self._wake = anyio.Event()
+                next_beat = min(next_beat, anyio.current_time() + backoff.next_delay())
+                continue
             try:
                 await self._write()
             except Exception as exc:
-                # Anything, including a bug in the snapshot getter: an incarnation that cannot
-                # keep its record current must stop advertising itself.
+                if self._note_shortage(exc):
+                    logger.warning(
+                        "registration write failed for lack of resources (%s); retrying", exc
+                    )
+                    next_beat = anyio.current_time() + backoff.next_delay()
+                    continue
+                # Anything else, including a bug in the snapshot getter: an incarnation that
+                # cannot keep its record current must stop advertising itself.
                 await self._fail(exc)
                 return
+            backoff.reset()
             now = anyio.current_time()
             next_beat += self._interval_s
             if next_beat <= now:
@@ -425,7 +480,9 @@ class Listing:
     by the file checks: symlink, not a regular file, foreign owner, loose mode, too large),
     ``unreadable`` (vanished, or the OS refused), ``invalid`` (bad content), ``hidden`` (probe
     failed but the process is not proven dead), ``reaped`` (probe failed, process dead, files
-    removed), ``reap_deferred`` (dead, but removal was left to another lister or failed), or self.
+    removed), ``reap_deferred`` (dead, but removal was left to another lister or failed),
+    ``unchecked`` (this process ran out of descriptors, buffers or memory reading or probing it),
+    or self.
     """
 
     peers: list[PublicPeer]
@@ -448,6 +505,10 @@ class Listing:
     reap_deferred: int = 0
     #: Probes that raised or overran the listing's guard (a bug in the probe, not in the peer).
     probe_faults: int = 0
+    #: Registrations that could not be read or probed because this process ran short of a
+    #: kernel resource (out of file descriptors …): nothing is known of them, so they are neither
+    #: listed nor hidden nor reaped, and a listing with any is incomplete.
+    unchecked: int = 0
 
     @property
     def skipped(self) -> int:
@@ -459,6 +520,7 @@ class _Outcome(Enum):
     LIVE = "live"
     FAILED = "failed"
     FAULT = "fault"
+    UNCHECKED = "unchecked"
 
 
 @dataclass(slots=True)
@@ -471,6 +533,7 @@ class _Scan:
     unsafe: int = 0
     unreadable: int = 0
     invalid: int = 0
+    unchecked: int = 0
 
 
 def _scan(
@@ -494,6 +557,8 @@ def _scan(
         except CrossSessionError as exc:
             if exc.code == Code.UNSAFE_ENDPOINT:
                 scan.unsafe += 1
+            elif shortage(exc) is not None:
+                scan.unchecked += 1  # our shortage, not the file's fault
             else:
                 scan.unreadable += 1
             logger.debug(
@@ -574,10 +639,14 @@ async def _probe_one(
     with anyio.move_on_after(guard_s):
         try:
             outcome = _Outcome.LIVE if await probe(registration) else _Outcome.FAILED
-        except Exception:
-            # A probe reports a dead or silent peer as False; raising is a bug in the probe. The
-            # listing carries on without this peer and the traceback is logged, not lost.
-            logger.exception("the probe of peer %s raised", registration.ref)
+        except Exception as exc:
+            if shortage(exc) is not None:
+                # Out of descriptors here: the probe learned nothing about the peer.
+                outcome = _Outcome.UNCHECKED
+            else:
+                # A probe reports a dead or silent peer as False; raising is a bug in the probe.
+                # The listing carries on without this peer and the traceback is logged.
+                logger.exception("the probe of peer %s raised", registration.ref)
     if outcome is _Outcome.FAULT:
         logger.debug("the probe of peer %s faulted or overran %.3f s", registration.ref, guard_s)
     outcomes[registration.instance_id] = outcome
@@ -618,7 +687,12 @@ async def list_peers(
             group.start_soon(_probe_one, probe, registration, probe_guard_s, outcomes)
 
     live = [r for r in scan.registrations if outcomes[r.instance_id] is _Outcome.LIVE]
-    failed = [r for r in scan.registrations if outcomes[r.instance_id] is not _Outcome.LIVE]
+    failed = [
+        r
+        for r in scan.registrations
+        if outcomes[r.instance_id] in (_Outcome.FAILED, _Outcome.FAULT)
+    ]
+    unchecked = scan.unchecked + sum(1 for o in outcomes.values() if o is _Outcome.UNCHECKED)
     settled = _Settled()
     if failed:
         settled = await anyio.to_thread.run_sync(
@@ -644,4 +718,5 @@ async def list_peers(
         reaped=settled.reaped,
         reap_deferred=settled.reap_deferred,
         probe_faults=sum(1 for outcome in outcomes.values() if outcome is _Outcome.FAULT),
+        unchecked=unchecked,
     )

@@ -14,7 +14,27 @@ what is admitted. For each connection it
 Frames are handled strictly in order and one at a time, so a fault that arrives after a message can
 never undo that message's admission (spec §3.1). A connection lives at most
 ``connection_deadline_s`` from accept, and after its hello at most ``idle_after_hello_s`` without
-receiving anything.
+receiving anything and ``request_deadline_s`` in all until its second frame is complete.
+
+What one hostile process of the same user can make it spend is bounded too (``docs/security.md``,
+"Under attack"):
+
+* **slots** — at capacity, or when ``accept`` fails for lack of file descriptors, a connection
+  gives way to the newcomer by :class:`~pi_cross_session.protocol.fairness.SheddingPolicy`: the
+  process holding the most connections first, then the oldest past ``shed_after_s``; only one
+  being answered never does. The 65th connection is destroyed, as the contract says, only when
+  nobody should give way;
+* **the loop** — each process's reads draw on a byte budget
+  (:class:`~pi_cross_session.protocol.fairness.ReadBudget`), and a frame whose JSON would need more
+  values or containers than any valid frame is refused unparsed
+  (:mod:`~pi_cross_session.protocol.shape`), with the reply a frame of the wrong kind gets;
+* **descriptors** — connections are held to what leaves ``descriptor_reserve`` descriptors free
+  for the rest of the session: from the start when the open-file limit is low, and as soon as
+  ``accept`` fails with ``EMFILE``, ``ENFILE``, ``ENOBUFS`` or ``ENOMEM`` otherwise. No accept
+  failure ends the endpoint: it sheds connections (so descriptors come back) and accepts again, or
+  else backs off (growing, bounded, cut short when a connection closes); every accept failure is
+  counted by errno in :class:`EndpointStatistics`, and the free descriptors are counted again
+  every ``descriptor_check_s`` to give the connections back what came free.
 
 ``on_request`` is synchronous on purpose: admission must be atomic with respect to every other
 connection (spec §3.2), and a function without ``await`` cannot be interleaved.
@@ -34,17 +54,21 @@ import os
 import socket
 import struct
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Final, Generic, Protocol, TypeVar
 
 import anyio
 import anyio.abc
 
+from pi_cross_session.protocol import memory
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codec import NEED_DATA, Fault, Frame, FrameDecoder, encode_frame
 from pi_cross_session.protocol.codes import Code, refusal_text
 from pi_cross_session.protocol.errors import FrameError, FrameValidationError
+from pi_cross_session.protocol.fairness import ReadBudget, SheddingPolicy, Slot
 from pi_cross_session.protocol.frames import (
     UNKNOWN_REQUEST_ID,
     Hello,
@@ -57,14 +81,24 @@ from pi_cross_session.protocol.frames import (
     parse_request,
 )
 from pi_cross_session.protocol.limits import (
+    ACCEPT_BACKOFF_MAX_S,
     ACCEPT_BACKOFF_S,
     CONNECTION_DEADLINE_S,
+    DESCRIPTOR_CHECK_S,
+    DESCRIPTOR_RESERVE,
     IDLE_AFTER_HELLO_S,
     MAX_CONNECTIONS,
     MAX_FRAME_BYTES,
+    MEMORY_GIVE_BACK_AFTER_BYTES,
+    MEMORY_GIVE_BACK_EVERY_S,
+    PEER_READ_BURST_BYTES,
+    PEER_READ_BYTES_PER_S,
     READ_CHUNK_BYTES,
-    WAITING_SHED_AFTER_S,
+    REQUEST_DEADLINE_AFTER_READY_S,
+    SHED_AFTER_S,
 )
+from pi_cross_session.protocol.pressure import Backoff, Headroom, failure_name, shortage
+from pi_cross_session.protocol.shape import RECEIVER_BOUNDS, ShapeBounds, affordable
 
 logger = logging.getLogger(__name__)
 
@@ -193,15 +227,33 @@ class InboundHandler(Protocol[SessionT]):
 
 @dataclass(frozen=True, slots=True)
 class EndpointConfig:
-    """Bounds of one endpoint; the defaults are the contract's."""
+    """Bounds of one endpoint; the defaults are the contract's, and ours where it has none."""
 
     max_connections: int = MAX_CONNECTIONS
     connection_deadline_s: float = CONNECTION_DEADLINE_S
     idle_after_hello_s: float = IDLE_AFTER_HELLO_S
     max_frame_bytes: int = MAX_FRAME_BYTES
     capabilities: tuple[str, ...] = ADVERTISED
-    #: At capacity, a connection still waiting for its first line this long may be shed.
-    waiting_shed_after_s: float = WAITING_SHED_AFTER_S
+    #: From ``ready`` to the end of the second frame, at most (absolute, unlike the idle bound).
+    request_deadline_s: float = REQUEST_DEADLINE_AFTER_READY_S
+    #: At capacity, a connection open this long (and not being answered) may be shed.
+    shed_after_s: float = SHED_AFTER_S
+    #: Bytes one process may have us read at once, then per second (see ``ReadBudget``).
+    read_burst_bytes: int = PEER_READ_BURST_BYTES
+    read_bytes_per_s: float = PEER_READ_BYTES_PER_S
+    #: The most strings, containers and separators a frame may hold to be parsed at all.
+    shape_bounds: ShapeBounds = RECEIVER_BOUNDS
+    #: Pauses after a failed ``accept`` that shedding could not make good: first, then at most.
+    accept_backoff_s: float = ACCEPT_BACKOFF_S
+    accept_backoff_max_s: float = ACCEPT_BACKOFF_MAX_S
+    #: Descriptors kept free for the rest of the session when they are short (a low open-file
+    #: limit, or ``accept`` ran out of them), and how often the free ones are counted then.
+    descriptor_reserve: int = DESCRIPTOR_RESERVE
+    descriptor_check_s: float = DESCRIPTOR_CHECK_S
+    #: A connection that read more than this gives its freed memory back to the OS on closing
+    #: (at most once per ``give_back_every_s``, and once more that long after the last).
+    give_back_after_bytes: int = MEMORY_GIVE_BACK_AFTER_BYTES
+    give_back_every_s: float = MEMORY_GIVE_BACK_EVERY_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,8 +273,29 @@ class EndpointStatistics:
     credentials_unreadable: int
     #: Accepted without peer credentials, because the platform exposes none (nothing enforced).
     unverified: int
-    #: Connections still waiting for their first line, closed at capacity to serve a newcomer.
-    shed_waiting: int = 0
+    #: Connections closed (without a byte) to make room for a newcomer, at capacity or out of
+    #: file descriptors.
+    shed: int = 0
+    #: Of those, the ones closed because ``accept`` had run out of file descriptors.
+    shed_for_descriptors: int = 0
+    #: Connections cut because their second frame was not complete ``request_deadline_s`` after
+    #: ``ready``.
+    request_deadline_cuts: int = 0
+    #: Frames refused unparsed because their JSON would cost more than any valid frame's.
+    costly_frames: int = 0
+    #: Reads delayed because the connecting process had used its byte budget.
+    throttled_reads: int = 0
+    #: Failed ``accept`` calls by errno name (``EMFILE`` …) or exception name; none ends the
+    #: endpoint.
+    accept_failures: Mapping[str, int] = field(default_factory=dict)
+    #: The newest of those, and how long ago it happened (seconds), when there was one.
+    last_accept_failure: str | None = None
+    last_accept_failure_age_s: float | None = None
+    #: Connections allowed while file descriptors are short (``None``: not short, the limit is
+    #: ``max_connections``).
+    descriptor_cap: int | None = None
+    #: Times freed heap memory was handed back to the OS after large connections (glibc only).
+    memory_given_back: int = 0
 
 
 @dataclass(slots=True)
@@ -238,6 +311,14 @@ class _Counters:
     unreadable: int = 0
     unverified: int = 0
     shed: int = 0
+    shed_for_descriptors: int = 0
+    request_cuts: int = 0
+    costly: int = 0
+    throttled: int = 0
+    accept_failures: dict[str, int] = field(default_factory=dict)
+    last_accept_failure: str | None = None
+    last_accept_failure_at: float | None = None
+    given_back: int = 0
 
 
 @dataclass(slots=True)
@@ -248,8 +329,16 @@ class _Connection(Generic[SessionT]):
     frames: int = 0
     session: SessionT | None = None
     finished: bool = False
-    idle_cut: bool = False
+    #: Why the endpoint cut it short, if it did: ``"idle"`` or ``"request"`` (after ``ready``).
+    cut: str | None = None
     opened_at: float = 0.0
+    #: When ``ready`` was written (the request deadline runs from there).
+    ready_at: float | None = None
+    #: When bytes last arrived, or ``ready`` was written if later (the idle bound runs from there).
+    heard_at: float = 0.0
+    #: Its request was admitted and the reply is being written: it never gives way.
+    answering: bool = False
+    bytes_read: int = 0
     stream: anyio.abc.SocketStream | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     #: Closed by the endpoint to make room (its slot was released then).
@@ -260,12 +349,17 @@ class _Connection(Generic[SessionT]):
         """The connecting process, when the kernel said."""
         return None if self.peer is None else self.peer.pid
 
+    def slot(self) -> Slot:
+        """How the shedding policy sees this connection."""
+        return Slot(id(self), self.pid, self.opened_at, self.answering)
+
 
 class Endpoint(Generic[SessionT]):
     """A listener at one socket path serving one handler.
 
     ``peer_credentials`` reads who connected (the default asks the kernel); tests inject another
-    reader to play a connection from another uid, which they cannot open without root.
+    reader to play a connection from another uid, which they cannot open without root. ``clock``
+    only dates accept failures for the status (deadlines run on the event loop's clock).
     """
 
     def __init__(
@@ -276,22 +370,37 @@ class Endpoint(Generic[SessionT]):
         files: SocketFiles,
         config: EndpointConfig | None = None,
         peer_credentials: PeerCredentialsReader = read_peer_credentials,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = path
         self._handler = handler
         self._files = files
-        self._config = config or EndpointConfig()
+        self._config = config = config or EndpointConfig()
         self._peer_credentials = peer_credentials
+        self._clock = clock
         # The effective uid is what the kernel compares file modes against, so it is the uid
         # that owns our 0700 dir and 0600 socket: the only one allowed to talk to us.
         self._uid = os.geteuid()
         self._counters = _Counters()
-        # Connections that have not completed their first line, oldest first (see _victim).
-        self._waiting: dict[int, _Connection[SessionT]] = {}
+        # Every open connection, oldest first (insertion order): what the shedding policy sees.
+        self._open: dict[int, _Connection[SessionT]] = {}
+        self._shedding = SheddingPolicy(shed_after_s=config.shed_after_s)
+        self._reads = ReadBudget(burst=config.read_burst_bytes, per_s=config.read_bytes_per_s)
+        self._backoff = Backoff(config.accept_backoff_s, config.accept_backoff_max_s)
+        self._headroom = Headroom(
+            reserve=config.descriptor_reserve, max_connections=config.max_connections
+        )
+        # Set once descriptors ran short: from then on they are counted every few seconds.
+        self._short = anyio.Event()
+        # Set when a connection that read plenty has closed: wakes the task giving memory back.
+        self._released = anyio.Event()
+        # Set whenever a connection ends: a descriptor came back, so a paused accept may retry.
+        self._freed = anyio.Event()
 
     def statistics(self) -> EndpointStatistics:
         """Counters since this endpoint was created."""
         c = self._counters
+        failed_at = c.last_accept_failure_at
         return EndpointStatistics(
             open_connections=c.open,
             peak_connections=c.peak,
@@ -303,7 +412,16 @@ class Endpoint(Generic[SessionT]):
             foreign_uid_closed=c.foreign_uid,
             credentials_unreadable=c.unreadable,
             unverified=c.unverified,
-            shed_waiting=c.shed,
+            shed=c.shed,
+            shed_for_descriptors=c.shed_for_descriptors,
+            request_deadline_cuts=c.request_cuts,
+            costly_frames=c.costly,
+            throttled_reads=c.throttled,
+            accept_failures=MappingProxyType(dict(c.accept_failures)),
+            last_accept_failure=c.last_accept_failure,
+            last_accept_failure_age_s=None if failed_at is None else self._clock() - failed_at,
+            descriptor_cap=self._headroom.cap,
+            memory_given_back=c.given_back,
         )
 
     async def serve(
@@ -318,7 +436,15 @@ class Endpoint(Generic[SessionT]):
         listener = await anyio.create_unix_listener(self.path)
         try:
             await anyio.to_thread.run_sync(self._files.make_socket_private, self.path)
+            # A process whose open-file limit cannot hold every connection and the reserve (a
+            # low ``ulimit -n``) is held to what it can from the start, before any runs out.
+            self._count_descriptors(listener)
+            if self._headroom.cap is not None:
+                self._short.set()
             async with anyio.create_task_group() as connections:
+                connections.start_soon(self._recount_descriptors, listener)
+                if memory.AVAILABLE:
+                    connections.start_soon(self._give_back_memory)
                 task_status.started()
                 await self._accept_loop(listener, connections)
         finally:
@@ -332,10 +458,12 @@ class Endpoint(Generic[SessionT]):
         while True:
             try:
                 stream = await listener.accept()
-            except OSError as exc:
-                logger.warning("accept failed on %s: %s", self.path, exc)
-                await anyio.sleep(ACCEPT_BACKOFF_S)
+            except (OSError, anyio.BrokenResourceError) as exc:
+                # anyio raises BrokenResourceError *from* the OSError; ClosedResourceError (we
+                # closed the listener) is not caught: serving is over then.
+                await self._accept_failed(exc)
                 continue
+            self._backoff.reset()
             # Before the capacity check, so another user can neither hold a slot nor be counted
             # as a connection of ours.
             admitted, peer = self._vet_peer(stream)
@@ -345,8 +473,8 @@ class Endpoint(Generic[SessionT]):
             state: _Connection[SessionT] = _Connection(
                 peer=peer, opened_at=anyio.current_time(), stream=stream
             )
-            if counters.open >= self._config.max_connections:
-                victim = self._victim(state)
+            if counters.open >= self._headroom.capacity:
+                victim = self._victim(newcomer_pid=state.pid, known=True)
                 if victim is None:
                     # The contract's rule: the 65th is destroyed with no reply.
                     counters.refused += 1
@@ -358,37 +486,111 @@ class Endpoint(Generic[SessionT]):
             counters.peak = max(counters.peak, counters.open)
             if peer is None:
                 counters.unverified += 1
-            self._waiting[id(state)] = state
+            self._open[id(state)] = state
             connections.start_soon(self._serve_connection, state)
 
-    def _victim(self, newcomer: _Connection[SessionT]) -> _Connection[SessionT] | None:
-        """At capacity: a connection still waiting for its first line that should give way.
+    async def _accept_failed(self, exc: BaseException) -> None:
+        """Count a failed ``accept``; make descriptors come back, or pause before the next one.
 
-        First fairness: if one process holds more waiting connections than the newcomer's
-        process would after it, that process's oldest gives way (a slowloris from one process
-        cannot starve everyone else). Then age: the oldest connection that has waited longer than
-        any real sender would. Otherwise nobody, and the newcomer is refused as the contract says.
-        A connection that has sent its hello is never shed.
+        Out of descriptors (or buffers, or memory), the connections are held to what leaves
+        ``descriptor_reserve`` free for the rest of the session, and the ones above that give way
+        by the same rule as at capacity; accept then runs again at once, and the pending newcomer
+        takes a freed descriptor. When nobody gives way (or the failure is of another kind), the
+        loop pauses, longer after each failure in a row, until the pause ends or a connection
+        closes.
         """
-        waiting = list(self._waiting.values())
-        if not waiting:
-            return None
-        held: dict[int | None, int] = {}
-        for conn in waiting:
-            held[conn.pid] = held.get(conn.pid, 0) + 1
-        heaviest = max(held, key=lambda pid: held[pid])
-        if heaviest != newcomer.pid and held[heaviest] > held.get(newcomer.pid, 0) + 1:
-            return next(conn for conn in waiting if conn.pid == heaviest)
-        oldest = waiting[0]
-        if anyio.current_time() - oldest.opened_at >= self._config.waiting_shed_after_s:
-            return oldest
-        return None
+        counters = self._counters
+        short = shortage(exc)
+        name = short or failure_name(exc)
+        counters.accept_failures[name] = counters.accept_failures.get(name, 0) + 1
+        counters.last_accept_failure = name
+        counters.last_accept_failure_at = self._clock()
+        if short is not None:
+            cap = self._headroom.on_shortage(counters.open)
+            self._short.set()
+            shed = 0
+            while counters.open > cap or not shed:
+                # The newcomer is still in the kernel's queue: its process is not known yet.
+                victim = self._victim(newcomer_pid=None, known=False)
+                if victim is None:
+                    break
+                counters.shed_for_descriptors += 1
+                await self._shed(victim)
+                shed += 1
+            if shed:
+                return
+        delay = self._backoff.next_delay()
+        if self._backoff.in_a_row == 1:
+            logger.warning(
+                "accept failed on %s (%s); %s, pausing %.2f s and counting",
+                self.path,
+                name,
+                "out of resources with nobody to shed" if short else "not a resource shortage",
+                delay,
+            )
+        self._freed = anyio.Event()
+        with anyio.move_on_after(delay):
+            await self._freed.wait()
+
+    async def _recount_descriptors(self, listener: anyio.abc.SocketListener) -> None:
+        """While descriptors are short, count them every ``descriptor_check_s`` (the accept loop
+        may be waiting for a connection meanwhile, with a cap that no longer holds)."""
+        while True:
+            await self._short.wait()
+            await anyio.sleep(self._config.descriptor_check_s)
+            self._count_descriptors(listener)
+            if self._headroom.cap is None:
+                self._short = anyio.Event()
+
+    async def _give_back_memory(self) -> None:
+        """After a connection that read plenty has closed, hand the freed heap back to the OS,
+        at most once a period (so the last of a flood is given back one period after it)."""
+        while True:
+            await self._released.wait()
+            await anyio.sleep(self._config.give_back_every_s)
+            self._released = anyio.Event()
+            memory.give_back()
+            self._counters.given_back += 1
+
+    def _count_descriptors(self, listener: anyio.abc.SocketListener) -> None:
+        """Count the free descriptors (duplicating the listener's, then closing the copies) and
+        let the connections have what is free beyond the reserve."""
+        fd = listener.extra(anyio.abc.SocketAttribute.raw_socket).fileno()
+        copies: list[int] = []
+        try:
+            for _ in range(self._headroom.wanted(self._counters.open)):
+                copies.append(os.dup(fd))
+        except OSError:
+            pass  # as many as there were
+        finally:
+            for copy in copies:
+                os.close(copy)
+        self._headroom.on_count(self._counters.open, len(copies))
+        if self._headroom.cap is None:
+            logger.info(
+                "file descriptors are back on %s: up to %d connections again",
+                self.path,
+                self._config.max_connections,
+            )
+
+    def _victim(self, *, newcomer_pid: int | None, known: bool) -> _Connection[SessionT] | None:
+        """The connection that gives way to a newcomer (see ``SheddingPolicy``), if any.
+
+        ``known`` says whether the newcomer was accepted (so its process is known); when
+        ``accept`` itself failed, it holds nothing as far as fairness goes.
+        """
+        conns = list(self._open.values())
+        holds = sum(1 for conn in conns if conn.pid == newcomer_pid) if known else 0
+        chosen = self._shedding.victim(
+            [conn.slot() for conn in conns], newcomer_holds=holds, now=anyio.current_time()
+        )
+        return None if chosen is None else self._open.get(chosen.key)
 
     async def _shed(self, victim: _Connection[SessionT]) -> None:
         # The slot is released now, and the socket closed before the newcomer is served, so the
         # open count and the descriptors in use never exceed the bound.
         victim.shed = True
-        self._waiting.pop(id(victim), None)
+        self._open.pop(id(victim), None)
         self._counters.open -= 1
         self._counters.shed += 1
         victim.scope.cancel()
@@ -428,12 +630,17 @@ class Endpoint(Generic[SessionT]):
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass  # the peer went away (or was shed); there is nobody left to answer
         finally:
-            self._waiting.pop(id(state), None)
+            self._open.pop(id(state), None)
             if not state.shed:
                 self._counters.open -= 1
-            if state.idle_cut:
+            if state.cut == "idle":
                 self._counters.idle_cuts += 1
+            elif state.cut == "request":
+                self._counters.request_cuts += 1
             await anyio.aclose_forcefully(stream)
+            self._freed.set()
+            if state.bytes_read > self._config.give_back_after_bytes:
+                self._released.set()
 
     async def _converse(self, stream: anyio.abc.SocketStream, state: _Connection[SessionT]) -> None:
         decoder = FrameDecoder(max_frame_bytes=self._config.max_frame_bytes)
@@ -450,59 +657,97 @@ class Endpoint(Generic[SessionT]):
                 return
             if last is not NEED_DATA:
                 return  # the peer closed (ConnectionClosed)
-            if state.frames:
-                # After the hello only: a silent client may hold a slot for 5 s, not 30.
-                with anyio.move_on_after(self._config.idle_after_hello_s) as idle:
-                    data = await _receive(stream)
-                if idle.cancelled_caught:
-                    state.idle_cut = True
-                    return
-            else:
-                data = await _receive(stream)
+            data = await self._read(stream, state)
+            if data is None:
+                return  # cut: silent too long, or its request came too late
             decoder.receive_data(data)
+
+    async def _read(
+        self, stream: anyio.abc.SocketStream, state: _Connection[SessionT]
+    ) -> bytes | None:
+        """The next bytes (``b""`` at EOF), once this process's read budget allows; ``None`` when
+        the connection is cut instead (``state.cut`` says why)."""
+        wait = self._reads.delay(state.pid, anyio.current_time())
+        if wait > 0:
+            # Its process has had more read than its share: its bytes wait in the kernel (and
+            # its writes block), while every other process is read at once.
+            self._counters.throttled += 1
+            await anyio.sleep(wait)
+        if state.ready_at is None:
+            # Before the hello only the connection deadline applies (the contract's rule).
+            data = await _receive(stream)
+        else:
+            # After it: 5 s of silence at most (from the last bytes, or from ``ready``), and the
+            # whole request by its deadline; a silent client meets both at once and is idle.
+            idle_at = state.heard_at + self._config.idle_after_hello_s
+            request_at = state.ready_at + self._config.request_deadline_s
+            cause = "request" if request_at < idle_at else "idle"
+            with anyio.CancelScope(deadline=min(idle_at, request_at)) as cut:
+                data = await _receive(stream)
+            if cut.cancelled_caught:
+                state.cut = cause
+                return None
+        now = anyio.current_time()
+        state.heard_at = now
+        state.bytes_read += len(data)
+        self._reads.charge(state.pid, len(data), now)
+        return data
 
     async def _handle_frame(
         self, stream: anyio.abc.SocketStream, state: _Connection[SessionT], frame: Frame
     ) -> None:
         state.frames += 1
-        self._waiting.pop(id(state), None)  # a first line came: never shed from here on
         if state.frames == 1:
             await self._first_frame(stream, state, frame)
         else:
             await self._second_frame(stream, state, frame)
 
+    def _affordable(self, frame: Frame) -> bool:
+        if affordable(frame.text, self._config.shape_bounds):
+            return True
+        self._counters.costly += 1
+        return False
+
     async def _first_frame(
         self, stream: anyio.abc.SocketStream, state: _Connection[SessionT], frame: Frame
     ) -> None:
-        try:
-            hello = parse_hello(loads_frame(frame.text))
-        except FrameError:
+        # A frame that would cost more to parse than any hello can is not a hello: the reply
+        # is the one every other not-a-hello gets, and nothing is built.
+        code: Code | None = None if self._affordable(frame) else Code.AUTHENTICATION_FAILED
+        if code is None:
+            try:
+                hello = parse_hello(loads_frame(frame.text))
+            except FrameError:
+                code = Code.INVALID_FRAME
+            except FrameValidationError:
+                code = Code.AUTHENTICATION_FAILED
+        if code is not None:
             self._counters.faults += 1
-            await self._send_fault(stream, Code.INVALID_FRAME)
-            state.finished = True
-            return
-        except FrameValidationError:
-            self._counters.faults += 1
-            await self._send_fault(stream, Code.AUTHENTICATION_FAILED)
+            await self._send_fault(stream, code)
             state.finished = True
             return
         reply, session = await self._handler.on_hello(hello, peer=state.peer)
         await self._send(stream, reply)
         if session is None:
             state.finished = True
+            return
         state.session = session
+        state.ready_at = state.heard_at = anyio.current_time()
 
     async def _second_frame(
         self, stream: anyio.abc.SocketStream, state: _Connection[SessionT], frame: Frame
     ) -> None:
         state.finished = True
         try:
+            if not self._affordable(frame):
+                raise FrameValidationError("the frame would cost more than a request can")
             request = parse_request(loads_frame(frame.text))
         except (FrameError, FrameValidationError):
             self._counters.faults += 1
             await self._send_fault(stream, Code.INVALID_FRAME)
             return
         assert state.session is not None  # a refused hello finishes the connection
+        state.answering = True  # admitted from here on: it must get its reply, never shed
         reply = self._handler.on_request(state.session, request)
         await self._send(stream, reply)
         await stream.send_eof()

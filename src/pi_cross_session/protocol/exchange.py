@@ -16,7 +16,10 @@ included, runs under a single absolute monotonic deadline (5 s for sends and sta
 * a receipt must be ``submitted``, ``queued`` or ``accepted`` from the same peer.
 
 Every other ending raises :class:`ExchangeError` with a code that
-:func:`~pi_cross_session.protocol.codes.classify` turns into an honest verdict. Nothing is ever
+:func:`~pi_cross_session.protocol.codes.classify` turns into an honest verdict. This process
+running out of file descriptors (or buffers, or memory) before the connection exists is
+``transport_error`` with nothing written, the errno in the detail and as the error's cause
+(:func:`~pi_cross_session.protocol.pressure.shortage` finds it). Nothing is ever
 retried here: whether to try again is the caller's decision, and after ``receipt_unknown`` the
 right move is a status query, not a resend. The error also says whether the message frame was
 written at all, so a caller can tell "certainly not delivered" from "unknown".
@@ -72,6 +75,7 @@ from pi_cross_session.protocol.limits import (
 )
 from pi_cross_session.protocol.offload import Offload
 from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.protocol.pressure import shortage
 from pi_cross_session.protocol.registration import Registration
 
 logger = logging.getLogger(__name__)
@@ -212,10 +216,14 @@ class Exchanger:
         return self._config.probe_deadline_s + PROBE_GUARD_MARGIN_S
 
     async def is_live(self, peer: Registration) -> bool:
-        """True when a probe ends in ``ready`` from this very peer; any failure is False."""
+        """True when a probe ends in ``ready`` from this very peer; any failure is False, except
+        that this process running out of descriptors (or buffers, or memory) is raised: it says
+        nothing about the peer, so a listing must not take the peer for dead."""
         try:
             await self.probe(peer)
-        except ExchangeError:
+        except ExchangeError as exc:
+            if shortage(exc) is not None:
+                raise
             return False
         return True
 

@@ -66,6 +66,11 @@ MAX_REGISTRATION_BYTES: Final = 65_536
 #: refused.
 REGISTRATION_READ_ATTEMPTS: Final = 3
 HEARTBEAT_INTERVAL_S: Final = 30.0
+#: After a heartbeat write that failed for lack of a kernel resource (out of file descriptors,
+#: buffers or memory: transient, unlike a full disk or a removed dir), the next try comes this
+#: soon, doubling on each failure in a row up to the heartbeat interval; the session stays
+#: registered meanwhile (its record is only older).
+HEARTBEAT_RETRY_S: Final = 0.5
 #: Git metadata per cwd: wall time and output size.
 GIT_TIMEOUT_S: Final = 1.5
 GIT_OUTPUT_CAP_BYTES: Final = 131_072
@@ -106,8 +111,55 @@ BRIDGE_MAX_BUDGET: Final = 256
 # -- sockets ---------------------------------------------------------------------------------------
 #: Bytes asked of a socket per read, by the endpoint and the exchange alike.
 READ_CHUNK_BYTES: Final = 65_536
-#: Pause after a failed ``accept`` (e.g. out of file descriptors) so the loop cannot spin.
-ACCEPT_BACKOFF_S: Final = 0.05
+#: First pause after a failed ``accept`` that no shed connection could make good (out of file
+#: descriptors with nothing to shed, or any other error), so the accept loop cannot spin on a
+#: listener that stays readable. Each further failure in a row doubles it...
+ACCEPT_BACKOFF_S: Final = 0.01
+#: ...up to this: short enough that service resumes within a second once descriptors come back
+#: from elsewhere (a connection of ours that closes ends the pause at once).
+ACCEPT_BACKOFF_MAX_S: Final = 1.0
+#: Once ``accept`` has run out of file descriptors, the endpoint keeps this many free for the rest
+#: of the session (a registration read for each hello being authenticated, a heartbeat write, a
+#: listing), holding its connections to what is left: otherwise a flood of connections would
+#: leave authenticated senders refused and the heartbeat failing, although probes still worked.
+DESCRIPTOR_RESERVE: Final = 8
+#: While so held, how often the endpoint counts the free descriptors again (by duplicating one,
+#: at most a connection limit's worth) to give the connections back what came free.
+DESCRIPTOR_CHECK_S: Final = 1.0
+#: Bytes one process (by kernel pid) may have the endpoint read at once, across all its
+#: connections: a full hello and two full 1 MiB frames, so an honest sender is never slowed by
+#: a message or two written back to back...
+PEER_READ_BURST_BYTES: Final = 2 * 1_048_576 + 65_536
+#: ...and then per second: four times what admission ever takes from one sender in the long run
+#: (0.5 messages a second, of at most 1 MiB each). Judging a 1 MiB frame costs the event loop a
+#: few milliseconds (decoding, the shape check, parsing, field checks), so one process streaming
+#: at this rate takes about one percent of the loop and never its whole.
+PEER_READ_BYTES_PER_S: Final = 2 * 1_048_576
+#: A connection that read more than this held buffers the allocator serves from its heap; once it
+#: has closed, the endpoint asks the allocator to give the freed heap back to the OS (glibc keeps
+#: it otherwise, and the RSS with it)...
+MEMORY_GIVE_BACK_AFTER_BYTES: Final = 65_536
+#: ...at most this often, and once more this long after the last such close: a trim walks the
+#: heap, a few milliseconds for a large one.
+MEMORY_GIVE_BACK_EVERY_S: Final = 1.0
+#: Processes whose read budget is remembered; a process whose budget has refilled needs no entry,
+#: so more than this are only ever held by processes that are all in debt, and the fullest is
+#: then forgotten first. Four times the connections, so every process with a connection fits.
+MAX_READ_BUDGET_PEERS: Final = 256
+
+# -- frame shape (what a frame's JSON may cost before it is parsed) ------------------------------
+# A valid hello holds 4 containers (the object, ``target``, ``from``, ``capabilities``), 28
+# separators (commas and colons) and 28 strings when it lists 8 capabilities; a message holds 1
+# container, 15 separators and 14 strings. Extra fields are legal, so each bound leaves an honest
+# peer several times that room; a frame beyond any of them is refused unparsed, with the reply a
+# frame that is not a hello (or not a request) gets. At these bounds parsing costs microseconds
+# whatever the frame's size: the cost of ``json.loads`` grows with the values it builds.
+#: Objects and arrays (``{`` and ``[`` outside strings); also a bound on nesting depth.
+MAX_FRAME_CONTAINERS: Final = 32
+#: Commas and colons outside strings: every value after the first in a container needs one.
+MAX_FRAME_SEPARATORS: Final = 256
+#: Strings, keys included.
+MAX_FRAME_STRINGS: Final = 128
 
 # -- connections and deadlines ---------------------------------------------------------------------
 MAX_CONNECTIONS: Final = 64
@@ -121,6 +173,15 @@ MAX_PINNED_SENDERS: Final = 256
 CONNECTION_DEADLINE_S: Final = 30.0
 #: Inactivity allowed after a successful hello.
 IDLE_AFTER_HELLO_S: Final = 5.0
+#: Absolute time from ``ready`` to the end of the second frame. A sender writes its message (or
+#: status query) as soon as ``ready`` arrives, within its own 5 s deadline for the whole exchange
+#: (``SEND_DEADLINE_S``), so nobody still waits for a receipt later than this; a connection that
+#: trickles a byte now and then to defeat the idle bound is cut here instead of at 30 s.
+REQUEST_DEADLINE_AFTER_READY_S: Final = 5.0
+#: At capacity (or out of file descriptors), a connection open this long, and not being answered,
+#: may be shed to serve a newcomer: a real sender writes its hello and its request at once and is
+#: done within its own 5 s deadline; only a slow, stalled or idle connection is still there.
+SHED_AFTER_S: Final = 5.0
 #: One monotonic deadline covering vetting, connect, hello and receipt.
 SEND_DEADLINE_S: Final = 5.0
 PROBE_DEADLINE_S: Final = 0.35
@@ -145,10 +206,6 @@ LIFETIME_BUDGET: Final = 256
 MAX_CACHE_ENTRIES: Final = 512
 #: A peer submission must start a turn within this time, or the inbox latches.
 TURN_START_GRACE_S: Final = 5.0
-
-#: At capacity, a connection that has not completed its first line for this long may be shed to
-#: serve a newcomer (a real sender writes its hello at once; only a slow or stalled one waits).
-WAITING_SHED_AFTER_S: Final = 5.0
 
 # -- delivery receipts (ours) ----------------------------------------------------------------------
 #: Longest a sender waits for ``delivered`` after a good receipt (the tool's and CLI's bound).
