@@ -7,6 +7,7 @@ and always a worker thread for a file-judging object that cannot say (a test's s
 
 from __future__ import annotations
 
+import errno
 import sys
 import threading
 from pathlib import Path
@@ -105,3 +106,38 @@ async def test_a_judge_that_cannot_say_always_gets_a_worker_thread() -> None:
     assert runner.inline is False
     await runner.run(judge.check, "/some/dir/x")
     assert judge.threads == [False]
+
+
+@linux_only
+def test_a_mount_table_out_of_reach_for_lack_of_descriptors_raises_instead_of_guessing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_descriptors(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr("builtins.open", no_descriptors)
+    with pytest.raises(OSError, match="Too many open files"):
+        fs.on_local_filesystem("/tmp")
+
+
+class ShortJudge(LocalityJudge):
+    """Cannot read the mount table the first time: the process is out of descriptors."""
+
+    def on_local_filesystem(self, path: str) -> bool:
+        self.probes += 1
+        if self.probes == 1:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return True
+
+
+@pytest.mark.anyio
+async def test_offload_asks_again_after_a_shortage_instead_of_keeping_not_local() -> None:
+    judge = ShortJudge(True)
+    runner = Offload(judge, "/some/dir")
+    await runner.run(judge.check, "/some/dir/x")  # could not tell: a worker thread, no verdict
+    assert runner.inline is None
+    await runner.run(judge.check, "/some/dir/x")
+    await runner.run(judge.check, "/some/dir/x")
+    assert judge.probes == 2
+    assert runner.inline is True
+    assert judge.threads == [False, True, True]

@@ -41,7 +41,14 @@ class Offload:
         if self._inline is None:
             probe = self._probe
             assert callable(probe)
-            local = await anyio.to_thread.run_sync(probe, self._directory, abandon_on_cancel=True)
+            try:
+                local = await anyio.to_thread.run_sync(
+                    probe, self._directory, abandon_on_cancel=True
+                )
+            except OSError:
+                # Short of a resource, it could not tell: this call goes to a thread, and the
+                # next one asks again rather than keeping a guess for the life of the process.
+                return await anyio.to_thread.run_sync(call, path, abandon_on_cancel=True)
             self._inline = bool(local)
         if self._inline:
             return call(path)

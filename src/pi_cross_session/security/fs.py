@@ -67,6 +67,7 @@ from pi_cross_session.protocol.paths import (
     is_instance_id,
     resolve_uid,
 )
+from pi_cross_session.protocol.pressure import RESOURCE_ERRNOS
 
 try:
     import pwd
@@ -736,13 +737,19 @@ def on_local_filesystem(path: str) -> bool:
 
     False whenever unsure: not Linux, an unreadable mount table, a network or FUSE filesystem,
     an unknown type. Resolves symlinks in ``path``, which can itself stall on a network
-    filesystem: call it off the event loop, once, and keep the answer.
+    filesystem: call it off the event loop, once, and keep the answer. A process short of a
+    kernel resource (out of descriptors, say) cannot even ask: that :class:`OSError` is raised,
+    so the caller asks again later instead of keeping "not local" for good.
     """
     try:
         real = os.path.realpath(path)
         with open(_MOUNTINFO, encoding="utf-8", errors="replace") as table:
             lines = table.read().splitlines()
-    except (OSError, ValueError):
+    except OSError as exc:
+        if exc.errno in RESOURCE_ERRNOS:
+            raise
+        return False
+    except ValueError:
         return False
     best_mount, best_type = "", None
     for line in lines:
