@@ -326,10 +326,12 @@ async def test_a_socket_that_does_not_answer_is_a_warning(locations: Locations) 
 
 
 @pytest.mark.anyio
-async def test_the_command_lines_own_registration_is_ok(locations: Locations) -> None:
-    async with cli_identity.publishing(locations, with_git=False) as outbox:
+@pytest.mark.parametrize("slot", [0, 2])
+async def test_the_command_lines_own_registration_is_ok(locations: Locations, slot: int) -> None:
+    """Any identity of the command line's pool, while it sends (it has no socket by design)."""
+    async with cli_identity.holding(locations, [slot], with_git=False) as held:
         findings = await doctor.diagnose(locations)
-    ref = outbox.sender.instance_id[:8]
+    ref = held.identity.instance_id[:8]
     finding = only(findings, f"session pi-cross-session-cli [{ref}]")
     assert finding.severity is Severity.OK
     assert "command line" in finding.detail

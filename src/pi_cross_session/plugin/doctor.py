@@ -39,7 +39,6 @@ from pi_cross_session.plugin.doctor_survey import (
     survey,
 )
 from pi_cross_session.protocol import paths, sanitize
-from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.limits import (
     DOCTOR_EXAMPLES,
@@ -281,7 +280,7 @@ class _Verdict:
 
 
 async def _check(
-    entry: Entry, exchanger: Exchanger, cli_instance_id: str | None
+    entry: Entry, exchanger: Exchanger, cli_instance_ids: frozenset[str]
 ) -> _Verdict | Finding:
     registration = entry.registration
     process = entry.process
@@ -290,7 +289,7 @@ async def _check(
     if process.gone:
         return _Verdict(entry, "gone")
     if entry.socket_refusal is not None:
-        if entry.instance_id == cli_instance_id and entry.socket_refusal == "ENOENT":
+        if entry.instance_id in cli_instance_ids and entry.socket_refusal == "ENOENT":
             return Finding(Severity.OK, _who(entry), "the command line, sending (it has no inbox)")
         return _Verdict(entry, entry.socket_refusal, socket_failed=True)
     try:
@@ -532,14 +531,9 @@ def _bounded(findings: list[Finding]) -> list[Finding]:
     return shown
 
 
-def _cli_instance_id(locations: Locations) -> str | None:
-    """The command line's own sender identity, if one exists (read-only)."""
-    path = os.path.join(cli_identity.state_dir(locations), cli_identity.IDENTITY_FILE)
-    try:
-        identity = cli_identity.parse_identity(fs.read_registration_bytes(path))
-    except CrossSessionError:
-        return None
-    return None if identity is None else identity.instance_id
+def _cli_instance_ids(locations: Locations) -> frozenset[str]:
+    """The command line's sender identities (every one of its pool), read-only."""
+    return frozenset(cli_identity.known_instance_ids(locations))
 
 
 async def diagnose(
@@ -553,7 +547,7 @@ async def diagnose(
     where = locations or paths.resolve()
 
     def gather() -> Survey:
-        return survey(where, _cli_instance_id(where), window=window)
+        return survey(where, _cli_instance_ids(where), window=window)
 
     found = await anyio.to_thread.run_sync(gather)
     findings = _agent_dir_findings(where, found)
@@ -625,7 +619,7 @@ async def _check_valid(
 
     async def check(entry: Entry) -> None:
         key = None if entry.spelling is None else entry.spelling.agent_dir
-        outcome = await _check(entry, exchangers[key], found.cli_instance_id)
+        outcome = await _check(entry, exchangers[key], found.cli_instance_ids)
         if isinstance(outcome, Finding):
             fixed[entry.instance_id] = outcome
         else:

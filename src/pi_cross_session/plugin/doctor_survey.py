@@ -406,14 +406,17 @@ class Survey:
     past_window: set[str] = field(default_factory=set)
     #: For each other spelling whose runtime dir exists: how many sockets it holds.
     spelling_sockets: dict[str, int] = field(default_factory=dict)
-    #: The command line's own instance id, if it has one.
-    cli_instance_id: str | None = None
+    #: The instance ids of the command line's own sender identities (its pool).
+    cli_instance_ids: frozenset[str] = frozenset()
     #: The listing window (the contract's 512; tests use less).
     window: int = MAX_LISTED_REGISTRATIONS
 
 
 def survey(
-    where: Locations, cli_instance_id: str | None, *, window: int = MAX_LISTED_REGISTRATIONS
+    where: Locations,
+    cli_instance_ids: frozenset[str] = frozenset(),
+    *,
+    window: int = MAX_LISTED_REGISTRATIONS,
 ) -> Survey:
     """Gather every fact ``doctor`` judges (blocking: run it in a worker thread)."""
     spellings = other_spellings(where)
@@ -423,7 +426,7 @@ def survey(
         agent_dir_exists=os.path.lexists(where.agent_dir),
         peers_dir=fs.inspect_private_dir(where.peers_dir),
         runtime_dir=fs.inspect_private_dir(where.runtime_dir),
-        cli_instance_id=cli_instance_id,
+        cli_instance_ids=cli_instance_ids,
     )
     if found.peers_dir.state is not fs.DirState.MISSING:
         _survey_peers_dir(where, spellings, found)
