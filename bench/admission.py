@@ -63,9 +63,10 @@ from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
 from pi_cross_session.protocol.codes import refusal_text
-from pi_cross_session.protocol.endpoint import _Connection
-from pi_cross_session.protocol.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.frames import WIRE_VERSION, Message, Response, Sender
+from pi_cross_session.protocol.io import environment
+from pi_cross_session.protocol.io.endpoint import _Connection
+from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
     Registration,
@@ -73,7 +74,6 @@ from pi_cross_session.protocol.registration import (
     parse_registration,
     serialize,
 )
-from pi_cross_session.security import fs
 from pi_cross_session.security.admission import (
     Admission,
     Clock,
@@ -82,6 +82,7 @@ from pi_cross_session.security.admission import (
     TurnSource,
 )
 from pi_cross_session.security.auth import Caller, LocalIdentity
+from pi_cross_session.security.io import fs
 from pi_cross_session.security.limits import LifetimeBudget
 from pi_cross_session.security.tokens import new_instance_id, new_token
 
@@ -149,7 +150,7 @@ def read_registration(locations: Locations, instance_id: str) -> Registration:
 @contextmanager
 def agent_dir() -> Iterator[Locations]:
     root = tempfile.mkdtemp(prefix="xs-bench-admission-")
-    locations = paths.resolve(env={paths.AGENT_DIR_ENV: root})
+    locations = environment.resolve(env={paths.AGENT_DIR_ENV: root})
     try:
         yield locations
     finally:
@@ -168,7 +169,9 @@ Step = tuple[Callable[[Any, Any], object], Any, Any]
 #: (30 tokens, 0.5/s) keep up with 16 admissions per cycle, so rate limiting stays the hog's.
 SENDERS = 128
 STEP_S = 0.005
-FIXTURE_LOCATIONS = paths.resolve(env={paths.AGENT_DIR_ENV: "/tmp/xs-bench-fixture/agent"}, uid=0)
+FIXTURE_LOCATIONS = environment.resolve(
+    env={paths.AGENT_DIR_ENV: "/tmp/xs-bench-fixture/agent"}, uid=0
+)
 RECEIVER = LocalIdentity(
     session_id="bench-receiver", instance_id="0" * 31 + "1", token="ab" * 32, pid=4242
 )
@@ -393,7 +396,7 @@ def _e2e_child(
 async def _e2e_senders(
     agent: str, receiver_id: str, senders: int, per_sender: int
 ) -> dict[str, Any]:
-    locations = paths.resolve(env={paths.AGENT_DIR_ENV: agent})
+    locations = environment.resolve(env={paths.AGENT_DIR_ENV: agent})
     target = read_registration(locations, receiver_id)
     registrations = [
         publish(locations, sender_registration(locations, f"bench-{i}")) for i in range(senders)

@@ -8,7 +8,7 @@ import time
 from pi_cross_session.protocol.frames import Sender
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration, build_registration, serialize
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from pi_cross_session.security.tokens import new_instance_id, new_token
 
 

@@ -29,9 +29,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 
 CLI = (sys.executable, "-m", "pi_cross_session")
 
@@ -60,13 +60,13 @@ def write_decoys(locations: Locations, count: int, pid: int) -> None:
 
 
 @contextmanager
-def environment(decoys: int) -> Iterator[tuple[dict[str, str], Locations]]:
+def decoy_environment(decoys: int) -> Iterator[tuple[dict[str, str], Locations]]:
     """A private agent dir with a live inbox and ``decoys`` decoys of a live ``sleep``."""
     root = tempfile.mkdtemp(prefix="bench-doctor-")
     agent_dir = os.path.join(root, "agent")
     os.mkdir(agent_dir)
     env = {**os.environ, "PI_CODING_AGENT_DIR": agent_dir, "PYTHONUNBUFFERED": "1"}
-    locations = paths.resolve(env=env)
+    locations = environment.resolve(env=env)
     sleeper = subprocess.Popen(["sleep", "3600"])
     inbox = subprocess.Popen(
         [*CLI, "inbox", "--name", "real", "--json"], env=env, stdout=subprocess.PIPE, text=True
@@ -88,7 +88,7 @@ def environment(decoys: int) -> Iterator[tuple[dict[str, str], Locations]]:
 
 
 def measure(decoys: int, repeat: int) -> dict[str, Any]:
-    with environment(decoys) as (env, _):
+    with decoy_environment(decoys) as (env, _):
         seconds: list[float] = []
         sizes: list[int] = []
         for _ in range(repeat):

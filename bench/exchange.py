@@ -71,14 +71,15 @@ import bench_support
 from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.frames import Hello, Message, Sender
+from pi_cross_session.protocol.io import environment
+from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
     Registration,
     parse_registration,
 )
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from pi_cross_session.security.receiver import SessionReceiver
 
 TARGET_SEND_RATIO: Final = 3.0
@@ -531,7 +532,7 @@ def receiver_profile_text(path: str, limit: int) -> str:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="pi-bench-exchange-"))
     agent_dir = str(root / "agent")
-    locations = paths.resolve(env={paths.AGENT_DIR_ENV: agent_dir})
+    locations = environment.resolve(env={paths.AGENT_DIR_ENV: agent_dir})
     timings_prefix = str(root / "receiver-timings")
     env = {**os.environ, paths.AGENT_DIR_ENV: agent_dir, "PYTHONUNBUFFERED": "1"}
     env[TIMINGS_ENV] = timings_prefix

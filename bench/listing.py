@@ -42,8 +42,9 @@ import anyio.abc
 import anyio.lowlevel
 
 from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.discovery import Listing, list_peers
-from pi_cross_session.protocol.gitinfo import git_rev_parse, resolve_git_info
+from pi_cross_session.protocol.io import environment
+from pi_cross_session.protocol.io.discovery import Listing, list_peers
+from pi_cross_session.protocol.io.gitinfo import git_rev_parse, resolve_git_info
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
     GitInfo,
@@ -51,7 +52,7 @@ from pi_cross_session.protocol.registration import (
     build_registration,
     serialize,
 )
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from pi_cross_session.security.tokens import new_instance_id, new_token
 
 TARGET_RATIO = 0.3
@@ -160,7 +161,7 @@ def summary(listing: Listing) -> list[tuple[str, Any]]:
 
 async def run(peers: int, repeat: int, probe_kind: str) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="pi-bench-listing-"))
-    locations = paths.resolve(env={paths.AGENT_DIR_ENV: str(root / "agent")})
+    locations = environment.resolve(env={paths.AGENT_DIR_ENV: str(root / "agent")})
     try:
         started = time.perf_counter()
         repos = await anyio.to_thread.run_sync(make_repos, root / "repos", peers)

@@ -97,9 +97,10 @@ import bench_support
 from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.endpoint import EndpointConfig
-from pi_cross_session.protocol.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.frames import Message, Sender
+from pi_cross_session.protocol.io import environment
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
+from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.limits import (
     CONNECTION_DEADLINE_S,
     IDLE_AFTER_HELLO_S,
@@ -110,7 +111,7 @@ from pi_cross_session.protocol.registration import (
     Registration,
     parse_registration,
 )
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 
 THIS_FILE: Final = os.path.abspath(__file__)
 #: Target: the legitimate p99 under attack is at most this many times the p99 at rest.
@@ -979,7 +980,7 @@ async def final_send(legit: Legit) -> str:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="pi-bench-soak-"))
     agent_dir = str(root / "agent")
-    locations = paths.resolve(env={paths.AGENT_DIR_ENV: agent_dir})
+    locations = environment.resolve(env={paths.AGENT_DIR_ENV: agent_dir})
     env = {**os.environ, paths.AGENT_DIR_ENV: agent_dir, "PYTHONUNBUFFERED": "1"}
     receiver: Child | None = None
     attacker: Child | None = None

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 
 HERE = Path(__file__).resolve().parent
 SESSION = HERE / "agent_session.py"
@@ -749,7 +749,7 @@ def main() -> int:
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("PI_CROSS_SESSION_INBOUND", None)
-    runtime_dir = paths.resolve(env={"PI_CODING_AGENT_DIR": str(agent_dir)}).runtime_dir
+    runtime_dir = environment.resolve(env={"PI_CODING_AGENT_DIR": str(agent_dir)}).runtime_dir
     sessions: list[Session] = []
     failures: list[str] = []
     try:

@@ -21,7 +21,7 @@ from typing import IO, Any
 import anyio
 
 from pi_cross_session.plugin import cli_identity, outbound
-from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 
 CLI = [sys.executable, "-m", "pi_cross_session"]
 BOLD = "\033[1m" if sys.stdout.isatty() else ""
@@ -104,7 +104,7 @@ class Inbox:
 async def burst(agent_dir: str, target: str, count: int) -> Counter[str]:
     """Send ``count`` different messages as fast as possible with the command line's identity."""
     tally: Counter[str] = Counter()
-    locations = paths.resolve(env={"PI_CODING_AGENT_DIR": agent_dir})
+    locations = environment.resolve(env={"PI_CODING_AGENT_DIR": agent_dir})
     async with cli_identity.publishing(locations, with_git=False) as outbox:
         for number in range(count):
             report = await outbound.send(outbox, target, f"burst message {number}")
@@ -116,7 +116,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="xs-demo-"))
     agent_dir = str(root / "agent")
     env = {**os.environ, "PI_CODING_AGENT_DIR": agent_dir, "PYTHONUNBUFFERED": "1"}
-    runtime_dir = paths.resolve(env={"PI_CODING_AGENT_DIR": agent_dir}).runtime_dir
+    runtime_dir = environment.resolve(env={"PI_CODING_AGENT_DIR": agent_dir}).runtime_dir
     inboxes: list[Inbox] = []
     try:
         step("Two sessions start: 'alpha' (quick) and 'beta' (each message keeps it busy 2 s)")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 from tests import hypothesis_profiles
 
 pytest_plugins = ["tests.confinement"]
@@ -31,14 +32,14 @@ def private_agent_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     agent_dir.mkdir()
     monkeypatch.setenv("PI_CODING_AGENT_DIR", str(agent_dir))
     yield agent_dir
-    runtime_dir = paths.resolve(env={"PI_CODING_AGENT_DIR": str(agent_dir)}).runtime_dir
+    runtime_dir = environment.resolve(env={"PI_CODING_AGENT_DIR": str(agent_dir)}).runtime_dir
     shutil.rmtree(runtime_dir, ignore_errors=True)
 
 
 @pytest.fixture
 def locations(private_agent_dir: Path) -> paths.Locations:
     """Where this test's sessions register and listen."""
-    return paths.resolve(env={"PI_CODING_AGENT_DIR": str(private_agent_dir)})
+    return environment.resolve(env={"PI_CODING_AGENT_DIR": str(private_agent_dir)})
 
 
 def _is_anyio_unix_socket_race(context: dict[str, Any]) -> bool:

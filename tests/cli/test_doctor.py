@@ -20,10 +20,10 @@ import pytest
 
 from pi_cross_session.plugin import cli_identity, doctor
 from pi_cross_session.plugin.doctor import Finding, Severity
-from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.support.cli_procs import (
     Inboxes,
     Result,
@@ -357,7 +357,7 @@ async def test_orphan_files_in_the_runtime_dir_are_info(locations: Locations) ->
 
 @pytest.mark.anyio
 async def test_a_trailing_slash_in_the_agent_dir_is_a_warning(private_agent_dir: Path) -> None:
-    slashed = paths.resolve(env={"PI_CODING_AGENT_DIR": f"{private_agent_dir}/"})
+    slashed = environment.resolve(env={"PI_CODING_AGENT_DIR": f"{private_agent_dir}/"})
     try:
         findings = await doctor.diagnose(slashed)
     finally:

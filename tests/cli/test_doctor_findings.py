@@ -22,6 +22,7 @@ import pytest
 from pi_cross_session.plugin import doctor
 from pi_cross_session.plugin.doctor import Finding, Severity
 from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.limits import (
     DOCTOR_EXAMPLES,
     DOCTOR_FINDINGS_PER_KIND,
@@ -29,7 +30,7 @@ from pi_cross_session.protocol.limits import (
     MAX_LISTED_REGISTRATIONS,
 )
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.cli.test_doctor import dead_pid, published
 from tests.hostile import files
 from tests.support.cli_procs import Inboxes, exists, run_cli, tree_state
@@ -197,7 +198,7 @@ async def test_a_silent_socket_of_a_gone_process_may_be_removed(locations: Locat
 def test_a_relative_agent_dir_is_a_warning_with_the_absolute_path(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     (workdir / "agent").mkdir(parents=True)
-    relative = paths.resolve(env={"PI_CODING_AGENT_DIR": "agent"})
+    relative = environment.resolve(env={"PI_CODING_AGENT_DIR": "agent"})
     try:
         report = run_cli("agent", "doctor", "--json", cwd=workdir).json()
     finally:

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.paths import Locations
 from tests.support.cli_procs import (
     Inboxes,
@@ -67,7 +67,7 @@ def test_a_trailing_slash_names_the_spelling_live_sessions_use_and_removes_nothi
         text = doctor(slashed)
     finally:
         # doctor must not have made the slashed namespace's runtime dir; remove it if it did.
-        stray = paths.resolve(env={"PI_CODING_AGENT_DIR": slashed}).runtime_dir
+        stray = environment.resolve(env={"PI_CODING_AGENT_DIR": slashed}).runtime_dir
         made_runtime_dir = exists(stray)
         if made_runtime_dir:
             os.rmdir(stray)
@@ -90,7 +90,7 @@ def test_without_the_slash_sessions_that_use_it_are_named_too(
     inboxes: Inboxes, private_agent_dir: Path, tmp_path: Path
 ) -> None:
     slashed = f"{private_agent_dir}/"
-    slashed_runtime = paths.resolve(env={"PI_CODING_AGENT_DIR": slashed}).runtime_dir
+    slashed_runtime = environment.resolve(env={"PI_CODING_AGENT_DIR": slashed}).runtime_dir
     # Not through ``Inboxes``: a ``Path`` would drop the trailing slash.
     inbox = InboxProcess(slashed, "--name", "slashed", cwd=tmp_path)
     try:
@@ -136,7 +136,7 @@ def test_a_live_registration_at_0644_gets_chmod_never_a_removal(
 
 def test_a_mistyped_agent_dir_is_not_created(tmp_path: Path) -> None:
     mistyped = tmp_path / "agnet"
-    runtime_dir = paths.resolve(env={"PI_CODING_AGENT_DIR": str(mistyped)}).runtime_dir
+    runtime_dir = environment.resolve(env={"PI_CODING_AGENT_DIR": str(mistyped)}).runtime_dir
     try:
         checked = doctor(str(mistyped), "--json")
         text = doctor(str(mistyped))

@@ -18,7 +18,7 @@ import pytest
 from pi_cross_session.plugin import render
 from pi_cross_session.protocol.limits import DISPLAY_DIAGNOSTIC_CODE_POINTS
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.support.cli_procs import Inboxes, Result, run_cli
 
 NOBODY = 65534

@@ -19,12 +19,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pi_cross_session.protocol import discovery, sanitize
-from pi_cross_session.protocol.exchange import Exchanger
+from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.frames import Sender
+from pi_cross_session.protocol.io import discovery
+from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.support.cli_procs import Inboxes, Result, run_cli
 from tests.support.fake_receiver import fake_receiver, ready, respond
 from tests.support.peers import make_message, make_registration, publish

@@ -12,10 +12,10 @@ import pytest
 
 from pi_cross_session.plugin import cli_identity
 from pi_cross_session.plugin.cli_identity import SlotLock
-from pi_cross_session.protocol import discovery, paths
-from pi_cross_session.protocol.exchange import Exchanger
+from pi_cross_session.protocol.io import discovery, environment
+from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.support.cli_procs import Inboxes, Result, exists, run_cli, tree_state
 
 Cli = Callable[..., Result]
@@ -176,7 +176,7 @@ async def test_other_listers_hide_the_command_line_while_it_is_published(
 def test_peers_with_a_mistyped_agent_dir_creates_nothing(tmp_path: Path) -> None:
     """The tracker's case: a typo in PI_CODING_AGENT_DIR used to create that whole tree."""
     typo = tmp_path / "agnet" / "dir"
-    runtime_dir = paths.resolve(env={"PI_CODING_AGENT_DIR": str(typo)}).runtime_dir
+    runtime_dir = environment.resolve(env={"PI_CODING_AGENT_DIR": str(typo)}).runtime_dir
     for args in (("peers",), ("peers", "--json")):
         listed = run_cli(typo, *args, cwd=tmp_path)
         assert listed.returncode == 0, listed

@@ -16,11 +16,11 @@ import pytest
 
 from pi_cross_session.plugin import cli_identity, outbound
 from pi_cross_session.plugin.cli_identity import Holder, SlotLock
-from pi_cross_session.protocol import discovery
-from pi_cross_session.protocol.exchange import Exchanger
+from pi_cross_session.protocol.io import discovery
+from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.limits import RATE_CAPACITY, RATE_REFILL_PER_S
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.cli_procs import HOLD_S, Inboxes, Result, exists, leftovers, run_cli
 from tests.support.fake_receiver import SILENT, fake_receiver, ready

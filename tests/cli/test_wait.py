@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
-from pi_cross_session.protocol.endpoint import EndpointConfig
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.support.cli_procs import (
     COMMAND_TIMEOUT_S,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
     Registration,
@@ -21,7 +21,7 @@ from pi_cross_session.protocol.registration import (
     build_registration,
     serialize,
 )
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from pi_cross_session.security.tokens import new_instance_id, new_token
 
 GIT = shutil.which("git")
@@ -43,7 +43,7 @@ def mock_clock_backend() -> Any:
 @pytest.fixture
 def locations(private_agent_dir: Path) -> Iterator[Locations]:
     """The locations of this test's private agent dir; its runtime dir is removed afterwards."""
-    resolved = paths.resolve()
+    resolved = environment.resolve()
     assert resolved.agent_dir == str(private_agent_dir)
     yield resolved
     # The runtime dir lives in /tmp, outside the test's tmp_path: never leave one behind.

@@ -10,8 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pi_cross_session.protocol import gitinfo
-from pi_cross_session.protocol.gitinfo import (
+from pi_cross_session.protocol.io import gitinfo
+from pi_cross_session.protocol.io.gitinfo import (
     NeedsGit,
     git_rev_parse,
     read_git_files,

@@ -22,12 +22,12 @@ import pytest
 from pi_cross_session.plugin import outbound, render
 from pi_cross_session.plugin.outbound import Outbox
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.discovery import Listing, list_peers
-from pi_cross_session.protocol.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.frames import Sender
+from pi_cross_session.protocol.io.discovery import Listing, list_peers
+from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import PublicPeer, Registration
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.discovery.conftest import dead_pid, make_registration, now_ms, publish
 from tests.support.peers import make_message, running_peer
 

@@ -16,8 +16,8 @@ import anyio
 import pytest
 
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.discovery import Registrar, RegistrarStoppedError
 from pi_cross_session.protocol.errors import LocalProtocolError
+from pi_cross_session.protocol.io.discovery import Registrar, RegistrarStoppedError
 from pi_cross_session.protocol.limits import HEARTBEAT_INTERVAL_S
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
@@ -26,7 +26,7 @@ from pi_cross_session.protocol.registration import (
     UnpublishableRegistrationError,
     serialize,
 )
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.discovery.conftest import exists, make_registration, mock_clock_backend, now_ms
 
 pytestmark = pytest.mark.anyio

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session.plugin import commands, render, tools
-from pi_cross_session.protocol.discovery import Listing, list_peers
-from pi_cross_session.protocol.exchange import Exchanger
+from pi_cross_session.protocol.io.discovery import Listing, list_peers
+from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.hostile import files
 from tests.support.cli_procs import run_cli
 from tests.support.wire_session import running_receiver

@@ -19,6 +19,7 @@ from typing import Final
 import pytest
 
 from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 from tests.faults.injection import FaultyFiles, install
 
 #: The uid and gid an unprivileged process runs as when the tests run as root.
@@ -74,7 +75,7 @@ def unprivileged() -> Iterator[Unprivileged]:
     agent_dir = parent / "agent"
     agent_dir.mkdir(mode=0o700)
     os.chown(agent_dir, uid, gid)
-    locations = paths.resolve(env={"PI_CODING_AGENT_DIR": str(agent_dir)}, uid=uid)
+    locations = environment.resolve(env={"PI_CODING_AGENT_DIR": str(agent_dir)}, uid=uid)
     try:
         yield Unprivileged(prefix, uid, gid, agent_dir, locations)
     finally:

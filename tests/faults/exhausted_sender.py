@@ -19,11 +19,11 @@ import sys
 import anyio
 
 from pi_cross_session.plugin import cli_identity, outbound, render
-from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 
 
 async def main(target: str, text: str) -> None:
-    async with cli_identity.publishing(paths.resolve(), with_git=False) as outbox:
+    async with cli_identity.publishing(environment.resolve(), with_git=False) as outbox:
         held: list[int] = []
         while True:
             try:

@@ -26,9 +26,9 @@ import time
 import uuid
 from typing import Any
 
-from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.registration import build_registration, serialize
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from pi_cross_session.security.tokens import new_instance_id, new_token
 
 #: Text length of the message whose frame is cut: the frame stays under the 1 MiB cap.
@@ -45,7 +45,7 @@ def line(body: dict[str, Any]) -> bytes:
 
 
 def main(target: dict[str, str], mode: str, partial: int) -> None:
-    locations = paths.resolve()
+    locations = environment.resolve()
     instance_id = new_instance_id()
     now = int(time.time() * 1000)
     registration = build_registration(

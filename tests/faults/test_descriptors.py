@@ -40,7 +40,7 @@ from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.limits import DESCRIPTOR_RESERVE
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration, parse_registration
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.faults.injection import FaultyFiles
 from tests.socket.test_shedding import HOLDER
 from tests.support.cli_procs import cli_env, run_cli

@@ -25,7 +25,7 @@ import anyio
 import pytest
 
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.endpoint import EndpointConfig
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.limits import LIFETIME_BUDGET
 from pi_cross_session.protocol.paths import Locations
 from tests.support.watched import WatchedProcess

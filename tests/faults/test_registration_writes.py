@@ -39,8 +39,8 @@ from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security import fs
 from pi_cross_session.security.admission import TurnEnding, TurnSource
+from pi_cross_session.security.io import fs
 from tests.faults.conftest import Unprivileged
 from tests.faults.injection import FaultyFiles, leaf, temp_files
 from tests.support.bounds import MUST_HAPPEN_S

@@ -17,11 +17,11 @@ import anyio
 import pytest
 
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.discovery import list_peers
-from pi_cross_session.protocol.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.frames import Message
+from pi_cross_session.protocol.io.discovery import list_peers
+from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.support.sessions import as_sender
 from tests.support.wire_session import (
     FakeClock,

@@ -24,16 +24,16 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.discovery import NameWindow
 from pi_cross_session.protocol.errors import CrossSessionError
+from pi_cross_session.protocol.io.discovery import NameWindow
 from pi_cross_session.protocol.limits import (
     MAX_LISTED_REGISTRATIONS,
     MAX_REGISTRATION_BYTES,
     REGISTRATION_READ_ATTEMPTS,
 )
 from pi_cross_session.protocol.paths import instance_id_from_filename
-from pi_cross_session.security import fs
-from pi_cross_session.security.fs import (
+from pi_cross_session.security.io import fs
+from pi_cross_session.security.io.fs import (
     DirState,
     FileOperationError,
     Reason,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.protocol.offload import Offload
-from pi_cross_session.security import fs
+from pi_cross_session.protocol.io.offload import Offload
+from pi_cross_session.security.io import fs
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads mountinfo")
 

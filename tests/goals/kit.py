@@ -20,8 +20,8 @@ from typing import Any, Final
 from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.render import SendReport
 from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.protocol.exchange import ExchangeConfig
 from pi_cross_session.protocol.frames import Response
+from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.security.goals import USER_TURN
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S

@@ -24,8 +24,8 @@ from pi_cross_session.plugin.render import SendReport
 from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
 from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE, GOAL_SCOPED_PEER
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.endpoint import EndpointConfig
-from pi_cross_session.protocol.exchange import ExchangeConfig
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
+from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.protocol.limits import (
     MAX_GOAL_CONFIRMATIONS,
     RATE_CAPACITY,
@@ -33,8 +33,8 @@ from pi_cross_session.protocol.limits import (
 )
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security import fs
 from pi_cross_session.security.goals import USER_TURN, GoalConfirmations, Reservation
+from pi_cross_session.security.io import fs
 from tests.goals.kit import (
     FORGED_GOAL,
     accepted_connections,

@@ -20,7 +20,7 @@ from pi_agent_harness import AgentHarness
 from pi_cross_session.plugin.hosts import pi_python
 from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol.exchange import ExchangeConfig
+from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.host.support import (
     ScriptedChat,

@@ -31,7 +31,7 @@ from pi_agent_harness.env import LocalExecutionEnv
 
 from pi_cross_session.plugin.hosts import pi_python
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol.exchange import ExchangeConfig
+from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.security.goals import TaskHandle, TaskKind
 from tests.support.bounds import MUST_HAPPEN_S
 

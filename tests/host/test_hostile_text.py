@@ -32,11 +32,11 @@ from pi_agent_harness.types import NoticeEvent
 from pi_cross_session.plugin import render
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.capabilities import ADVERTISED
-from pi_cross_session.protocol.exchange import Exchanger
 from pi_cross_session.protocol.frames import WIRE_VERSION, Message, Sender
+from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration, parse_registration
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.host.support import (
     ScriptedChat,
     call_tool,

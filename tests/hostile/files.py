@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.hostile.model import Identity
 
 

@@ -27,8 +27,8 @@ from typing import Any, Final
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.endpoint import EndpointStatistics
 from pi_cross_session.protocol.frames import Response
+from pi_cross_session.protocol.io.endpoint import EndpointStatistics
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.limits import MessageIdLedger

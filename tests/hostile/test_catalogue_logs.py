@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.protocol.gitinfo import resolve_git_info
+from pi_cross_session.protocol.io.gitinfo import resolve_git_info
 from tests.support.hostile_text import ESC, FORGED_LINE, unsafe_in
 
 pytestmark = pytest.mark.anyio
@@ -35,7 +35,7 @@ async def test_a_peer_cwd_git_must_read_is_logged_as_one_escaped_line(
     # A cwd inside the git dir: the fast reader leaves it to git, and says why in a debug log.
     cwd = tree / ".git" / HOSTILE_DIR
     cwd.mkdir()
-    caplog.set_level(logging.DEBUG, logger="pi_cross_session.protocol.gitinfo")
+    caplog.set_level(logging.DEBUG, logger="pi_cross_session.protocol.io.gitinfo")
     await resolve_git_info([str(cwd)])
     [record] = [r for r in caplog.records if "needs git" in r.getMessage()]
     message = record.getMessage()

@@ -28,7 +28,7 @@ from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codes import Code, classify
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.support.fake_receiver import (
     FakeReceiver,
     Reply,

@@ -18,7 +18,7 @@ from typing import Any, Final
 import anyio
 import pytest
 
-from pi_cross_session.protocol.endpoint import Endpoint, EndpointConfig
+from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig
 from pi_cross_session.protocol.limits import MAX_CONNECTIONS
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration

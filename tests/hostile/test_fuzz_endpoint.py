@@ -34,7 +34,7 @@ from typing import Final
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol.endpoint import EndpointConfig
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.limits import MAX_CONNECTIONS
 from pi_cross_session.protocol.paths import Locations
 from tests.hostile.crowd import crowd

@@ -35,12 +35,12 @@ from hypothesis import strategies as st
 from pi_cross_session.plugin import outbound, render
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.capabilities import ADVERTISED
-from pi_cross_session.protocol.discovery import Listing
-from pi_cross_session.protocol.exchange import Exchanger
 from pi_cross_session.protocol.frames import Sender
+from pi_cross_session.protocol.io.discovery import Listing
+from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import PublicPeer, Registration, parse_registration
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.hostile import files
 from tests.hostile.test_fuzz_endpoint import EXAMPLES, fuzz_settings
 from tests.support.fake_receiver import Reply, fake_receiver, ready, response_body, response_line

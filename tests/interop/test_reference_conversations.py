@@ -37,14 +37,14 @@ import pytest
 
 from pi_cross_session.plugin import outbound, render
 from pi_cross_session.plugin.render import SendReport
-from pi_cross_session.protocol import discovery
 from pi_cross_session.protocol.capabilities import DELIVERY_RECEIPTS, GOAL_SCOPED_PEER
-from pi_cross_session.protocol.exchange import ExchangeConfig, Exchanger
 from pi_cross_session.protocol.frames import Sender
+from pi_cross_session.protocol.io import discovery
+from pi_cross_session.protocol.io.exchange import ExchangeConfig, Exchanger
 from pi_cross_session.protocol.limits import SEND_DEADLINE_S
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.support import raw_client
 from tests.support.fake_receiver import SILENT, FakeReceiver, Reply, Step, fake_receiver
 from tests.support.peers import make_registration, publish

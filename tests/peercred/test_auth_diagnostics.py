@@ -10,11 +10,12 @@ import os
 
 import pytest
 
-from pi_cross_session.protocol.endpoint import PeerCredentials
+from pi_cross_session.protocol.credentials import PeerCredentials
 from pi_cross_session.protocol.frames import Hello
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.auth import AUTH_FAILED_TEXT, Authenticator, LocalIdentity
+from pi_cross_session.security.io.sender_files import PeersDirFiles
 from tests.support import raw_client
 from tests.support.peers import make_registration
 from tests.support.sessions import published_sender
@@ -29,7 +30,7 @@ def authenticator_for(locations: Locations, **kwargs: int) -> tuple[Authenticato
     identity = LocalIdentity(
         session_id=me.id, instance_id=me.instance_id, token=me.token, pid=me.pid
     )
-    return Authenticator(identity, locations, **kwargs), me
+    return Authenticator(identity, locations, files=PeersDirFiles(locations), **kwargs), me
 
 
 def hello(target: Registration, sender: Registration | None, request_id: str) -> Hello:

@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from pi_cross_session.plugin import commands
-from pi_cross_session.protocol.endpoint import PeerCredentials
+from pi_cross_session.protocol.credentials import PeerCredentials
 from pi_cross_session.protocol.frames import Hello
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
@@ -29,6 +29,7 @@ from pi_cross_session.security.auth import (
     LocalIdentity,
     SenderPins,
 )
+from pi_cross_session.security.io.sender_files import PeersDirFiles
 from tests.peercred.support import other_process
 from tests.support import raw_client
 from tests.support.peers import PeerHandle, make_registration, publish, running_peer
@@ -192,7 +193,7 @@ def test_a_pin_table_needs_room() -> None:
 async def test_a_forgotten_pin_is_pinned_afresh(locations: Locations) -> None:
     me = make_registration(locations, "beta")
     identity = LocalIdentity(me.id, me.instance_id, me.token, me.pid)
-    auth = Authenticator(identity, locations, pinned_senders=1)
+    auth = Authenticator(identity, locations, files=PeersDirFiles(locations), pinned_senders=1)
     alpha = published_sender(locations, "alpha")
     gamma = published_sender(locations, "gamma")
     here = PeerCredentials(pid=os.getpid(), uid=os.geteuid(), gid=os.getegid())

@@ -19,11 +19,9 @@ import anyio
 import pytest
 
 from pi_cross_session.plugin import commands
-from pi_cross_session.protocol.endpoint import (
-    EndpointConfig,
-    PeerCredentials,
-    read_peer_credentials,
-)
+from pi_cross_session.protocol.credentials import PeerCredentials
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
+from pi_cross_session.protocol.io.peercred import read_peer_credentials
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.auth import AUTH_FAILED_TEXT

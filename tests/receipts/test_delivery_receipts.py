@@ -30,7 +30,7 @@ from pi_cross_session.protocol.capabilities import (
     DELIVERY_RECEIPTS,
     GOAL_SCOPED_PEER,
 )
-from pi_cross_session.protocol.endpoint import EndpointConfig
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.admission import TurnSource
 from tests.support.peers import running_peer

@@ -11,7 +11,7 @@ import pytest
 
 from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol.exchange import ExchangeConfig
+from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.wire_session import eventually

@@ -26,7 +26,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from pi_cross_session.protocol.endpoint import EndpointConfig
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.socket.test_shedding import holder, probe_ok, wait_open
 from tests.support.peers import PeerHandle, running_peer

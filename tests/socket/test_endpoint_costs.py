@@ -23,8 +23,8 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from pi_cross_session.protocol import memory
-from pi_cross_session.protocol.endpoint import EndpointConfig
+from pi_cross_session.protocol.io import memory
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
 from pi_cross_session.protocol.paths import Locations
 from tests.socket.test_shedding import probe_ok

@@ -12,7 +12,7 @@ from contextlib import AsyncExitStack
 import anyio
 import pytest
 
-from pi_cross_session.protocol.endpoint import EndpointConfig
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.limits import MAX_CONNECTIONS, MAX_FRAME_BYTES
 from pi_cross_session.protocol.paths import Locations
 from tests.support.raw_client import BOM, RawClient, exchange_raw, hello, line, message

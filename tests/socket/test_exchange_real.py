@@ -14,11 +14,11 @@ import pytest
 
 from pi_cross_session.protocol.capabilities import ADVERTISED, CANCEL_SAFE_QUEUE
 from pi_cross_session.protocol.codes import SenderState
-from pi_cross_session.protocol.endpoint import EndpointConfig
-from pi_cross_session.protocol.exchange import ExchangeConfig, ExchangeError, Exchanger, Receipt
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
+from pi_cross_session.protocol.io.exchange import ExchangeConfig, ExchangeError, Exchanger, Receipt
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.support.exchange_seams import CountingConnect, RecordingVetting, StalledVetting
 from tests.support.peers import PeerHandle, make_message, make_registration
 from tests.support.sessions import (

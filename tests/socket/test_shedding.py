@@ -28,7 +28,7 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from pi_cross_session.protocol.endpoint import EndpointConfig
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S

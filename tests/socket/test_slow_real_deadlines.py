@@ -14,10 +14,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from pi_cross_session.protocol.exchange import ExchangeError, Exchanger
+from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.limits import IDLE_AFTER_HELLO_S, SEND_DEADLINE_S
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.support.exchange_seams import CountingConnect, StalledVetting
 from tests.support.fake_receiver import SILENT, fake_receiver, ready
 from tests.support.peers import make_message, make_registration

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.protocol.exchange import ExchangeError, Receipt
+from pi_cross_session.protocol.io.exchange import ExchangeError, Receipt
 from pi_cross_session.protocol.paths import Locations
 from tests.support.peers import make_message, running_peer
 

@@ -17,6 +17,7 @@ from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
 from pi_cross_session.protocol.capabilities import ADVERTISED, CANCEL_SAFE_QUEUE
 from pi_cross_session.protocol.codes import RETRYABLE, Code
 from pi_cross_session.protocol.frames import Message, Response, StatusQuery
+from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.registration import Registration, build_registration
 from pi_cross_session.security.admission import Admission, Clock, Delivery, Row
 from pi_cross_session.security.auth import Caller, LocalIdentity
@@ -29,7 +30,9 @@ from pi_cross_session.security.limits import (
 )
 
 #: Where the fixture registrations claim to listen; nothing is ever created there.
-FIXTURE_LOCATIONS = paths.resolve(env={paths.AGENT_DIR_ENV: "/tmp/xs-admission-kit/agent"}, uid=0)
+FIXTURE_LOCATIONS = environment.resolve(
+    env={paths.AGENT_DIR_ENV: "/tmp/xs-admission-kit/agent"}, uid=0
+)
 
 #: An arbitrary, fixed epoch (2023-11-14) so replies and rows are reproducible.
 START_WALL_MS = 1_700_000_000_000

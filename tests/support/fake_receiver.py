@@ -22,7 +22,7 @@ import anyio.abc
 
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.peers import make_registration
 

@@ -11,23 +11,20 @@ from dataclasses import dataclass
 
 import anyio
 
-from pi_cross_session.protocol.endpoint import (
-    Endpoint,
-    EndpointConfig,
-    PeerCredentialsReader,
-    read_peer_credentials,
-)
-from pi_cross_session.protocol.exchange import Exchanger
 from pi_cross_session.protocol.frames import Message, Sender
+from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig
+from pi_cross_session.protocol.io.exchange import Exchanger
+from pi_cross_session.protocol.io.peercred import PeerCredentialsReader, read_peer_credentials
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
     Registration,
     build_registration,
     serialize,
 )
-from pi_cross_session.security import fs
 from pi_cross_session.security.auth import Authenticator, LocalIdentity
 from pi_cross_session.security.inbox import MemoryInbox
+from pi_cross_session.security.io import fs
+from pi_cross_session.security.io.sender_files import PeersDirFiles
 from pi_cross_session.security.tokens import new_instance_id, new_token
 
 
@@ -133,7 +130,9 @@ async def running_peer(
     )
     # The ready reply advertises what the endpoint's config says (tests play older receivers).
     capabilities = (config or EndpointConfig()).capabilities
-    authenticator = Authenticator(identity, locations, capabilities=capabilities)
+    authenticator = Authenticator(
+        identity, locations, files=PeersDirFiles(locations), capabilities=capabilities
+    )
     inbox = MemoryInbox(authenticator)
     endpoint: Endpoint[object] = Endpoint(
         registration.socket_path,

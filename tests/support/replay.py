@@ -29,7 +29,7 @@ from typing import Any, Final
 import anyio
 
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol.endpoint import EndpointConfig
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.admission import Clock, Delivery, Snapshot, TurnEnding, TurnSource

@@ -17,14 +17,15 @@ from contextlib import asynccontextmanager
 
 import anyio
 
-from pi_cross_session.protocol.endpoint import Endpoint, EndpointConfig
-from pi_cross_session.protocol.exchange import Exchanger
 from pi_cross_session.protocol.frames import Sender
+from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig
+from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security import fs
 from pi_cross_session.security.auth import Authenticator, LocalIdentity
 from pi_cross_session.security.inbox import MemoryInbox
+from pi_cross_session.security.io import fs
+from pi_cross_session.security.io.sender_files import PeersDirFiles
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.peers import PeerHandle, make_registration, publish, running_peer
 
@@ -102,7 +103,7 @@ async def serving(
         token=registration.token,
         pid=registration.pid,
     )
-    inbox = MemoryInbox(Authenticator(identity, locations))
+    inbox = MemoryInbox(Authenticator(identity, locations, files=PeersDirFiles(locations)))
     endpoint: Endpoint[object] = Endpoint(
         registration.socket_path,
         inbox,  # type: ignore[arg-type]

@@ -27,8 +27,8 @@ import anyio
 from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol.codes import ROW_STATES, Code
-from pi_cross_session.protocol.exchange import ExchangeConfig
 from pi_cross_session.protocol.frames import Response
+from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.admission import Clock, Row, Snapshot

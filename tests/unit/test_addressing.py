@@ -13,10 +13,11 @@ from pi_cross_session.protocol import limits, paths
 from pi_cross_session.protocol.addressing import AddressError, resolve_target
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import CrossSessionError
+from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.registration import PublicPeer
 from pi_cross_session.protocol.text import clean_name
 
-FIXTURE = paths.resolve(env={paths.AGENT_DIR_ENV: "/tmp/xs-fixture/agent"}, uid=0)
+FIXTURE = environment.resolve(env={paths.AGENT_DIR_ENV: "/tmp/xs-fixture/agent"}, uid=0)
 EMOJI = "\U0001f600"
 
 ME = "f" * 32

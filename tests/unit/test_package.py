@@ -11,7 +11,27 @@ import pytest
 import pi_cross_session
 from pi_cross_session import protocol
 
-FORBIDDEN_IN_CORE = {"anyio", "asyncio", "socket", "time", "trio", "selectors", "subprocess"}
+#: What a pure module never imports: sockets, threads, processes, clocks, files and the OS.
+FORBIDDEN_IN_CORE = {
+    "anyio",
+    "asyncio",
+    "ctypes",
+    "fcntl",
+    "filelock",
+    "io",
+    "os",
+    "pwd",
+    "selectors",
+    "shutil",
+    "signal",
+    "socket",
+    "subprocess",
+    "tempfile",
+    "threading",
+    "time",
+    "trio",
+}
+PACKAGE_DIR = Path(pi_cross_session.__file__).parent
 PROTOCOL_DIR = Path(protocol.__file__).parent
 
 
@@ -25,11 +45,44 @@ def imported_roots(source: str) -> set[str]:
     return roots
 
 
-@pytest.mark.parametrize("name", protocol.SANS_IO_MODULES)
-def test_sans_io_core_imports_no_io(name: str) -> None:
-    source = (PROTOCOL_DIR / f"{name}.py").read_text(encoding="utf-8")
+def imported_modules(source: str) -> set[str]:
+    """Every ``pi_cross_session`` module a source imports (``from X import y`` counts X.y too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.startswith("pi_cross_session.")}
+
+
+def pure_modules() -> list[Path]:
+    """Every module of ``protocol`` and ``security`` outside an ``io`` subpackage: pure by where
+    it lives, not by a list kept by hand."""
+    return sorted(
+        path
+        for layer in ("protocol", "security")
+        for path in (PACKAGE_DIR / layer).rglob("*.py")
+        if "io" not in path.relative_to(PACKAGE_DIR / layer).parts[:-1]
+    )
+
+
+@pytest.mark.parametrize("path", pure_modules(), ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
+def test_a_module_outside_io_imports_no_io(path: Path) -> None:
+    source = path.read_text(encoding="utf-8")
     assert not imported_roots(source) & FORBIDDEN_IN_CORE
-    importlib.import_module(f"pi_cross_session.protocol.{name}")
+    io_modules = {name for name in imported_modules(source) if ".io." in name + "."}
+    assert not io_modules, f"{path.name} imports an I/O module: {sorted(io_modules)}"
+    dotted = ".".join(("pi_cross_session", *path.relative_to(PACKAGE_DIR).with_suffix("").parts))
+    importlib.import_module(dotted.removesuffix(".__init__"))
+
+
+def test_the_io_subpackages_hold_the_drivers() -> None:
+    # The split is visible in the tree: the drivers are where a reader looks for I/O.
+    drivers = {p.stem for p in (PROTOCOL_DIR / "io").glob("*.py")}
+    assert {"endpoint", "exchange", "discovery", "gitinfo", "offload"} <= drivers
+    assert (PACKAGE_DIR / "security" / "io" / "fs.py").exists()
 
 
 def test_imports_go_one_way() -> None:

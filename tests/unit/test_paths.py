@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 
 FIXTURE_AGENT_DIR = "/tmp/xs-fixture/agent"
 INSTANCE = "2d06c66b2c0fbee2d957b41c6c78cad0"
@@ -19,30 +20,30 @@ INSTANCE = "2d06c66b2c0fbee2d957b41c6c78cad0"
 
 
 def test_default_agent_dir_is_home_dot_pi_agent() -> None:
-    assert paths.resolve_agent_dir(env={}, home="/home/alice") == "/home/alice/.pi/agent"
+    assert environment.resolve_agent_dir(env={}, home="/home/alice") == "/home/alice/.pi/agent"
 
 
 def test_default_agent_dir_is_joined_like_node() -> None:
     # path.join normalises: a trailing or doubled slash in HOME does not change the agent dir.
-    assert paths.resolve_agent_dir(env={}, home="/home/alice/") == "/home/alice/.pi/agent"
-    assert paths.resolve_agent_dir(env={}, home="/home//alice") == "/home/alice/.pi/agent"
-    assert paths.resolve_agent_dir(env={}, home="/") == "/.pi/agent"
+    assert environment.resolve_agent_dir(env={}, home="/home/alice/") == "/home/alice/.pi/agent"
+    assert environment.resolve_agent_dir(env={}, home="/home//alice") == "/home/alice/.pi/agent"
+    assert environment.resolve_agent_dir(env={}, home="/") == "/.pi/agent"
 
 
 def test_empty_env_value_counts_as_unset() -> None:
     env = {paths.AGENT_DIR_ENV: ""}
-    assert paths.resolve_agent_dir(env=env, home="/home/alice") == "/home/alice/.pi/agent"
+    assert environment.resolve_agent_dir(env=env, home="/home/alice") == "/home/alice/.pi/agent"
 
 
 def test_env_value_is_used_verbatim() -> None:
     for value in ("/tmp/x/", "/tmp//x", "/tmp/./x/..", "relative/dir", " /tmp/x", "~alice/x"):
         env = {paths.AGENT_DIR_ENV: value}
-        assert paths.resolve_agent_dir(env=env, home="/home/alice") == value
+        assert environment.resolve_agent_dir(env=env, home="/home/alice") == value
 
 
 def test_tilde_alone_is_home() -> None:
     env = {paths.AGENT_DIR_ENV: "~"}
-    assert paths.resolve_agent_dir(env=env, home="/home/alice") == "/home/alice"
+    assert environment.resolve_agent_dir(env=env, home="/home/alice") == "/home/alice"
 
 
 def test_tilde_slash_is_home_plus_rest() -> None:
@@ -54,26 +55,28 @@ def test_tilde_slash_is_home_plus_rest() -> None:
         "~/a/../b": "/home/alice/a/../b",
     }
     for value, expected in cases.items():
-        assert paths.resolve_agent_dir(env={paths.AGENT_DIR_ENV: value}, home=home) == expected
+        assert (
+            environment.resolve_agent_dir(env={paths.AGENT_DIR_ENV: value}, home=home) == expected
+        )
 
 
 def test_home_is_taken_from_the_given_env_verbatim() -> None:
-    assert paths.resolve_home({"HOME": "/h/"}) == "/h/"
+    assert environment.resolve_home({"HOME": "/h/"}) == "/h/"
     # Node takes an empty HOME as is; Python's expanduser would say "/".
-    assert paths.resolve_home({"HOME": ""}) == ""
-    assert paths.resolve_agent_dir(env={"HOME": "/h"}) == "/h/.pi/agent"
+    assert environment.resolve_home({"HOME": ""}) == ""
+    assert environment.resolve_agent_dir(env={"HOME": "/h"}) == "/h/.pi/agent"
 
 
 def test_home_is_not_looked_up_when_not_needed() -> None:
     # An absolute override needs no home: nothing to fall back on, nothing read.
     env = {paths.AGENT_DIR_ENV: FIXTURE_AGENT_DIR}
-    assert paths.resolve_agent_dir(env=env) == FIXTURE_AGENT_DIR
+    assert environment.resolve_agent_dir(env=env) == FIXTURE_AGENT_DIR
 
 
 def test_non_utf8_env_value_is_read_as_node_reads_it() -> None:
     # os.environ holds undecodable bytes as surrogate escapes; Node sees U+FFFD.
     escaped = b"/tmp/\xe2\x82x".decode("utf-8", "surrogateescape")
-    resolved = paths.resolve_agent_dir(env={paths.AGENT_DIR_ENV: escaped})
+    resolved = environment.resolve_agent_dir(env={paths.AGENT_DIR_ENV: escaped})
     assert resolved == "/tmp/\ufffdx"
 
 
@@ -147,13 +150,13 @@ def test_node_join_is_normpath_with_nodes_two_differences(parts: list[str]) -> N
 
 
 def test_uid_override_and_default() -> None:
-    assert paths.resolve_uid(1234) == 1234
-    assert paths.resolve_uid(0) == 0
-    assert isinstance(paths.resolve_uid(), int)
+    assert environment.resolve_uid(1234) == 1234
+    assert environment.resolve_uid(0) == 0
+    assert isinstance(environment.resolve_uid(), int)
 
 
 def test_resolve_bundles_every_location() -> None:
-    loc = paths.resolve(env={paths.AGENT_DIR_ENV: FIXTURE_AGENT_DIR}, uid=0)
+    loc = environment.resolve(env={paths.AGENT_DIR_ENV: FIXTURE_AGENT_DIR}, uid=0)
     assert loc == paths.Locations(
         agent_dir=FIXTURE_AGENT_DIR,
         namespace="0012f3d496fe",
@@ -171,17 +174,17 @@ def test_resolve_bundles_every_location() -> None:
 
 def test_runtime_dir_ignores_tmpdir() -> None:
     env = {paths.AGENT_DIR_ENV: FIXTURE_AGENT_DIR, "TMPDIR": "/var/tmp", "XDG_RUNTIME_DIR": "/run"}
-    assert paths.resolve(env=env, uid=1000).runtime_dir == "/tmp/pi-peers-1000-0012f3d496fe"
+    assert environment.resolve(env=env, uid=1000).runtime_dir == "/tmp/pi-peers-1000-0012f3d496fe"
 
 
 def test_socket_path_length_matches_the_spec_figure() -> None:
     # 65 bytes plus the uid's digits: far below the 104/108-byte AF_UNIX limit.
-    loc = paths.resolve(env={paths.AGENT_DIR_ENV: FIXTURE_AGENT_DIR}, uid=1000)
+    loc = environment.resolve(env={paths.AGENT_DIR_ENV: FIXTURE_AGENT_DIR}, uid=1000)
     assert len(loc.socket_path(INSTANCE).encode()) == 69
 
 
 def test_peers_dir_of_a_trailing_slash_agent_dir() -> None:
-    loc = paths.resolve(env={paths.AGENT_DIR_ENV: "/tmp/x/"}, uid=0)
+    loc = environment.resolve(env={paths.AGENT_DIR_ENV: "/tmp/x/"}, uid=0)
     assert loc.agent_dir == "/tmp/x/"
     assert loc.peers_dir == "/tmp/x/peers"
     assert loc.namespace != paths.namespace_for("/tmp/x")
@@ -189,8 +192,8 @@ def test_peers_dir_of_a_trailing_slash_agent_dir() -> None:
 
 def test_pipe_name_does_not_depend_on_the_user_name() -> None:
     base = {paths.AGENT_DIR_ENV: FIXTURE_AGENT_DIR}
-    one = paths.resolve(env={**base, "USERNAME": "alice", "USER": "alice"}, uid=0)
-    two = paths.resolve(env={**base, "USERNAME": "bob", "USER": "bob"}, uid=0)
+    one = environment.resolve(env={**base, "USERNAME": "alice", "USER": "alice"}, uid=0)
+    two = environment.resolve(env={**base, "USERNAME": "bob", "USER": "bob"}, uid=0)
     expected = "\\\\.\\pipe\\pi-peer-0012f3d496fe-" + INSTANCE
     assert one.pipe_name(INSTANCE) == two.pipe_name(INSTANCE) == expected
     assert expected.startswith(r"\\.\pipe\pi-peer-")
@@ -200,14 +203,14 @@ def test_pipe_name_does_not_depend_on_the_user_name() -> None:
     "bad", ["", "../../etc/passwd", INSTANCE.upper(), INSTANCE + "\n", "a" * 31]
 )
 def test_endpoint_names_refuse_a_malformed_instance_id(bad: str) -> None:
-    loc = paths.resolve(env={paths.AGENT_DIR_ENV: FIXTURE_AGENT_DIR}, uid=0)
+    loc = environment.resolve(env={paths.AGENT_DIR_ENV: FIXTURE_AGENT_DIR}, uid=0)
     for method in (loc.socket_path, loc.registration_path, loc.pipe_name):
         with pytest.raises(ValueError, match="32 lowercase hex"):
             method(bad)
 
 
 def test_temp_path_refuses_a_nonce_that_leaves_the_dir() -> None:
-    loc = paths.resolve(env={paths.AGENT_DIR_ENV: FIXTURE_AGENT_DIR}, uid=0)
+    loc = environment.resolve(env={paths.AGENT_DIR_ENV: FIXTURE_AGENT_DIR}, uid=0)
     for nonce in ("", "a/b", "\ud800"):
         with pytest.raises(ValueError, match="nonce"):
             loc.temp_registration_path(INSTANCE, nonce)

@@ -10,6 +10,7 @@ from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.frames import Hello, Message, Response, StatusQuery
 from pi_cross_session.security.admission import Admission, TurnSource
 from pi_cross_session.security.auth import Authenticator, Caller
+from pi_cross_session.security.io.sender_files import PeersDirFiles
 from pi_cross_session.security.receiver import SessionReceiver
 from tests.support.admission_kit import (
     FIXTURE_LOCATIONS,
@@ -22,8 +23,15 @@ from tests.support.admission_kit import (
 )
 
 
+def fixture_authenticator() -> Authenticator:
+    return Authenticator(RECEIVER, FIXTURE_LOCATIONS, files=PeersDirFiles(FIXTURE_LOCATIONS))
+
+
 def receiver_for(kit: Kit) -> SessionReceiver:
-    return SessionReceiver(Authenticator(RECEIVER, FIXTURE_LOCATIONS), kit.admission)
+    return SessionReceiver(
+        fixture_authenticator(),
+        kit.admission,
+    )
 
 
 def test_a_status_query_on_a_probe_is_invalid_frame_with_unknown_request_id() -> None:
@@ -85,7 +93,7 @@ class SpyAdmission:
 def test_delegation_passes_the_caller_and_frame_unchanged(capable: bool) -> None:
     spy = SpyAdmission()
     receiver = SessionReceiver(
-        Authenticator(RECEIVER, FIXTURE_LOCATIONS),
+        fixture_authenticator(),
         spy,  # type: ignore[arg-type]
     )
     who = caller("alice", capable=capable)
@@ -99,7 +107,7 @@ def test_delegation_passes_the_caller_and_frame_unchanged(capable: bool) -> None
 def test_a_probe_message_still_goes_to_admission() -> None:
     # Admission owns the authentication_failed refusal for messages (it counts it).
     spy = SpyAdmission()
-    receiver = SessionReceiver(Authenticator(RECEIVER, FIXTURE_LOCATIONS), spy)  # type: ignore[arg-type]
+    receiver = SessionReceiver(fixture_authenticator(), spy)  # type: ignore[arg-type]
     msg = Kit().message("x")
     receiver.on_request(probe_caller(), msg)
     assert [call[0] for call in spy.calls] == ["admit"]
@@ -107,7 +115,7 @@ def test_a_probe_message_still_goes_to_admission() -> None:
 
 def test_a_probe_status_query_never_reaches_admission() -> None:
     spy = SpyAdmission()
-    receiver = SessionReceiver(Authenticator(RECEIVER, FIXTURE_LOCATIONS), spy)  # type: ignore[arg-type]
+    receiver = SessionReceiver(fixture_authenticator(), spy)  # type: ignore[arg-type]
     receiver.on_request(probe_caller(), status_query("x"))
     assert spy.calls == []
 
@@ -145,7 +153,9 @@ async def test_hellos_go_to_the_authenticator() -> None:
 
 def test_the_receiver_exposes_its_parts() -> None:
     kit = Kit()
-    authenticator = Authenticator(RECEIVER, FIXTURE_LOCATIONS)
+    authenticator = Authenticator(
+        RECEIVER, FIXTURE_LOCATIONS, files=PeersDirFiles(FIXTURE_LOCATIONS)
+    )
     receiver = SessionReceiver(authenticator, kit.admission)
     assert receiver.authenticator is authenticator
     assert isinstance(receiver.admission, Admission)

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from pi_cross_session.protocol import jsonwire, limits, paths
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import CrossSessionError, LocalProtocolError
+from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.registration import (
     GitInfo,
     InvalidRegistrationError,
@@ -34,7 +35,7 @@ from pi_cross_session.protocol.text import clean_name
 from tests.data_paths import REFERENCE
 from tests.support.hostile_text import ATTACKS, assert_safe_line
 
-FIXTURE = paths.resolve(env={paths.AGENT_DIR_ENV: "/tmp/xs-fixture/agent"}, uid=0)
+FIXTURE = environment.resolve(env={paths.AGENT_DIR_ENV: "/tmp/xs-fixture/agent"}, uid=0)
 INSTANCE = "2d06c66b2c0fbee2d957b41c6c78cad0"
 TOKEN = "0123456789abcdef" * 4
 EMOJI = "\U0001f600"  # one code point, two UTF-16 units
@@ -115,7 +116,7 @@ def test_recorded_file_with_its_placeholder_token_is_refused_for_the_token_only(
 
 def test_recorded_file_is_refused_under_another_agent_dir() -> None:
     recorded = REFERENCE / "registration-ts.json"
-    other = paths.resolve(env={paths.AGENT_DIR_ENV: "/tmp/xs-fixture/agent/"}, uid=0)
+    other = environment.resolve(env={paths.AGENT_DIR_ENV: "/tmp/xs-fixture/agent/"}, uid=0)
     raw = recorded.read_bytes()
     stem = json.loads(raw)["instanceId"]
     with pytest.raises(InvalidRegistrationError) as info:

@@ -19,10 +19,10 @@ import pytest
 
 from pi_cross_session.plugin.render import SendReport
 from pi_cross_session.protocol.capabilities import ADVERTISED
-from pi_cross_session.protocol.exchange import ExchangeConfig
+from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from tests.support.fake_receiver import (
     ABSENT,
     CLOSE,

@@ -10,13 +10,13 @@ import secrets
 
 from pi_cross_session.cli import exits
 from pi_cross_session.cli.console import Console
-from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.sanitize import line
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """Print the agent dir, namespace, runtime dir and an instance's socket and registration."""
-    where = paths.resolve()
+    where = environment.resolve()
     example = args.instance_id is None
     instance_id = args.instance_id or secrets.token_hex(16)
     report = {

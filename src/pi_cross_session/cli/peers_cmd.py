@@ -23,16 +23,17 @@ from typing import TYPE_CHECKING
 from pi_cross_session.cli import exits
 from pi_cross_session.cli.console import Console
 from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
 
 if TYPE_CHECKING:
-    from pi_cross_session.protocol.discovery import Listing
+    from pi_cross_session.protocol.io.discovery import Listing
     from pi_cross_session.protocol.registration import PublicPeer
 
 
 def _anything_to_list(locations: paths.Locations) -> bool:
     """False when there is no peers dir, or a private one of ours holds no registration file;
     anything else needs the full listing (which repairs a loose mode, or refuses the dir)."""
-    from pi_cross_session.security import fs
+    from pi_cross_session.security.io import fs
 
     state = fs.inspect_private_dir(locations.peers_dir).state
     if state is fs.DirState.MISSING:
@@ -47,9 +48,9 @@ async def list_live(locations: paths.Locations) -> Listing:
     """The live peers, newest first, with git metadata, and how many registrations were left
     unread past the listing window; nothing is created."""
     from pi_cross_session.cli.readonly_files import ReadOnlyFiles
-    from pi_cross_session.protocol import discovery
-    from pi_cross_session.protocol.exchange import Exchanger
-    from pi_cross_session.security import fs
+    from pi_cross_session.protocol.io import discovery
+    from pi_cross_session.protocol.io.exchange import Exchanger
+    from pi_cross_session.security.io import fs
 
     exchanger = Exchanger(locations, fs)
     return await discovery.list_peers(
@@ -86,7 +87,7 @@ def peers_of(locations: paths.Locations, console: Console) -> Found:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """List the live sessions, as a table or as JSON."""
-    found = peers_of(paths.resolve(), console)
+    found = peers_of(environment.resolve(), console)
     if args.json:
         peers = [peer.to_dict() for peer in found.peers]
         console.json({"peers": peers, "unread": found.unread, "unchecked": found.unchecked})

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pi_cross_session.protocol.discovery import NameWindow
+from pi_cross_session.protocol.io.discovery import NameWindow
 from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGISTRATION_BYTES
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 
 
 class ReadOnlyFiles:
-    """:mod:`pi_cross_session.security.fs` for discovery, except that nothing is created.
+    """:mod:`pi_cross_session.security.io.fs` for discovery, except that nothing is created.
 
     Only :meth:`ensure_private_dir` differs: a missing dir stays missing (there is nothing to
     list), while an existing one is judged, and its mode repaired, as every lister does.

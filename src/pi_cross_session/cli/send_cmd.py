@@ -27,10 +27,10 @@ from pi_cross_session.cli.follow import Follow, FollowResult
 from pi_cross_session.cli.sender import AddressFailure, IdentityWaitNotes, resolve
 from pi_cross_session.plugin import cli_identity, outbound
 from pi_cross_session.plugin.render import SendReport
-from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.capabilities import can_report_delivery
 from pi_cross_session.protocol.codes import Code, SenderState
-from pi_cross_session.protocol.exchange import ExchangeError
+from pi_cross_session.protocol.io import environment
+from pi_cross_session.protocol.io.exchange import ExchangeError
 from pi_cross_session.protocol.limits import (
     DELIVERY_POLL_S,
     MAX_MESSAGE_INPUT_BYTES,
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 async def _send(args: argparse.Namespace, console: Console, text: str) -> int:
-    locations = paths.resolve()
+    locations = environment.resolve()
     async with cli_identity.holding(
         locations,
         name=args.name,

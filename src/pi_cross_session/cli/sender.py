@@ -26,7 +26,7 @@ from pi_cross_session.plugin.outbound import (
 from pi_cross_session.plugin.render import SendReport
 from pi_cross_session.protocol.addressing import AddressError, resolve_target
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.discovery import Listing
+from pi_cross_session.protocol.io.discovery import Listing
 from pi_cross_session.protocol.registration import PublicPeer
 from pi_cross_session.protocol.sanitize import line
 

@@ -25,7 +25,8 @@ from pi_cross_session.plugin.render import SendReport
 from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.capabilities import can_report_delivery
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.exchange import ExchangeError
+from pi_cross_session.protocol.io import environment
+from pi_cross_session.protocol.io.exchange import ExchangeError
 from pi_cross_session.protocol.registration import PublicPeer
 
 
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 async def _status(args: argparse.Namespace, console: Console) -> int:
-    locations = paths.resolve()
+    locations = environment.resolve()
     recorded = await anyio.to_thread.run_sync(cli_identity.senders_of, locations, args.message_id)
     if recorded:
         slots = recorded

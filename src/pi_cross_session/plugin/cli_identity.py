@@ -59,7 +59,7 @@ from pi_cross_session.protocol.limits import (
     CLI_SENT_IDS_KEPT,
 )
 from pi_cross_session.protocol.paths import Locations, node_join
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 from pi_cross_session.security.tokens import new_instance_id, new_token
 
 if TYPE_CHECKING:  # the outbox and the exchange are built only once an identity is held
@@ -416,8 +416,8 @@ async def holding(
     on the way out the registration is removed and the identity released."""
     # Imported here: a command that never sends (peers, paths) must not pay for the exchange.
     from pi_cross_session.plugin.outbound import Outbox
-    from pi_cross_session.protocol import discovery
-    from pi_cross_session.protocol.exchange import Exchanger
+    from pi_cross_session.protocol.io import discovery
+    from pi_cross_session.protocol.io.exchange import Exchanger
     from pi_cross_session.protocol.registration import (
         PublicPeer,
         build_registration,

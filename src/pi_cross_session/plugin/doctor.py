@@ -38,15 +38,16 @@ from pi_cross_session.plugin.doctor_survey import (
     Survey,
     survey,
 )
-from pi_cross_session.protocol import paths, sanitize
-from pi_cross_session.protocol.exchange import ExchangeError, Exchanger
+from pi_cross_session.protocol import sanitize
+from pi_cross_session.protocol.io import environment
+from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.limits import (
     DOCTOR_EXAMPLES,
     DOCTOR_FINDINGS_PER_KIND,
     MAX_LISTED_REGISTRATIONS,
 )
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 
 
 class Severity(StrEnum):
@@ -544,7 +545,7 @@ async def diagnose(
     ``window`` is the number of registrations a listing reads (the contract's 512; tests use
     fewer).
     """
-    where = locations or paths.resolve()
+    where = locations or environment.resolve()
 
     def gather() -> Survey:
         return survey(where, _cli_instance_ids(where), window=window)

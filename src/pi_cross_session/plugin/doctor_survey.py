@@ -5,8 +5,8 @@ read-only and bounded whatever fills the dirs:
 
 * the peers dir is walked once; the names a listing reads (the first 512 in directory order) and a
   sample past them are judged one by one, the rest only counted;
-* every file is judged by :mod:`pi_cross_session.security.fs` with the listing's own rules; a file
-  those rules refuse is read once more, without trust, only to learn which process it names;
+* every file is judged by :mod:`pi_cross_session.security.io.fs` with the listing's own rules;
+  a file those rules refuse is read once more, without trust, only to learn which process it names;
 * the runtime dir's sockets (at most 512) are asked, with one non-blocking ``connect`` each, which
   process listens on them (the kernel's ``SO_PEERCRED``), never sent a byte;
 * a process is "gone" only when ``kill(pid, 0)`` says ``ESRCH``; its name comes from
@@ -29,8 +29,9 @@ from enum import StrEnum
 from typing import Final
 
 from pi_cross_session.protocol import paths, sanitize
-from pi_cross_session.protocol.endpoint import read_peer_credentials
 from pi_cross_session.protocol.errors import CrossSessionError
+from pi_cross_session.protocol.io import environment
+from pi_cross_session.protocol.io.peercred import read_peer_credentials
 from pi_cross_session.protocol.limits import (
     DISPLAY_DIAGNOSTIC_CODE_POINTS,
     DISPLAY_PROCESS_NAME_CODE_POINTS,
@@ -42,7 +43,7 @@ from pi_cross_session.protocol.limits import (
 )
 from pi_cross_session.protocol.paths import Locations, instance_id_from_filename
 from pi_cross_session.protocol.registration import Registration, parse_registration
-from pi_cross_session.security import fs
+from pi_cross_session.security.io import fs
 
 #: A socket path in some namespace's runtime dir: ``/tmp/pi-peers-<uid>-<ns12>/<id>.sock``.
 _SOCKET_PATH: Final = re.compile(
@@ -85,7 +86,7 @@ def other_spellings(where: Locations) -> list[Spelling]:
         if spelled in seen:
             continue
         seen.add(spelled)
-        locations = paths.resolve(env={paths.AGENT_DIR_ENV: spelled}, uid=where.uid)
+        locations = environment.resolve(env={paths.AGENT_DIR_ENV: spelled}, uid=where.uid)
         spellings.append(Spelling(spelled, how, locations))
     return spellings
 

@@ -55,10 +55,10 @@ from pi_cross_session.protocol.codes import (
     sender_code,
     status_answer,
 )
-from pi_cross_session.protocol.discovery import Listing
 from pi_cross_session.protocol.errors import CrossSessionError, FrameTooLargeError
-from pi_cross_session.protocol.exchange import ExchangeError, Exchanger, Progress, Receipt
 from pi_cross_session.protocol.frames import ID_RE, WIRE_VERSION, Message, Sender, dumps_frame
+from pi_cross_session.protocol.io.discovery import Listing
+from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger, Progress, Receipt
 from pi_cross_session.protocol.limits import (
     DELIVERY_POLL_S,
     DISPLAY_DIAGNOSTIC_CODE_POINTS,

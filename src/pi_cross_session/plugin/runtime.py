@@ -29,19 +29,17 @@ import anyio.abc
 
 from pi_cross_session.plugin import outbound, render
 from pi_cross_session.plugin.host import HostPort
-from pi_cross_session.protocol import paths, sanitize
+from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.discovery import Listing, Registrar, list_peers
-from pi_cross_session.protocol.endpoint import (
-    PEER_CREDENTIALS_SOURCE,
-    Endpoint,
-    EndpointConfig,
-)
 from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.exchange import ExchangeConfig, Exchanger
 from pi_cross_session.protocol.frames import Sender
-from pi_cross_session.protocol.gitinfo import resolve_git_info
+from pi_cross_session.protocol.io import environment
+from pi_cross_session.protocol.io.discovery import Listing, Registrar, list_peers
+from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig
+from pi_cross_session.protocol.io.exchange import ExchangeConfig, Exchanger
+from pi_cross_session.protocol.io.gitinfo import resolve_git_info
+from pi_cross_session.protocol.io.peercred import PEER_CREDENTIALS_SOURCE
 from pi_cross_session.protocol.limits import (
     HEARTBEAT_INTERVAL_S,
     LIFETIME_BUDGET,
@@ -55,7 +53,6 @@ from pi_cross_session.protocol.registration import (
     default_name,
     inbound_from_flag,
 )
-from pi_cross_session.security import fs
 from pi_cross_session.security.admission import (
     Admission,
     Clock,
@@ -82,6 +79,8 @@ from pi_cross_session.security.goals import (
     Scope,
     TaskHandle,
 )
+from pi_cross_session.security.io import fs
+from pi_cross_session.security.io.sender_files import PeersDirFiles
 from pi_cross_session.security.limits import LifetimeBudget
 from pi_cross_session.security.receiver import SessionReceiver
 from pi_cross_session.security.tokens import new_instance_id, new_token
@@ -226,7 +225,7 @@ class SessionRuntime:
         self._on_row = on_row
         # Where task ownership evidence is journaled (the host's session journal), if anywhere.
         self._on_goal_evidence = on_goal_evidence
-        self.locations = locations or paths.resolve()
+        self.locations = locations or environment.resolve()
         self.options = options or RuntimeOptions()
         self._inbound = inbound_from_flag(self.options.inbound)
         # A name set for this session (options or /cross-session-name); None: the host's.
@@ -395,7 +394,9 @@ class SessionRuntime:
             goals=goals,
             **self.options.admission,  # type: ignore[arg-type]
         )
-        authenticator = Authenticator(identity, self.locations, capabilities=ADVERTISED)
+        authenticator = Authenticator(
+            identity, self.locations, files=PeersDirFiles(self.locations), capabilities=ADVERTISED
+        )
         receiver = SessionReceiver(authenticator, admission)
         endpoint: Endpoint[object] = Endpoint(
             self.locations.socket_path(instance_id),

@@ -30,18 +30,12 @@ Decisions the contract leaves open, and what we chose:
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
 from pi_cross_session.protocol.text import is_well_formed
-
-try:
-    import pwd
-except ImportError:  # pragma: no cover - not a POSIX system
-    pwd = None  # type: ignore[assignment]
 
 #: The environment variable that overrides the agent dir (``<APP_NAME upper>_CODING_AGENT_DIR``).
 AGENT_DIR_ENV: Final = "PI_CODING_AGENT_DIR"
@@ -136,50 +130,6 @@ def js_to_well_formed(value: str) -> str:
     return units.decode("utf-16-le", "replace")
 
 
-def resolve_uid(uid: int | None = None) -> int:
-    """The uid in the runtime dir name: the override, else ``os.getuid()``, else 0 (no getuid)."""
-    if uid is not None:
-        return uid
-    getuid = getattr(os, "getuid", None)
-    return getuid() if getuid is not None else 0
-
-
-def resolve_home(env: Mapping[str, str] | None = None) -> str:
-    """The home dir as Node's ``os.homedir()`` finds it: ``$HOME`` as is, else the account's."""
-    environ = os.environ if env is None else env
-    home = environ.get("HOME")
-    if home is not None:
-        # Node takes HOME verbatim, even when empty; Python's expanduser would turn "" into "/".
-        return _as_node_reads(home)
-    if pwd is None:  # pragma: no cover - not a POSIX system
-        return os.path.expanduser("~")
-    try:
-        return pwd.getpwuid(resolve_uid()).pw_dir
-    except KeyError as exc:
-        # Node throws here too; a relative "~/.pi/agent" would be a silent, wrong namespace.
-        raise RuntimeError(
-            "no home dir: HOME is unset and the account has no passwd entry"
-        ) from exc
-
-
-def resolve_agent_dir(env: Mapping[str, str] | None = None, home: str | None = None) -> str:
-    """The agent dir of spec §1.1, as the exact string the namespace is computed from.
-
-    ``env`` defaults to the process environment; ``home`` defaults to :func:`resolve_home` of that
-    environment and is only looked up when it is needed.
-    """
-    environ = os.environ if env is None else env
-    configured = _as_node_reads(environ.get(AGENT_DIR_ENV, ""))
-    if configured and configured != "~" and not configured.startswith("~/"):
-        return configured
-    home_dir = resolve_home(environ) if home is None else home
-    if configured == "~":
-        return home_dir
-    if configured:
-        return home_dir + configured[1:]
-    return node_join(home_dir, ".pi", "agent")
-
-
 def namespace_for(agent_dir: str) -> str:
     """First 12 hex characters of the SHA-256 of the agent dir's UTF-8 (spec §2)."""
     return hashlib.sha256(js_to_well_formed(agent_dir).encode("utf-8")).hexdigest()[
@@ -191,9 +141,10 @@ def namespace_for(agent_dir: str) -> str:
 class Locations:
     """Every discovery and endpoint location of one agent dir, for one uid.
 
-    Build it with :func:`resolve`. The runtime dir and peers dir are shared by every session of the
-    agent dir; :meth:`socket_path`, :meth:`registration_path` and :meth:`pipe_name` name the things
-    that belong to one incarnation.
+    Build it with :func:`~pi_cross_session.protocol.io.environment.resolve` (from this process's
+    environment) or :func:`locations_for`. The runtime dir and peers dir are shared by every
+    session of the agent dir; :meth:`socket_path`, :meth:`registration_path` and
+    :meth:`pipe_name` name the things that belong to one incarnation.
     """
 
     agent_dir: str
@@ -236,17 +187,34 @@ def runtime_dir_for(namespace: str, uid: int) -> str:
     return f"{RUNTIME_PARENT}/pi-peers-{uid}-{namespace}"
 
 
-def resolve(
-    env: Mapping[str, str] | None = None, home: str | None = None, uid: int | None = None
-) -> Locations:
-    """All locations for an environment, home dir and uid (each defaults to this process's)."""
-    agent_dir = resolve_agent_dir(env, home)
+def agent_dir_from(environ: Mapping[str, str], home: Callable[[], str]) -> str:
+    """The agent dir of spec §1.1 for an environment: the exact string the namespace is computed
+    from. ``home`` is asked only when the environment does not name the dir outright."""
+    configured = _as_node_reads(environ.get(AGENT_DIR_ENV, ""))
+    if configured and configured != "~" and not configured.startswith("~/"):
+        return configured
+    home_dir = home()
+    if configured == "~":
+        return home_dir
+    if configured:
+        return home_dir + configured[1:]
+    return node_join(home_dir, ".pi", "agent")
+
+
+def home_from(environ: Mapping[str, str]) -> str | None:
+    """The home dir as Node's ``os.homedir()`` reads it from the environment: ``$HOME`` as is
+    (even empty), or ``None`` when unset (then the account database decides)."""
+    home = environ.get("HOME")
+    return None if home is None else _as_node_reads(home)
+
+
+def locations_for(agent_dir: str, uid: int) -> Locations:
+    """Every location of an agent dir for a uid."""
     namespace = namespace_for(agent_dir)
-    effective_uid = resolve_uid(uid)
     return Locations(
         agent_dir=agent_dir,
         namespace=namespace,
-        uid=effective_uid,
-        runtime_dir=runtime_dir_for(namespace, effective_uid),
+        uid=uid,
+        runtime_dir=runtime_dir_for(namespace, uid),
         peers_dir=node_join(agent_dir, "peers"),
     )

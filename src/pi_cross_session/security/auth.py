@@ -5,7 +5,7 @@ A hello opens one of two kinds of connection:
 * a **probe** (no ``from``): it proves we are alive and learns our identity; it can never deliver;
 * an **authenticated** connection: the caller names its own registration, and we check the token
   it presents against the token in that registration, read from the peers dir with every file
-  check of :mod:`pi_cross_session.security.fs`.
+  check of :mod:`pi_cross_session.security.io.fs`.
 
 Both kinds must present *our* token and name *this* incarnation exactly. The cheap checks (token,
 target) run first, so a caller without our token never makes us read a file.
@@ -41,14 +41,12 @@ from typing import Protocol
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.capabilities import ADVERTISED, can_queue, can_report_delivery
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.endpoint import PeerCredentials
+from pi_cross_session.protocol.credentials import PeerCredentials
 from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.frames import Hello, PeerIdentity, Response, Sender
+from pi_cross_session.protocol.frames import Hello, PeerIdentity, Response
 from pi_cross_session.protocol.limits import AUTH_DIAGNOSTICS_KEPT, MAX_PINNED_SENDERS
-from pi_cross_session.protocol.offload import Offload
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration, parse_registration
-from pi_cross_session.security import fs
 from pi_cross_session.security.tokens import tokens_match
 
 logger = logging.getLogger(__name__)
@@ -129,15 +127,18 @@ class Caller:
         return can_queue(self.capabilities)
 
 
-class RegistrationReader(Protocol):
-    """Reads a registration file with every safety check (see :mod:`security.fs`)."""
+class SenderFiles(Protocol):
+    """What authentication reads about a sender, with every safety check of the file layer
+    (:mod:`pi_cross_session.security.io.sender_files` reads the real peers dir)."""
 
-    def read_registration_bytes(self, path: str) -> bytes:
-        """The file's bytes, or a :class:`CrossSessionError` when it cannot be trusted."""
+    async def registration_bytes(self, instance_id: str) -> bytes:
+        """The bytes of the sender's registration, or a :class:`CrossSessionError` when it
+        cannot be trusted."""
         ...
 
-    def vet_socket(self, path: str) -> str | None:
-        """``None`` for a socket of ours at 0600, else why not (``ENOENT`` when there is none)."""
+    async def has_endpoint(self, instance_id: str) -> bool:
+        """Whether anything is at the sender's socket path: a session, not a send-only
+        identity. Anything but a plain "no such file" counts as a session (fail closed)."""
         ...
 
 
@@ -177,15 +178,13 @@ class Authenticator:
         identity: LocalIdentity,
         locations: Locations,
         *,
-        files: RegistrationReader = fs,
+        files: SenderFiles,
         capabilities: tuple[str, ...] = ADVERTISED,
         diagnostics_kept: int = AUTH_DIAGNOSTICS_KEPT,
         pinned_senders: int = MAX_PINNED_SENDERS,
     ) -> None:
         self._identity = identity
         self._locations = locations
-        self._reader = Offload(files, locations.peers_dir)
-        self._socket_checker = Offload(files, locations.runtime_dir)
         self._files = files
         self._pins = SenderPins(pinned_senders)
         self._capabilities = capabilities
@@ -272,9 +271,8 @@ class Authenticator:
             # A session never talks to itself through its own socket.
             return RefusalCause.OWN_INSTANCE, "it names this instance as its sender"
         try:
-            path = self._locations.registration_path(claim.instance_id)
             expected_socket = self._locations.socket_path(claim.instance_id)
-            raw = await self._reader.run(self._files.read_registration_bytes, path)
+            raw = await self._files.registration_bytes(claim.instance_id)
             registration = parse_registration(
                 raw, file_stem=claim.instance_id, expected_socket_path=expected_socket
             )
@@ -290,7 +288,11 @@ class Authenticator:
                 f"connecting pid {peer.pid} is not the registered pid {registration.pid}",
             )
         pinned = self._pins.pinned(claim.instance_id)
-        if pinned is not None and pinned != registration.pid and await self._has_endpoint(claim):
+        if (
+            pinned is not None
+            and pinned != registration.pid
+            and await self._files.has_endpoint(claim.instance_id)
+        ):
             # A session's pid never changes during its incarnation: whoever rewrote the
             # registration is not the session we first heard from, or that one is.
             return (
@@ -300,9 +302,3 @@ class Authenticator:
             )
         self._pins.pin(claim.instance_id, registration.pid)
         return registration
-
-    async def _has_endpoint(self, claim: Sender) -> bool:
-        """Whether the sender is a session (something at its socket path), not a send-only
-        identity. Anything but a plain "no such file" counts as a session: fail closed."""
-        path = self._locations.socket_path(claim.instance_id)
-        return await self._socket_checker.run(self._files.vet_socket, path) != "ENOENT"

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pi_cross_session.protocol.codes import Code, refusal_text
-from pi_cross_session.protocol.endpoint import PeerCredentials
+from pi_cross_session.protocol.credentials import PeerCredentials
 from pi_cross_session.protocol.frames import (
     UNKNOWN_REQUEST_ID,
     Hello,
@@ -43,7 +43,8 @@ class InboxEntry:
 
 
 class MemoryInbox:
-    """An :class:`~pi_cross_session.protocol.endpoint.InboundHandler` keeping messages in memory."""
+    """An :class:`~pi_cross_session.protocol.io.endpoint.InboundHandler` keeping messages in
+    memory."""
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ endpoint makes. The routing rules of the contract live here:
 from __future__ import annotations
 
 from pi_cross_session.protocol.codes import Code, refusal_text
-from pi_cross_session.protocol.endpoint import PeerCredentials
+from pi_cross_session.protocol.credentials import PeerCredentials
 from pi_cross_session.protocol.frames import (
     UNKNOWN_REQUEST_ID,
     Hello,
@@ -27,7 +27,7 @@ from pi_cross_session.security.auth import Authenticator, Caller
 
 
 class SessionReceiver:
-    """An :class:`~pi_cross_session.protocol.endpoint.InboundHandler` for one incarnation."""
+    """An :class:`~pi_cross_session.protocol.io.endpoint.InboundHandler` for one incarnation."""
 
     def __init__(self, authenticator: Authenticator, admission: Admission) -> None:
         self.authenticator = authenticator

@@ -83,7 +83,8 @@ from pi_cross_session.plugin.options import (
     session_name_choice,
 )
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol import paths, sanitize
+from pi_cross_session.protocol import sanitize
+from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import PublicPeer
 from pi_cross_session.security import goal_turns
@@ -268,7 +269,7 @@ class PiPythonSession:
         self.session_id = api.session_id
         self._cwd = os.path.abspath(api.cwd)
         self.options = options or load_options(api.home)
-        self.locations = locations or paths.resolve()
+        self.locations = locations or environment.resolve()
         self.runtime = SessionRuntime(
             self,
             locations=self.locations,

@@ -2,7 +2,7 @@
 
 Every function here is synchronous and does blocking system calls; async callers run them in a
 worker thread, or on the loop once :func:`on_local_filesystem` said the directory is local (see
-:mod:`pi_cross_session.protocol.offload`). Nothing else in the package calls ``lstat``, ``chmod``
+:mod:`pi_cross_session.protocol.io.offload`). Nothing else in the package calls ``lstat``, ``chmod``
 or ``kill`` for a decision.
 
 Threat model
@@ -54,8 +54,9 @@ from typing import Final
 
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.discovery import NameWindow
 from pi_cross_session.protocol.errors import CrossSessionError
+from pi_cross_session.protocol.io.discovery import NameWindow
+from pi_cross_session.protocol.io.environment import resolve_uid
 from pi_cross_session.protocol.limits import (
     DISPLAY_PATH_CODE_POINTS,
     MAX_LISTED_REGISTRATIONS,
@@ -65,7 +66,6 @@ from pi_cross_session.protocol.limits import (
 from pi_cross_session.protocol.paths import (
     instance_id_from_filename,
     is_instance_id,
-    resolve_uid,
 )
 from pi_cross_session.protocol.pressure import RESOURCE_ERRNOS
 

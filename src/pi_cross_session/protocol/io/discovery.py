@@ -11,9 +11,9 @@ Two halves:
 
 This module decides *when* files are read, written or removed, never *whether a file can be
 trusted*: every file operation goes through an injected :class:`RegistryFiles` (in production the
-module :mod:`pi_cross_session.security.fs` itself, which is the one place that judges modes, owners
-and symlinks). Liveness is injected too (``probe``): this module never opens a socket, so how bytes
-travel stays behind the exchange seam.
+module :mod:`pi_cross_session.security.io.fs` itself, which is the one place that judges modes,
+owners and symlinks). Liveness is injected too (``probe``): this module never opens a socket, so
+how bytes travel stays behind the exchange seam.
 
 Blocking calls run in worker threads, batched: a listing makes one thread hop to read every
 registration, one to settle the peers whose probe failed, and the git lookup makes one more.
@@ -61,7 +61,7 @@ from anyio.abc import TaskStatus
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import CrossSessionError, LocalProtocolError
-from pi_cross_session.protocol.gitinfo import resolve_git_info
+from pi_cross_session.protocol.io.gitinfo import resolve_git_info
 from pi_cross_session.protocol.limits import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_RETRY_S,
@@ -105,7 +105,7 @@ REAP_LOCK_NAME: Final = ".reap.lock"
 #: ``probe(registration)`` is True when the peer answered ``ready`` within its own deadline.
 Probe = Callable[[Registration], Awaitable[bool]]
 #: Maps each distinct cwd to its git metadata (``None`` when there is none); see
-#: :func:`~pi_cross_session.protocol.gitinfo.resolve_git_info`.
+#: :func:`~pi_cross_session.protocol.io.gitinfo.resolve_git_info`.
 GitResolver = Callable[[Sequence[str]], Awaitable[Mapping[str, GitInfo | None]]]
 
 
@@ -119,7 +119,7 @@ class NameWindow(NamedTuple):
 
 
 class RegistryFiles(Protocol):
-    """The file operations discovery needs; :mod:`pi_cross_session.security.fs` provides them.
+    """The file operations discovery needs; :mod:`pi_cross_session.security.io.fs` provides them.
 
     Every method is blocking and raises only
     :class:`~pi_cross_session.protocol.errors.CrossSessionError` subclasses (an unsafe path has code

@@ -66,6 +66,7 @@ from pi_cross_session.protocol.frames import (
     loads_frame,
     parse_response,
 )
+from pi_cross_session.protocol.io.offload import Offload
 from pi_cross_session.protocol.limits import (
     MAX_FRAME_BYTES,
     PROBE_DEADLINE_S,
@@ -73,7 +74,6 @@ from pi_cross_session.protocol.limits import (
     READ_CHUNK_BYTES,
     SEND_DEADLINE_S,
 )
-from pi_cross_session.protocol.offload import Offload
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.pressure import shortage
 from pi_cross_session.protocol.registration import Registration

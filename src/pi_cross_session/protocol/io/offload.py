@@ -8,7 +8,7 @@ first call asks, once and itself in a worker thread, whether the directory is on
 filesystem; from then on calls run inline when it is, and in a worker thread otherwise.
 
 The question is asked of the file-judging object, if it can answer (``on_local_filesystem(path)``,
-as :mod:`pi_cross_session.security.fs` does); an object that cannot — a test's stalled double —
+as :mod:`pi_cross_session.security.io.fs` does); an object that cannot — a test's stalled double —
 is always run in a worker thread.
 """
 

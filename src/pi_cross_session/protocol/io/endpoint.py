@@ -51,22 +51,19 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
-import struct
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Final, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import anyio
 import anyio.abc
 
-from pi_cross_session.protocol import memory
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codec import NEED_DATA, Fault, Frame, FrameDecoder, encode_frame
 from pi_cross_session.protocol.codes import Code, refusal_text
+from pi_cross_session.protocol.credentials import PeerCredentials
 from pi_cross_session.protocol.errors import FrameError, FrameValidationError
 from pi_cross_session.protocol.fairness import ReadBudget, SheddingPolicy, Slot
 from pi_cross_session.protocol.frames import (
@@ -80,6 +77,8 @@ from pi_cross_session.protocol.frames import (
     parse_hello,
     parse_request,
 )
+from pi_cross_session.protocol.io import memory
+from pi_cross_session.protocol.io.peercred import PeerCredentialsReader, read_peer_credentials
 from pi_cross_session.protocol.limits import (
     ACCEPT_BACKOFF_MAX_S,
     ACCEPT_BACKOFF_S,
@@ -116,91 +115,6 @@ class SocketFiles(Protocol):
 
     def make_socket_private(self, path: str) -> None:
         """After bind: check the socket is ours and set it to 0600."""
-
-
-@dataclass(frozen=True, slots=True)
-class PeerCredentials:
-    """Who the kernel says opened a connection, as of its ``connect()``.
-
-    A field is ``None`` when the platform does not report it; nothing is enforced on a ``None``.
-    """
-
-    pid: int | None
-    uid: int | None
-    gid: int | None
-
-
-#: Reads the peer credentials of an accepted Unix socket: ``None`` when the platform exposes none;
-#: raises ``OSError`` when it should but the call failed (the endpoint then closes the connection).
-PeerCredentialsReader = Callable[[socket.socket], PeerCredentials | None]
-
-# <sys/un.h> on macOS: the option level for local sockets and its two options. CPython does not
-# export them, and they are part of the stable kernel ABI.
-_SOL_LOCAL: Final = 0
-_LOCAL_PEERCRED: Final = 0x001
-_LOCAL_PEERPID: Final = 0x002
-#: ``struct xucred``: ``u_int cr_version; uid_t cr_uid; short cr_ngroups; gid_t cr_groups[16]``.
-_XUCRED: Final = struct.Struct("=IIh2x16I")
-_XUCRED_VERSION: Final = 0
-#: ``struct ucred`` of Linux: ``pid_t pid; uid_t uid; gid_t gid``.
-_UCRED: Final = struct.Struct("=3i")
-
-
-def _linux_credentials(sock: socket.socket) -> PeerCredentials:
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-    pid, uid, gid = _UCRED.unpack(raw)
-    return PeerCredentials(pid=pid, uid=uid, gid=gid)
-
-
-def parse_xucred(raw: bytes) -> tuple[int, int | None]:
-    """``(uid, first gid)`` from a macOS ``struct xucred``; ``ValueError`` if it is not one."""
-    if len(raw) < _XUCRED.size:
-        raise ValueError(f"xucred of {len(raw)} bytes, expected {_XUCRED.size}")
-    version, uid, ngroups, *groups = _XUCRED.unpack_from(raw)
-    if version != _XUCRED_VERSION:
-        raise ValueError(f"xucred version {version}")
-    return uid, (groups[0] if ngroups > 0 else None)
-
-
-def _darwin_credentials(sock: socket.socket) -> PeerCredentials:
-    raw = sock.getsockopt(_SOL_LOCAL, _LOCAL_PEERCRED, _XUCRED.size)
-    try:
-        uid, gid = parse_xucred(raw)
-    except ValueError as exc:
-        raise OSError(f"unreadable peer credentials: {exc}") from exc
-    try:
-        pid: int | None = sock.getsockopt(_SOL_LOCAL, _LOCAL_PEERPID)
-    except OSError:
-        pid = None  # macOS before 10.8 reports the uid only
-    return PeerCredentials(pid=pid, uid=uid, gid=gid)
-
-
-def _no_credentials(sock: socket.socket) -> None:
-    del sock
-
-
-def _platform_reader() -> tuple[str, PeerCredentialsReader]:
-    if sys.platform.startswith("linux"):
-        return "SO_PEERCRED", _linux_credentials
-    if sys.platform == "darwin":
-        return "LOCAL_PEERCRED", _darwin_credentials
-    # Other BSDs have getpeereid() but Python does not expose it, and their structs differ from
-    # both of the above; we would rather enforce nothing than misread a uid.
-    return "unavailable", _no_credentials
-
-
-_SOURCE_AND_READER: Final = _platform_reader()
-#: How this platform's peer credentials are read (``"unavailable"``: not at all), for status.
-PEER_CREDENTIALS_SOURCE: Final = _SOURCE_AND_READER[0]
-
-
-def read_peer_credentials(sock: socket.socket) -> PeerCredentials | None:
-    """The kernel's record of who connected to ``sock`` (an accepted ``AF_UNIX`` stream).
-
-    ``None`` on a platform that exposes no peer credentials (:data:`PEER_CREDENTIALS_SOURCE` is
-    ``"unavailable"``); ``OSError`` when the call fails.
-    """
-    return _SOURCE_AND_READER[1](sock)
 
 
 class InboundHandler(Protocol[SessionT]):
