@@ -44,7 +44,9 @@ HERE = Path(__file__).resolve().parent
 SESSION = HERE / "agent_session.py"
 BOLD = "\033[1m" if sys.stdout.isatty() else ""
 PLAIN = "\033[0m" if sys.stdout.isatty() else ""
-WAIT_S = 20.0
+#: How long an act waits for an expected event. Generous: a loaded machine may take many seconds
+#: to start a Python process, and the wait ends at once when the event comes.
+WAIT_S = 60.0
 PEER_HEADER = "Message from another session"
 #: Each session's lifetime message budget (the contract's is 256). Every send attempt and every
 #: unscoped message admitted costs a unit: acts 1–3 spend 6 of alpha's (5 sends, beta's answer)

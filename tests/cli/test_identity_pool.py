@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -213,18 +212,32 @@ def test_a_wait_for_an_identity_shows_on_a_terminal(
     for lock in locks:
         assert lock.try_acquire()
         lock.write_note(Holder(os.getpid(), "send to someone", None))
-    release = threading.Timer(2.5, lambda: [lock.release() for lock in locks])
-    release.start()
+    released = False
+
+    def release_once_the_wait_shows(terminal: str) -> None:
+        # Released on what the command says, whenever a loaded machine lets it say it: its wait
+        # notice, then its progress line after a second of waiting.
+        nonlocal released
+        if not released and "waiting for an identity… 1 s" in terminal:
+            released = True
+            for lock in locks:
+                lock.release()
+
     try:
         # Its message id is remembered by no identity, so it asks as each stored one (none yet:
         # the first), and that is the one it waits for.
         code, out, terminal = run_with_tty_stderr(
-            private_agent_dir, "status", "nobody", "an-id", cwd=tmp_path
+            private_agent_dir,
+            "status",
+            "nobody",
+            "an-id",
+            cwd=tmp_path,
+            on_terminal=release_once_the_wait_shows,
         )
     finally:
-        release.join()
-        for lock in locks:
-            lock.release()
+        if not released:
+            for lock in locks:
+                lock.release()
     assert code == 4, (out, terminal)
     assert "waiting (up to 60 s) for the identity this needs:" in terminal
     assert f"identity 0: pid {os.getpid()}, send to someone" in terminal

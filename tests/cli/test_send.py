@@ -18,13 +18,23 @@ from pi_cross_session.plugin import cli_identity, outbound
 from pi_cross_session.plugin.cli_identity import Holder, SlotLock
 from pi_cross_session.protocol.io import discovery
 from pi_cross_session.protocol.io.exchange import Exchanger
-from pi_cross_session.protocol.limits import RATE_CAPACITY, RATE_REFILL_PER_S
+from pi_cross_session.protocol.limits import RATE_CAPACITY
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.cli_procs import HOLD_S, Inboxes, Result, exists, leftovers, run_cli
+from tests.support.cli_procs import (
+    CLI,
+    HOLD_S,
+    Inboxes,
+    Result,
+    cli_env,
+    exists,
+    leftovers,
+    run_cli,
+)
 from tests.support.fake_receiver import SILENT, fake_receiver, ready
 from tests.support.peers import make_registration, publish
+from tests.support.wire_session import FakeClock, running_receiver
 
 Cli = Callable[..., Result]
 
@@ -326,15 +336,17 @@ async def test_a_receiver_that_never_answers_the_message_is_receipt_unknown(
 # -- 2: rate limited, across invocations -------------------------------------------------------
 
 
-def refilled_since(started: float) -> int:
-    """Whole tokens a receiver's bucket can have regained since ``started`` (monotonic s)."""
-    return int((time.monotonic() - started) * RATE_REFILL_PER_S)
+class FrozenAdmissionClock(FakeClock):
+    """Real wall time (so a real command line's ``sentAt`` is fresh) and a monotonic clock that
+    stands still: the receiver's token buckets never refill, however slow the machine is."""
+
+    def wall_ms(self) -> int:
+        return time.time_ns() // 1_000_000
 
 
-@pytest.mark.slow
 @pytest.mark.anyio
 async def test_the_rate_limit_follows_the_identity_across_invocations(
-    inboxes: Inboxes, locations: Locations, private_agent_dir: Path
+    locations: Locations, private_agent_dir: Path
 ) -> None:
     """A burst through the command line's first identity (in-process, for speed) empties the
     receiver's bucket for it; the next real invocation, which gets that same identity, is then
@@ -342,77 +354,60 @@ async def test_the_rate_limit_follows_the_identity_across_invocations(
 
     The other identities of the pool are held meanwhile, so the invocation, started while the
     burst still holds the first one, has to wait: it says so at once on stderr, naming the
-    holders, and it is already up when the first identity is released (a token takes 2 s to grow
-    back, far longer than the gap between the last admitted burst message and its send).
+    holders, and the first identity is released only once it has said so. The receiver's
+    admission clock stands still, so no token grows back in between, whatever the load.
     """
-    inbox = inboxes.start("target", busy=HOLD_S)  # every message after the first waits in the queue
-    tally: Counter[str] = Counter()
-    results: list[Result] = []
     others = [SlotLock(str(slot_lock_path(locations, slot))) for slot in (1, 2, 3)]
-
-    async def one_more() -> None:
-        results.append(
-            await anyio.to_thread.run_sync(
-                partial(
-                    run_cli,
-                    private_agent_dir,
-                    "send",
-                    "target",
-                    "one more, from a new process",
-                    "--json",
-                )
-            )
-        )
-
-    try:
-        async with (
-            anyio.create_task_group() as group,
-            cli_identity.holding(locations, [0], with_git=False) as held,
-        ):
+    tally: Counter[str] = Counter()
+    async with running_receiver(locations, clock=FrozenAdmissionClock()) as rx:
+        rx.turns.user_turn()  # a turn runs: every admitted message waits in the queue
+        try:
             for lock in others:
                 assert lock.try_acquire()
                 lock.write_note(Holder(os.getpid(), "a test holding it", None))
-            burst_identity = held.identity.instance_id
-            group.start_soon(one_more)  # waits for an identity until this block ends
-            outbox = held.outbox
-            number = 0
-            started = time.monotonic()
-            while tally["rate_limited"] == 0:
-                number += 1
-                assert number <= RATE_CAPACITY + 1 + refilled_since(started), tally
-                tally[(await outbound.send(outbox, "target", f"burst {number}")).status] += 1
-            # A slow machine takes seconds over the burst, and the bucket refills meanwhile.
-            refilled = refilled_since(started)
-            # Drain the bucket exactly: the next admitted message leaves it nearly empty.
-            with anyio.fail_after(MUST_HAPPEN_S):
-                while True:
-                    number += 1
-                    report = await outbound.send(outbox, "target", f"burst {number}")
-                    if report.ok:
-                        break
-                    assert report.status == "rate_limited", report
-                    await anyio.sleep(0.05)
-            assert not results  # still waiting for an identity
-    finally:
-        for lock in others:
-            lock.release()
-    assert tally["submitted"] == 1
-    assert RATE_CAPACITY - 1 <= tally["queued"] <= RATE_CAPACITY - 1 + refilled
-    [sent] = results
-    assert sent.returncode == 2, sent
-    report = sent.json()
+            async with cli_identity.holding(locations, [0], with_git=False) as held:
+                burst_identity = held.identity.instance_id
+                while tally["rate_limited"] == 0:
+                    sent = sum(tally.values())
+                    assert sent <= RATE_CAPACITY, tally
+                    report = await outbound.send(held.outbox, "receiver", f"burst {sent}")
+                    tally[report.status] += 1
+                process = await anyio.open_process(
+                    [*CLI, "send", "receiver", "one more, from a new process", "--json"],
+                    env=cli_env(private_agent_dir),
+                    cwd=str(private_agent_dir),
+                )
+                assert process.stderr is not None
+                said = b""
+                with anyio.fail_after(MUST_HAPPEN_S):
+                    async for chunk in process.stderr:
+                        said += chunk
+                        if b"got identity" in said or b"in use" in said:
+                            break
+                assert b"all 4 command-line identities are in use" in said, said
+        finally:
+            for lock in others:
+                lock.release()
+        with anyio.fail_after(MUST_HAPPEN_S):
+            assert process.stdout is not None
+            out = b"".join([chunk async for chunk in process.stdout])
+            said += b"".join([chunk async for chunk in process.stderr])
+            await process.wait()
+        senders = {row.sender_instance_id for row in rx.snapshot().rows}
+    assert tally == {"queued": RATE_CAPACITY, "rate_limited": 1}
+    assert process.returncode == 2, (out, said)
+    report = json.loads(out)
     assert report["status"] == "rate_limited"
     assert report["retryable"] is True
     assert report["state"] == "refused"
     assert "one every 2 s" in report["next"]
     # It said who held what, then which identity it got.
-    assert "all 4 command-line identities are in use" in sent.stderr
-    assert f"identity 1: pid {os.getpid()}, a test holding it" in sent.stderr
-    assert f"identity 0: pid {os.getpid()}" in sent.stderr
-    assert "got identity 0 after" in sent.stderr
+    stderr = said.decode()
+    assert f"identity 1: pid {os.getpid()}, a test holding it" in stderr
+    assert f"identity 0: pid {os.getpid()}" in stderr
+    assert "got identity 0 after" in stderr
     assert identity_of(private_agent_dir)["instanceId"] == burst_identity
-    sources = {e["source"] for e in inbox.events() if e["event"] == "state"}
-    assert sources == {burst_identity}
+    assert senders == {burst_identity}
 
 
 def test_send_name_is_the_sender_name_the_receiver_sees(inboxes: Inboxes, cli: Cli) -> None:

@@ -5,9 +5,11 @@ does (0 delivered, 5 submitted, 6 queued, 2 expired or dropped, 3 unknown).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import pytest
@@ -15,9 +17,12 @@ import pytest
 from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
 from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
+from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.cli_procs import (
     COMMAND_TIMEOUT_S,
+    HOLD_S,
     Inboxes,
+    InboxProcess,
     Result,
     run_cli,
     run_with_tty_stderr,
@@ -25,23 +30,42 @@ from tests.support.cli_procs import (
 from tests.support.peers import running_peer
 
 Cli = Callable[..., Result]
+T = TypeVar("T")
 
 
-def occupy(inboxes: Inboxes, cli: Cli, name: str, busy: float) -> None:
-    """Start an inbox whose first message keeps it busy for ``busy`` seconds, and send that."""
+def occupy(inboxes: Inboxes, cli: Cli, name: str, busy: float = HOLD_S) -> InboxProcess:
+    """Start an inbox whose first message keeps it busy for ``busy`` seconds (by default until
+    the test ends the turn), and send that."""
     inbox = inboxes.start(name, busy=busy)
     first = cli("send", name, "keeps it busy")
     assert first.returncode == 0, first
     inbox.wait_event("message", messageId=first.message_id())
+    return inbox
+
+
+def while_queued(inbox: InboxProcess, run: Callable[[], T]) -> T:
+    """Run ``run`` (a command that sends to the busy ``inbox`` and follows its message) in a
+    thread; once the inbox shows that message queued, end the inbox's turn so the queue moves on.
+    The queue moves when the test says, not after a number of seconds a loaded machine can beat."""
+    results: list[T] = []
+    worker = threading.Thread(target=lambda: results.append(run()))
+    worker.start()
+    try:
+        inbox.wait_event("state", state="queued", timeout=MUST_HAPPEN_S)
+    finally:
+        inbox.end_turn()
+        worker.join(timeout=2 * COMMAND_TIMEOUT_S)
+    [result] = results
+    return result
 
 
 def test_a_queued_message_is_followed_past_s_until_it_leaves_the_queue(
     inboxes: Inboxes, cli: Cli
 ) -> None:
-    """--wait 1 to a message queued for about 5 s: the wait does not end at 1 s with a guess, it
-    follows the message out of the queue and reports what the receiver said last."""
-    occupy(inboxes, cli, "slow", busy=5)
-    sent = cli("send", "slow", "after you", "--wait", "1", "--json")
+    """--wait 1 to a message that stays queued past 1 s: the wait does not end at 1 s with a
+    guess, it follows the message out of the queue and reports what the receiver said last."""
+    inbox = occupy(inboxes, cli, "slow")
+    sent = while_queued(inbox, partial(cli, "send", "slow", "after you", "--wait", "1", "--json"))
     assert sent.returncode == 0, sent  # 0: delivered
     report = sent.json()
     assert report["status"] == "queued"  # the receipt
@@ -54,8 +78,8 @@ def test_a_queued_message_is_followed_past_s_until_it_leaves_the_queue(
 
 
 def test_text_report_of_a_followed_message(inboxes: Inboxes, cli: Cli) -> None:
-    occupy(inboxes, cli, "wordy", busy=3)
-    sent = cli("send", "wordy", "in words, please", "--wait", "1")
+    inbox = occupy(inboxes, cli, "wordy")
+    sent = while_queued(inbox, partial(cli, "send", "wordy", "in words, please", "--wait", "1"))
     assert sent.returncode == 0, sent
     assert sent.stdout.startswith("Message queued to wordy [")
     assert "queued → " in sent.stdout
@@ -96,9 +120,19 @@ def test_a_message_that_expires_in_the_queue_is_reported_expired(
 def test_a_terminal_sees_each_state_change_while_waiting(
     inboxes: Inboxes, cli: Cli, private_agent_dir: Path, tmp_path: Path
 ) -> None:
-    occupy(inboxes, cli, "watched", busy=3)
-    code, out, terminal = run_with_tty_stderr(
-        private_agent_dir, "send", "watched", "show me", "--wait", "1", cwd=tmp_path
+    inbox = occupy(inboxes, cli, "watched")
+    code, out, terminal = while_queued(
+        inbox,
+        partial(
+            run_with_tty_stderr,
+            private_agent_dir,
+            "send",
+            "watched",
+            "show me",
+            "--wait",
+            "1",
+            cwd=tmp_path,
+        ),
     )
     assert code == 0, (out, terminal)
     assert "pi-cross-session: queued after 0.0 s" in terminal

@@ -30,8 +30,9 @@ from acp.schema import (
     RequestPermissionResponse,
 )
 
-#: Every wait on the agent ends after this long at most.
-ACP_WAIT_S = 20.0
+#: Every wait on the agent ends after this long at most: generous, because a loaded machine can take
+#: many seconds to start the agent, and a wait that is met ends at once.
+ACP_WAIT_S = 60.0
 POLL_S = 0.02
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ def test_the_agents_demo_passes_every_act(tmp_path: Path) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=90,
+        timeout=600,
         check=False,
     )
     output = done.stdout

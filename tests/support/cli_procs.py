@@ -17,7 +17,7 @@ import signal
 import stat
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -103,9 +103,16 @@ def run_cli(
 
 
 def run_with_tty_stderr(
-    agent_dir: str | os.PathLike[str], *args: str, cwd: str | os.PathLike[str]
+    agent_dir: str | os.PathLike[str],
+    *args: str,
+    cwd: str | os.PathLike[str],
+    on_terminal: Callable[[str], None] | None = None,
 ) -> tuple[int, str, str]:
-    """Run the command line with stderr on a pseudo-terminal (stdout stays a pipe)."""
+    """Run the command line with stderr on a pseudo-terminal (stdout stays a pipe).
+
+    ``on_terminal`` is called with everything the terminal showed so far, after each read: a test
+    acts on what the command said (an event), not on how long it has been running.
+    """
     master, slave = pty.openpty()
     try:
         process = subprocess.Popen(
@@ -129,6 +136,8 @@ def run_with_tty_stderr(
             if not chunk:
                 break
             seen += chunk
+            if on_terminal is not None:
+                on_terminal(seen.decode(errors="replace"))
         out = process.communicate(timeout=COMMAND_TIMEOUT_S)[0]
         return process.returncode, out.decode(), seen.decode()
     finally:
@@ -266,13 +275,19 @@ def mode_of(path: str | os.PathLike[str]) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
-def tree_state(*roots: str | os.PathLike[str]) -> dict[str, tuple[Any, ...]]:
+def tree_state(
+    *roots: str | os.PathLike[str], rewritten: Iterable[str] = ()
+) -> dict[str, tuple[Any, ...]]:
     """Everything under ``roots`` as ``path -> (type, mode, uid, size, mtime_ns, link)``.
 
     Symlinks are recorded, not followed; a missing root is recorded as missing. A dir's mtime is
-    recorded too, so even a file created and removed again inside it shows.
+    recorded too, so even a file created and removed again inside it shows. ``rewritten`` names
+    files a live session rewrites on its own (its registration, at every heartbeat): their times
+    and sizes, and their dir's time, are left out, since they change whatever the test does.
     """
     state: dict[str, tuple[Any, ...]] = {}
+    moving = {os.fspath(path) for path in rewritten}
+    moving_dirs = {os.path.dirname(path) for path in moving}
 
     def record(path: str) -> os.stat_result | None:
         try:
@@ -282,12 +297,13 @@ def tree_state(*roots: str | os.PathLike[str]) -> dict[str, tuple[Any, ...]]:
             return None
         link = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
         size = st.st_size if stat.S_ISREG(st.st_mode) else None
+        changes = path in moving or path in moving_dirs
         state[path] = (
             stat.S_IFMT(st.st_mode),
             stat.S_IMODE(st.st_mode),
             st.st_uid,
-            size,
-            st.st_mtime_ns,
+            None if path in moving else size,
+            None if changes else st.st_mtime_ns,
             link,
         )
         return st
