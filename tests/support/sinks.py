@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from pi_cross_session.plugin import render
-from pi_cross_session.plugin.render import SendReport
-from pi_cross_session.plugin.runtime import PeerChecks
+from pi_cross_session.plugin.reports import PeerChecks, SendReport
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.registration import (
     GitInfo,

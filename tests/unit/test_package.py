@@ -98,6 +98,62 @@ def test_imports_go_one_way() -> None:
                     assert used in may_use, f"{path.name} imports {node.module}"
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_DIR).with_suffix("").parts
+    return ".".join(("pi_cross_session", *parts)).removesuffix(".__init__")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Which modules of the package each module imports, counting every import statement: at the
+    top, inside a function, under ``TYPE_CHECKING`` (a cycle hidden there is still a cycle of
+    ideas). Packages (``__init__``) are not nodes: importing a submodule through one is not a
+    dependency on its siblings."""
+    modules = {
+        module_name(path): path for path in PACKAGE_DIR.rglob("*.py") if path.name != "__init__.py"
+    }
+    return {
+        name: (imported_modules(path.read_text(encoding="utf-8")) & modules.keys()) - {name}
+        for name, path in modules.items()
+    }
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path that ends where it starts, or ``None``."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        for neighbour in sorted(graph[node]):
+            cycle = visit(neighbour, [*path, node])
+            if cycle is not None:
+                return cycle
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        cycle = visit(start, [])
+        if cycle is not None:
+            return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_module_imports_itself_back() -> None:
+    # Data types live apart from the texts made of them (plugin/reports.py), so that outbound,
+    # render and runtime import one another in one direction only; the same holds package-wide.
+    graph = import_graph()
+    assert "pi_cross_session.plugin.reports" in graph
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
+
+
 def test_version_is_exposed() -> None:
     assert pi_cross_session.__all__ == ["__version__"]
     assert pi_cross_session.__version__.count(".") == 2

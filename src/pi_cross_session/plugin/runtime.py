@@ -29,6 +29,7 @@ import anyio.abc
 
 from pi_cross_session.plugin import outbound, render
 from pi_cross_session.plugin.host import HostPort
+from pi_cross_session.plugin.reports import GoalView, PeerChecks, Pressure, SendReport
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codes import Code
@@ -63,7 +64,7 @@ from pi_cross_session.security.admission import (
     TurnEnding,
     TurnSource,
 )
-from pi_cross_session.security.auth import AuthDiagnostics, Authenticator, LocalIdentity
+from pi_cross_session.security.auth import Authenticator, LocalIdentity
 from pi_cross_session.security.gate import PeerClaim
 from pi_cross_session.security.goals import (
     NO_GOAL,
@@ -115,70 +116,6 @@ class RuntimeOptions:
     #: List once right after start-up, to reap dead sessions early (spec §1.5). Tests of the
     #: registrar's own failures turn it off: that listing may recreate a removed peers dir.
     listing_at_start: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class GoalView:
-    """The goal part of a status display."""
-
-    status: GoalStatus
-    last_end: GoalEnd | None
-    confirmations: int
-    evidence: int
-
-
-@dataclass(frozen=True, slots=True)
-class Pressure:
-    """What the session did to keep serving under load: a snapshot for the status.
-
-    All zero (and ``descriptor_cap`` ``None``) for a session nobody pressed.
-    """
-
-    #: Failed ``accept`` calls by errno name; none ended the endpoint.
-    accept_failures: Mapping[str, int] = field(default_factory=dict)
-    last_accept_failure: str | None = None
-    last_accept_failure_age_s: float | None = None
-    #: Connections allowed while file descriptors are short (``None``: not short).
-    descriptor_cap: int | None = None
-    #: Connections closed to free descriptors (part of ``PeerChecks.shed``).
-    shed_for_descriptors: int = 0
-    #: Second frames not complete in time after ``ready`` (a trickle), cut.
-    request_deadline_cuts: int = 0
-    #: Frames refused unparsed because their JSON would cost more than any valid frame's.
-    costly_frames: int = 0
-    #: Reads delayed because the connecting process had used its byte budget.
-    throttled_reads: int = 0
-    #: Registration writes that failed for lack of resources and were retried, by errno name.
-    registration_retries: Mapping[str, int] = field(default_factory=dict)
-    last_registration_retry_age_s: float | None = None
-
-    @property
-    def pressed(self) -> bool:
-        """True when anything here happened at all."""
-        return bool(
-            self.accept_failures
-            or self.descriptor_cap is not None
-            or self.request_deadline_cuts
-            or self.costly_frames
-            or self.throttled_reads
-            or self.registration_retries
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class PeerChecks:
-    """Who the receiver turned away before admission: by kernel credentials, by hello; and what
-    it did to keep serving under load."""
-
-    #: How peer credentials are read here (``SO_PEERCRED``, ``LOCAL_PEERCRED``, ``unavailable``).
-    source: str
-    auth: AuthDiagnostics
-    foreign_uid_closed: int
-    credentials_unreadable: int
-    unverified: int
-    #: Connections closed (without a byte) for a newcomer, at capacity or out of descriptors.
-    shed: int = 0
-    pressure: Pressure = field(default_factory=Pressure)
 
 
 class NotReadyError(CrossSessionError):
@@ -873,7 +810,7 @@ class SessionRuntime:
         summary: str | None = None,
         goal_id: str | None = None,
         wait_s: float = 0.0,
-    ) -> render.SendReport:
+    ) -> SendReport:
         """Send one message (scoped to ``goal_id`` if given) and report exactly what is known
         about its fate; ``wait_s`` waits (at most 30 s) for a delivery receipt."""
         outbox = self.outbox()
@@ -892,7 +829,7 @@ class SessionRuntime:
         finally:
             inc.outbound.discard(scope)
 
-    async def query_status(self, target: str, message_id: str) -> render.SendReport:
+    async def query_status(self, target: str, message_id: str) -> SendReport:
         """Ask a peer what became of a message this incarnation sent it."""
         outbox = self.outbox()
         if outbox is None:
@@ -902,10 +839,7 @@ class SessionRuntime:
 
 __all__ = [
     "SYSTEM_CLOCK",
-    "GoalView",
     "NotReadyError",
-    "PeerChecks",
-    "Pressure",
     "RuntimeOptions",
     "SessionRuntime",
 ]
