@@ -367,7 +367,7 @@ async def test_the_rate_limit_follows_the_identity_across_invocations(
     try:
         async with (
             anyio.create_task_group() as group,
-            cli_identity.holding(locations, [0], with_git=False) as held,
+            cli_identity.holding(locations, [0]) as held,
         ):
             for lock in others:
                 assert lock.try_acquire()

@@ -690,7 +690,7 @@ class SessionRuntime:
         goals.check_bind(goal_id, authority=authority())
         members: list[Member] = []
         if peer_ids:
-            listing = await self.list_peers()
+            listing = await self.list_peers(with_git=False)
             live = {peer.instance_id: peer for peer in listing.peers}
             for peer_id in peer_ids:
                 peer = live.get(peer_id)
@@ -769,8 +769,9 @@ class SessionRuntime:
             git = (await resolve_git_info([registration.cwd])).get(registration.cwd)
         return PublicPeer.from_registration(registration, git=git)
 
-    async def list_peers(self) -> Listing:
-        """The other live sessions of this agent dir, newest first."""
+    async def list_peers(self, *, with_git: bool = True) -> Listing:
+        """The other live sessions of this agent dir, newest first; with git metadata unless
+        ``with_git`` is false (a listing nobody reads, such as a send's, never needs it)."""
         inc = self._current
         exchanger = inc.exchanger if inc is not None else Exchanger(self.locations, fs)
         return await list_peers(
@@ -778,9 +779,13 @@ class SessionRuntime:
             fs,
             exchanger.is_live,
             self_instance_id=None if inc is None else inc.identity.instance_id,
-            with_git=self.options.with_git,
+            with_git=with_git and self.options.with_git,
             probe_guard_s=exchanger.listing_guard_s,
         )
+
+    async def _list_for_sending(self) -> Listing:
+        # Resolving a target reads names, refs and ids, never git: see docs/performance.md.
+        return await self.list_peers(with_git=False)
 
     def outbox(self) -> outbound.Outbox | None:
         """What this session sends with: its identity, exchanger and budget."""
@@ -795,7 +800,7 @@ class SessionRuntime:
                 token=inc.identity.token,
             ),
             exchanger=inc.exchanger,
-            list_peers=self.list_peers,
+            list_peers=self._list_for_sending,
             wall_ms=self.options.clock.wall_ms,
             budget=inc.budget,
             me=PublicPeer.from_registration(registration),
