@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -155,5 +157,48 @@ def test_no_module_imports_itself_back() -> None:
 
 
 def test_version_is_exposed() -> None:
-    assert pi_cross_session.__all__ == ["__version__"]
+    assert "__version__" in pi_cross_session.__all__
     assert pi_cross_session.__version__.count(".") == 2
+
+
+#: The library, as docs/api.md lists it: three calls and the types a caller needs to use them.
+PUBLIC_NAMES = {
+    "CrossSessionError",
+    "DeliveryOutcome",
+    "InboxMessage",
+    "Peers",
+    "PublicPeer",
+    "SendOutcome",
+    "SendReport",
+    "__version__",
+    "list_peers",
+    "run_inbox",
+    "send",
+}
+
+
+def test_the_public_names_are_exactly_the_library() -> None:
+    from pi_cross_session import api
+
+    assert set(pi_cross_session.__all__) == PUBLIC_NAMES
+    assert len(pi_cross_session.__all__) == len(PUBLIC_NAMES)
+    assert set(api.__all__) == PUBLIC_NAMES - {"__version__"}
+    for name in api.__all__:
+        assert getattr(pi_cross_session, name) is getattr(api, name)
+    assert set(dir(pi_cross_session)) >= PUBLIC_NAMES
+    with pytest.raises(AttributeError):
+        _ = pi_cross_session.not_a_name  # type: ignore[attr-defined]
+
+
+def test_importing_the_package_does_not_load_the_library() -> None:
+    # Every module imports the package first; the command line's quick commands must not pay for
+    # the event loop, pydantic's models and the runtime because the package exports the library.
+    heavy = ("anyio", "pydantic", "pi_cross_session.api")
+    probe = (
+        "import sys, pi_cross_session, pi_cross_session.protocol.paths;"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"

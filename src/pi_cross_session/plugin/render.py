@@ -245,6 +245,12 @@ def unchecked_line(unchecked: int) -> str:
     )
 
 
+def library_send_purpose(target: str) -> str:
+    """What a library send notes on the command-line identity it holds (``doctor`` and an
+    invocation waiting for that identity show it)."""
+    return f"library send to {sanitize.line(target, 80)}"
+
+
 #: ``next`` of a send that ended for lack of a kernel resource before anything was written.
 NEXT_SHORT_OF_RESOURCES: Final = (
     "Nothing was sent: this process ran out of file descriptors (or buffers, or memory); "
@@ -1000,6 +1006,7 @@ __all__ = [
     "invalid_config_entry",
     "invalid_inbound_option",
     "invalid_name_option",
+    "library_send_purpose",
     "listing",
     "listing_short",
     "message_preview",
