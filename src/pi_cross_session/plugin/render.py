@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from pi_cross_session.plugin.reports import (
     DeliveryOutcome,
+    GoalView,
     PeerChecks,
     Pressure,
     SendOutcome,
@@ -702,8 +703,9 @@ def inbox_latched(reason: str, goal_end: GoalEnd | None = None) -> str:
     return text
 
 
-def goal_lines(goal: GoalStatus, last_end: GoalEnd | None, confirmations: int) -> list[str]:
+def goal_lines(view: GoalView) -> list[str]:
     """The goal part of ``/cross-session-status``."""
+    goal, last_end = view.status, view.last_end
     if goal.goal_id is None:
         lines = ["Goal: none"]
     else:
@@ -712,18 +714,19 @@ def goal_lines(goal: GoalStatus, last_end: GoalEnd | None, confirmations: int) -
         lines = [f"Goal: {goal.goal_id} — {objective}", f"  bound peers: {members}"]
     if last_end is not None and last_end.goal_id != goal.goal_id:
         lines.append(f"  last ended: {last_end.goal_id} ({last_end.reason})")
-    lines.append(f"  confirmed scoped receivers (for sending): {confirmations}")
+    lines.append(f"  confirmed scoped receivers (for sending): {view.confirmations}")
     return lines
 
 
-def goal_data(goal: GoalStatus, last_end: GoalEnd | None, confirmations: int) -> dict[str, Any]:
+def goal_data(view: GoalView) -> dict[str, Any]:
     """The goal part of ``/cross-session-status --json``."""
+    last_end = view.last_end
     return {
-        "goal": goal.as_dict(),
+        "goal": view.status.as_dict(),
         "lastGoalEnd": None
         if last_end is None
         else {"goalId": last_end.goal_id, "reason": str(last_end.reason)},
-        "goalConfirmations": confirmations,
+        "goalConfirmations": view.confirmations,
     }
 
 
