@@ -110,10 +110,7 @@ def inbox_example(tmp_path: Path, private_agent_dir: Path, workdir: Path, inboxe
         # The body as sent, its escape sequence escaped.
         assert example.lines[2:] == ["hello", "\\x1b[2Jworld"], example.output()
     finally:
-        if example.process.poll() is None:
-            example.process.kill()
-            example.process.wait()
-        example._join()
+        example.close()
 
 
 RUNNERS: Final[dict[str, Callable[[Path, Path, Path, Inboxes], None]]] = {

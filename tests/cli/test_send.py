@@ -22,9 +22,20 @@ from pi_cross_session.protocol.limits import RATE_CAPACITY, RATE_REFILL_PER_S
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.cli_procs import HOLD_S, Inboxes, Result, exists, leftovers, run_cli
+from tests.support.cli_procs import (
+    CLI,
+    COMMAND_TIMEOUT_S,
+    HOLD_S,
+    Inboxes,
+    Result,
+    cli_env,
+    exists,
+    leftovers,
+    run_cli,
+)
 from tests.support.fake_receiver import SILENT, fake_receiver, ready
 from tests.support.peers import make_registration, publish
+from tests.support.watched import WatchedProcess
 
 Cli = Callable[..., Result]
 
@@ -347,33 +358,22 @@ async def test_the_rate_limit_follows_the_identity_across_invocations(
     """
     inbox = inboxes.start("target", busy=HOLD_S)  # every message after the first waits in the queue
     tally: Counter[str] = Counter()
-    results: list[Result] = []
     others = [SlotLock(str(slot_lock_path(locations, slot))) for slot in (1, 2, 3)]
-
-    async def one_more() -> None:
-        results.append(
-            await anyio.to_thread.run_sync(
-                partial(
-                    run_cli,
-                    private_agent_dir,
-                    "send",
-                    "target",
-                    "one more, from a new process",
-                    "--json",
-                )
-            )
-        )
+    args = ("send", "target", "one more, from a new process", "--json")
+    child: WatchedProcess | None = None
 
     try:
-        async with (
-            anyio.create_task_group() as group,
-            cli_identity.holding(locations, [0]) as held,
-        ):
+        async with cli_identity.holding(locations, [0]) as held:
             for lock in others:
                 assert lock.try_acquire()
                 lock.write_note(Holder(os.getpid(), "a test holding it", None))
             burst_identity = held.identity.instance_id
-            group.start_soon(one_more)  # waits for an identity until this block ends
+            # The invocation waits for an identity until this block ends; the burst starts only
+            # once it says so, however long a new process takes to start on a loaded machine.
+            child = WatchedProcess([*CLI, *args], env=cli_env(private_agent_dir), label="send")
+            await anyio.to_thread.run_sync(
+                partial(child.wait_line, "command-line identities are in use", stderr=True)
+            )
             outbox = held.outbox
             number = 0
             started = time.monotonic()
@@ -392,13 +392,18 @@ async def test_the_rate_limit_follows_the_identity_across_invocations(
                         break
                     assert report.status == "rate_limited", report
                     await anyio.sleep(0.05)
-            assert not results  # still waiting for an identity
+            assert child.process.poll() is None  # still waiting for an identity
     finally:
         for lock in others:
             lock.release()
+        if child is not None:
+            returncode = await anyio.to_thread.run_sync(
+                partial(child.process.wait, timeout=COMMAND_TIMEOUT_S)
+            )
+            child.close()
     assert tally["submitted"] == 1
     assert RATE_CAPACITY - 1 <= tally["queued"] <= RATE_CAPACITY - 1 + refilled
-    [sent] = results
+    sent = Result(args, returncode, "\n".join(child.lines), "\n".join(child.err_lines))
     assert sent.returncode == 2, sent
     report = sent.json()
     assert report["status"] == "rate_limited"
