@@ -6,19 +6,25 @@ commit, and N registrations of live peers whose cwds are those repositories, in 
 so the figures are about the listing's own work; ``--probe socket`` gives every peer a real Unix
 listener and probes it by connecting, which adds the same socket cost to both sides.
 
-Two listings are timed in alternation, both through :func:`list_peers` with the real file layer:
+Listings are timed in alternation, all through :func:`list_peers` with the real file layer:
 
 * **fast** — git metadata from :func:`resolve_git_info` (git's files read in one worker thread,
   the ``git`` command only as a fallback);
 * **naive** — git metadata from one ``git -C <cwd> rev-parse --show-toplevel HEAD --abbrev-ref
-  HEAD`` per peer, all started at once, as the reference does.
+  HEAD`` per peer, all started at once, as the reference does;
+* **cached, cold / warm** — the alternative to the file reader: that same ``git`` command once per
+  distinct cwd, at most :data:`MAX_GIT_SUBPROCESSES` at a time, its answers kept for
+  ``--cache-ttl`` seconds (:class:`CachedGit`). "Cold" empties the cache before each listing (a
+  command-line ``peers`` is a new process, so it is always cold; a session is cold after the TTL);
+  "warm" lists again within the TTL;
+* **no git** — the listing a send makes: no git metadata at all.
 
-Both must produce the same peers with the same git metadata (checked before timing). The ratio
-fast / naive of the medians is reported; the target is at most 0.3. The git step alone is timed the
-same way, for information.
+All must produce the same peers, and the git-reading ones the same git metadata (checked before
+timing). The ratio fast / naive of the medians is reported; the target is at most 0.3. The other
+listings and the git step alone are timed the same way and reported as ratios to naive too.
 
 Run ``python bench/listing.py`` (``--json`` for machine-readable output, ``--peers N``,
-``--repeat N``). Needs ``git`` on PATH.
+``--repos N`` to spread the peers over fewer repositories, ``--repeat N``). Needs ``git`` on PATH.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.io.discovery import Listing, list_peers
 from pi_cross_session.protocol.io.gitinfo import git_rev_parse, resolve_git_info
+from pi_cross_session.protocol.limits import MAX_GIT_SUBPROCESSES
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
     GitInfo,
@@ -83,11 +90,13 @@ def make_repos(root: Path, count: int) -> list[Path]:
     return repos
 
 
-def publish_peers(locations: Locations, repos: list[Path]) -> list[Registration]:
+def publish_peers(locations: Locations, repos: list[Path], peers: int) -> list[Registration]:
+    """``peers`` live registrations, their cwds the repositories in turn."""
     fs.ensure_private_dir(locations.peers_dir)
     now = time.time_ns() // 1_000_000
     registrations = []
-    for index, repo in enumerate(repos):
+    for index in range(peers):
+        repo = repos[index % len(repos)]
         instance_id = new_instance_id()
         registration = build_registration(
             session_id=f"bench-session-{index}",
@@ -155,64 +164,122 @@ async def naive_resolver(cwds: Sequence[str]) -> dict[str, GitInfo | None]:
     return results
 
 
+class CachedGit:
+    """The measured alternative to the file reader: ``git`` once per distinct cwd, a few at a
+    time, each answer kept ``ttl_s`` seconds."""
+
+    def __init__(self, ttl_s: float, max_processes: int = MAX_GIT_SUBPROCESSES) -> None:
+        self.ttl_s = ttl_s
+        self.max_processes = max_processes
+        self._answers: dict[str, tuple[float, GitInfo | None]] = {}
+        self.processes = 0
+
+    def clear(self) -> None:
+        self._answers.clear()
+
+    async def __call__(self, cwds: Sequence[str]) -> dict[str, GitInfo | None]:
+        now = time.monotonic()
+        unique = list(dict.fromkeys(cwds))
+        stale = [c for c in unique if c not in self._answers or self._answers[c][0] <= now]
+        limiter = anyio.CapacityLimiter(self.max_processes)
+
+        async def one(cwd: str) -> None:
+            async with limiter:
+                self.processes += 1
+                answer = await git_rev_parse(cwd)
+            self._answers[cwd] = (time.monotonic() + self.ttl_s, answer)
+
+        async with anyio.create_task_group() as group:
+            for cwd in stale:
+                group.start_soon(one, cwd)
+        return {cwd: self._answers[cwd][1] for cwd in unique}
+
+
 def summary(listing: Listing) -> list[tuple[str, Any]]:
     return [(p.instance_id, None if p.git is None else p.git.to_dict()) for p in listing.peers]
 
 
-async def run(peers: int, repeat: int, probe_kind: str) -> dict[str, Any]:
+async def run(
+    peers: int, repeat: int, probe_kind: str, repos: int | None = None, cache_ttl_s: float = 5.0
+) -> dict[str, Any]:
+    repo_count = peers if repos is None else repos
     root = Path(tempfile.mkdtemp(prefix="pi-bench-listing-"))
     locations = environment.resolve(env={paths.AGENT_DIR_ENV: str(root / "agent")})
     try:
         started = time.perf_counter()
-        repos = await anyio.to_thread.run_sync(make_repos, root / "repos", peers)
-        registrations = publish_peers(locations, repos)
+        repo_paths = await anyio.to_thread.run_sync(make_repos, root / "repos", repo_count)
+        registrations = publish_peers(locations, repo_paths, peers)
         setup_s = time.perf_counter() - started
         probe = fake_probe if probe_kind == "fake" else socket_probe
+        cached = CachedGit(cache_ttl_s)
         async with contextlib.AsyncExitStack() as stack:
             if probe_kind == "socket":
                 await stack.enter_async_context(listeners(locations, registrations))
 
-            async def listing(resolver: Resolver) -> Listing:
+            async def listing(resolver: Resolver, *, with_git: bool = True) -> Listing:
                 return await list_peers(
-                    locations, fs, probe, self_instance_id=None, git_resolver=resolver
+                    locations,
+                    fs,
+                    probe,
+                    self_instance_id=None,
+                    with_git=with_git,
+                    git_resolver=resolver,
                 )
 
-            # Same answer both ways, and every peer in a repository: otherwise no comparison.
+            async def cold() -> Listing:
+                cached.clear()
+                return await listing(cached)
+
+            # Same answer every way, and every peer in a repository: otherwise no comparison.
             fast_listing = await listing(resolve_git_info)
-            naive_listing = await listing(naive_resolver)
-            if summary(fast_listing) != summary(naive_listing):
+            expected = summary(fast_listing)
+            if summary(await listing(naive_resolver)) != expected:
                 raise SystemExit("the fast and the naive listing disagree")
+            if summary(await cold()) != expected:
+                raise SystemExit("the fast and the cached-git listing disagree")
+            plain = await listing(resolve_git_info, with_git=False)
+            if [p.instance_id for p in plain.peers] != [p for p, _ in expected]:
+                raise SystemExit("the listing without git lists other peers")
             if len(fast_listing.peers) != peers or any(p.git is None for p in fast_listing.peers):
                 raise SystemExit("some peers are missing or have no git metadata")
 
             cwds = [r.cwd for r in registrations]
-            timings: dict[str, list[float]] = {
-                "listing_fast": [],
-                "listing_naive": [],
-                "git_fast": [],
-                "git_naive": [],
-            }
             cases: list[tuple[str, Callable[[], Awaitable[object]]]] = [
                 ("listing_fast", lambda: listing(resolve_git_info)),
                 ("listing_naive", lambda: listing(naive_resolver)),
+                ("listing_cached_cold", cold),
+                ("listing_cached_warm", lambda: listing(cached)),
+                ("listing_no_git", lambda: listing(resolve_git_info, with_git=False)),
                 ("git_fast", lambda: resolve_git_info(cwds)),
                 ("git_naive", lambda: naive_resolver(cwds)),
             ]
+            timings: dict[str, list[float]] = {name: [] for name, _ in cases}
             for round_index in range(repeat):
-                # Alternate the order so neither side always runs on a warmer cache.
+                # Alternate the order so neither side always runs on a warmer cache. The warm
+                # cached listing always follows a listing through the same cache.
                 order = cases if round_index % 2 == 0 else cases[::-1]
                 for name, case in order:
+                    if name == "listing_cached_warm":
+                        await listing(cached)  # within the TTL from here on
                     before = time.perf_counter()
                     await case()
                     timings[name].append(time.perf_counter() - before)
         medians = {name: statistics.median(values) for name, values in timings.items()}
+        naive = medians["listing_naive"]
         return {
             "peers": peers,
+            "repos": repo_count,
             "repeat": repeat,
             "probe": probe_kind,
+            "cache_ttl_s": cache_ttl_s,
             "setup_s": round(setup_s, 3),
             "p50_ms": {name: round(value * 1000, 2) for name, value in medians.items()},
-            "listing_ratio": round(medians["listing_fast"] / medians["listing_naive"], 4),
+            "listing_ratio": round(medians["listing_fast"] / naive, 4),
+            "ratios_to_naive": {
+                name: round(value / naive, 4)
+                for name, value in medians.items()
+                if name.startswith("listing_")
+            },
             "git_ratio": round(medians["git_fast"] / medians["git_naive"], 4),
             "target_ratio": TARGET_RATIO,
             "python": sys.version.split()[0],
@@ -226,7 +293,13 @@ async def run(peers: int, repeat: int, probe_kind: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print results as JSON")
-    parser.add_argument("--peers", type=int, default=100, help="repositories and peers")
+    parser.add_argument("--peers", type=int, default=100, help="live peers")
+    parser.add_argument(
+        "--repos", type=int, default=None, help="repositories the peers share (default: one each)"
+    )
+    parser.add_argument(
+        "--cache-ttl", type=float, default=5.0, help="seconds the cached-git alternative keeps"
+    )
     parser.add_argument("--repeat", type=int, default=15, help="interleaved rounds")
     parser.add_argument(
         "--probe",
@@ -243,18 +316,25 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["GIT_CONFIG_NOSYSTEM"] = "1"
     for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_CEILING_DIRECTORIES"):
         os.environ.pop(name, None)
-    result = anyio.run(run, args.peers, args.repeat, args.probe)
+    result = anyio.run(run, args.peers, args.repeat, args.probe, args.repos, args.cache_ttl)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     p50 = result["p50_ms"]
     probe_note = "fake instant probe" if args.probe == "fake" else "real Unix listeners"
+    ratios = result["ratios_to_naive"]
     print(
-        f"{result['peers']} peers in {result['peers']} git repositories, {probe_note}, "
+        f"{result['peers']} peers in {result['repos']} git repositories, {probe_note}, "
         f"{result['repeat']} interleaved rounds (set-up {result['setup_s']} s)"
     )
-    print(f"listing, git from files : p50 {p50['listing_fast']:8.2f} ms")
-    print(f"listing, git per peer   : p50 {p50['listing_naive']:8.2f} ms")
+    for name, label in (
+        ("listing_fast", "listing, git from files "),
+        ("listing_naive", "listing, git per peer   "),
+        ("listing_cached_cold", "listing, cached git cold"),
+        ("listing_cached_warm", "listing, cached git warm"),
+        ("listing_no_git", "listing without git     "),
+    ):
+        print(f"{label}: p50 {p50[name]:8.2f} ms  ({ratios[name]:.3f} of git per peer)")
     print(f"git step alone          : p50 {p50['git_fast']:8.2f} ms vs {p50['git_naive']:.2f} ms")
     verdict = "ok" if result["listing_ratio"] <= TARGET_RATIO else "OVER"
     print(

@@ -105,7 +105,7 @@ async def burst(agent_dir: str, target: str, count: int) -> Counter[str]:
     """Send ``count`` different messages as fast as possible with the command line's identity."""
     tally: Counter[str] = Counter()
     locations = environment.resolve(env={"PI_CODING_AGENT_DIR": agent_dir})
-    async with cli_identity.publishing(locations, with_git=False) as outbox:
+    async with cli_identity.publishing(locations) as outbox:
         for number in range(count):
             report = await outbound.send(outbox, target, f"burst message {number}")
             tally[report.status] += 1

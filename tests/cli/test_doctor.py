@@ -329,7 +329,7 @@ async def test_a_socket_that_does_not_answer_is_a_warning(locations: Locations) 
 @pytest.mark.parametrize("slot", [0, 2])
 async def test_the_command_lines_own_registration_is_ok(locations: Locations, slot: int) -> None:
     """Any identity of the command line's pool, while it sends (it has no socket by design)."""
-    async with cli_identity.holding(locations, [slot], with_git=False) as held:
+    async with cli_identity.holding(locations, [slot]) as held:
         findings = await doctor.diagnose(locations)
     ref = held.identity.instance_id[:8]
     finding = only(findings, f"session pi-cross-session-cli [{ref}]")

@@ -73,16 +73,16 @@ def test_the_pool_size_and_file_names() -> None:
 
 @pytest.mark.anyio
 async def test_an_invocation_takes_the_first_free_identity(locations: Locations) -> None:
-    async with cli_identity.holding(locations, with_git=False, purpose="first") as first:
+    async with cli_identity.holding(locations, purpose="first") as first:
         assert first.slot == 0
         note = read_holder(lock_path(locations, 0))
         assert note is not None
         assert (note.pid, note.purpose) == (os.getpid(), "first")
-        async with cli_identity.holding(locations, with_git=False) as second:
+        async with cli_identity.holding(locations) as second:
             assert second.slot == 1
             assert second.identity.instance_id != first.identity.instance_id
     assert read_holder(lock_path(locations, 0)) is None  # the note goes with the lock
-    async with cli_identity.holding(locations, with_git=False) as again:
+    async with cli_identity.holding(locations) as again:
         assert again.slot == 0
         assert again.identity == first.identity  # the same sender, invocation after invocation
 
@@ -190,7 +190,7 @@ async def test_status_asks_as_the_identity_that_sent_the_message(
     message was delivered instead of hearing "unknown"."""
     inbox = inboxes.start("rows-per-sender", busy=0)
     run = partial(run_cli, private_agent_dir, cwd=tmp_path)
-    async with cli_identity.holding(locations, [0], with_git=False):
+    async with cli_identity.holding(locations, [0]):
         sent = await anyio.to_thread.run_sync(run, "send", "rows-per-sender", "hi", "--json")
     assert sent.returncode == 0, sent
     message_id = sent.json()["messageId"]

@@ -158,7 +158,7 @@ async def test_other_listers_hide_the_command_line_while_it_is_published(
     """The command line's registration exists while it sends, but nobody lists it: it has no
     socket, and its process lives, so a listing hides it without reaping it."""
     ready = inboxes.start("epsilon").wait_event("ready")
-    async with cli_identity.publishing(locations, with_git=False) as outbox:
+    async with cli_identity.publishing(locations) as outbox:
         mine = locations.registration_path(outbox.sender.instance_id)
         assert exists(mine)
         listing = await discovery.list_peers(

@@ -365,7 +365,7 @@ async def test_the_rate_limit_follows_the_identity_across_invocations(
             for lock in others:
                 assert lock.try_acquire()
                 lock.write_note(Holder(os.getpid(), "a test holding it", None))
-            async with cli_identity.holding(locations, [0], with_git=False) as held:
+            async with cli_identity.holding(locations, [0]) as held:
                 burst_identity = held.identity.instance_id
                 while tally["rate_limited"] == 0:
                     sent = sum(tally.values())

@@ -23,7 +23,7 @@ from pi_cross_session.protocol.io import environment
 
 
 async def main(target: str, text: str) -> None:
-    async with cli_identity.publishing(environment.resolve(), with_git=False) as outbox:
+    async with cli_identity.publishing(environment.resolve()) as outbox:
         held: list[int] = []
         while True:
             try:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pi_cross_session.plugin.hosts.headless import HeadlessHost
-from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.plugin.reports import SendReport
 from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.frames import Response
 from pi_cross_session.protocol.io.exchange import ExchangeConfig

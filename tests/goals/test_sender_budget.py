@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.plugin.reports import SendReport
 from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
 from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE, GOAL_SCOPED_PEER
 from pi_cross_session.protocol.codes import Code

@@ -14,7 +14,7 @@ import pytest
 from acp import text_block
 
 from pi_cross_session.plugin import cli_identity, outbound
-from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.plugin.reports import SendReport
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import PublicPeer
 from tests.host.acp_support import ACP_WAIT_S, POLL_S, AcpAgent, acp_agent
@@ -102,7 +102,7 @@ async def test_commands_an_idle_peer_turn_and_close_over_acp(
         session = await new_session(agent, session_cwd)
 
         # (c) a peer message to the idle session is submitted and streams a turn, no prompt pending
-        async with cli_identity.publishing(locations, with_git=False) as outbox:
+        async with cli_identity.publishing(locations) as outbox:
             peer = await the_only_peer(outbox)
             instance = peer.instance_id
             assert existing(files_of(locations, instance)) == files_of(locations, instance)
@@ -163,7 +163,7 @@ async def test_a_peer_message_after_a_slash_command_starts_a_turn_over_acp(
     async with acp_agent(private_agent_dir, pi_home, agent_log) as agent:
         session = await new_session(agent, session_cwd)
         await status_over_acp(agent, session)
-        async with cli_identity.publishing(locations, with_git=False) as outbox:
+        async with cli_identity.publishing(locations) as outbox:
             peer = await the_only_peer(outbox)
             before = len(agent.client.of(session))
             report = await send_to(outbox, peer)
@@ -184,7 +184,7 @@ async def test_files_are_gone_when_the_agent_process_ends(
 ) -> None:
     async with acp_agent(private_agent_dir, pi_home, agent_log) as agent:
         await new_session(agent, session_cwd)
-        async with cli_identity.publishing(locations, with_git=False) as outbox:
+        async with cli_identity.publishing(locations) as outbox:
             instance = (await the_only_peer(outbox)).instance_id
         paths = files_of(locations, instance)
         assert existing(paths) == paths

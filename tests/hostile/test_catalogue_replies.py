@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from pi_cross_session.plugin import render, tools
-from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.plugin.reports import SendReport
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codes import Code, classify
 from pi_cross_session.protocol.paths import Locations

@@ -32,7 +32,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.plugin import outbound, render
+from pi_cross_session.plugin import outbound, render, reports
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.frames import Sender
@@ -304,7 +304,7 @@ def receiver(locations: Locations) -> Iterator[HostileReceiver]:
         yield live
 
 
-def check_report(report: render.SendReport) -> None:
+def check_report(report: reports.SendReport) -> None:
     for text in (render.send_result(report), render.status_query_result(report)):
         assert unsafe_in(text) == [], text
         assert "\n" not in text

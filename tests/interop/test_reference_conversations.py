@@ -36,7 +36,7 @@ from typing import Any, Final
 import pytest
 
 from pi_cross_session.plugin import outbound, render
-from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.plugin.reports import SendReport
 from pi_cross_session.protocol.capabilities import DELIVERY_RECEIPTS, GOAL_SCOPED_PEER
 from pi_cross_session.protocol.frames import Sender
 from pi_cross_session.protocol.io import discovery

@@ -22,7 +22,7 @@ import pytest
 from pydantic import ValidationError
 
 from pi_cross_session.cli import main
-from pi_cross_session.plugin import commands, render
+from pi_cross_session.plugin import commands, render, reports
 from pi_cross_session.plugin.tools import SendPiMessageParams
 from pi_cross_session.protocol.capabilities import (
     ADVERTISED,
@@ -123,7 +123,7 @@ async def test_a_message_dropped_while_waiting_reports_how_it_ended(locations: L
         headless_session(locations, "beta", clock=clock) as (_, beta),
     ):
         rx.turns.user_turn()  # busy with a known turn: the message is queued
-        reports: list[render.SendReport] = []
+        reports: list[reports.SendReport] = []
 
         async def send() -> None:
             reports.append(await beta.send(rx.registration.instance_id, "x", wait_s=5))

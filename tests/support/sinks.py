@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from pi_cross_session.plugin import render
-from pi_cross_session.plugin.render import SendReport
-from pi_cross_session.plugin.runtime import PeerChecks
+from pi_cross_session.plugin.reports import GoalView, PeerChecks, SendReport
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.registration import (
     GitInfo,
@@ -168,7 +167,7 @@ def every_sink(strings: PeerStrings) -> list[tuple[str, str, str]]:
         ("inbox_row", "line", render.inbox_row(row)),
         ("listing", "text", render.listing(peer, [peer])),
         ("status_text", "text", render.status_text(snapshot, me=peer)),
-        ("goal_lines", "text", "\n".join(render.goal_lines(goal, None, 0))),
+        ("goal_lines", "text", "\n".join(render.goal_lines(GoalView(goal, None, 0, 0)))),
         ("peer_check_lines", "text", "\n".join(render.peer_check_lines(checks))),
         (
             "host_status_text",

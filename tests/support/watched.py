@@ -133,13 +133,19 @@ class WatchedProcess:
         return found
 
     def wait_line(
-        self, pattern: str | re.Pattern[str], *, timeout: float = EVENT_TIMEOUT_S
+        self,
+        pattern: str | re.Pattern[str],
+        *,
+        timeout: float = EVENT_TIMEOUT_S,
+        stderr: bool = False,
     ) -> re.Match[str]:
-        """The first printed line matching ``pattern`` (``re.search``); waits for it."""
+        """The first line printed on stdout (or ``stderr``) matching ``pattern``
+        (``re.search``); waits for it."""
         regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+        printed = self.err_lines if stderr else self.lines
 
         def find() -> re.Match[str] | None:
-            for line in self.lines:
+            for line in printed:
                 match = regex.search(line)
                 if match is not None:
                     return match
@@ -159,3 +165,10 @@ class WatchedProcess:
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
+
+    def close(self) -> None:
+        """End the process if it still runs (SIGKILL), reap it and close its pipes."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._join()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,6 +100,105 @@ def test_imports_go_one_way() -> None:
                     assert used in may_use, f"{path.name} imports {node.module}"
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_DIR).with_suffix("").parts
+    return ".".join(("pi_cross_session", *parts)).removesuffix(".__init__")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Which modules of the package each module imports, counting every import statement: at the
+    top, inside a function, under ``TYPE_CHECKING`` (a cycle hidden there is still a cycle of
+    ideas). Packages (``__init__``) are not nodes: importing a submodule through one is not a
+    dependency on its siblings."""
+    modules = {
+        module_name(path): path for path in PACKAGE_DIR.rglob("*.py") if path.name != "__init__.py"
+    }
+    return {
+        name: (imported_modules(path.read_text(encoding="utf-8")) & modules.keys()) - {name}
+        for name, path in modules.items()
+    }
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path that ends where it starts, or ``None``."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        for neighbour in sorted(graph[node]):
+            cycle = visit(neighbour, [*path, node])
+            if cycle is not None:
+                return cycle
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        cycle = visit(start, [])
+        if cycle is not None:
+            return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_module_imports_itself_back() -> None:
+    # Data types live apart from the texts made of them (plugin/reports.py), so that outbound,
+    # render and runtime import one another in one direction only; the same holds package-wide.
+    graph = import_graph()
+    assert "pi_cross_session.plugin.reports" in graph
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
+
+
 def test_version_is_exposed() -> None:
-    assert pi_cross_session.__all__ == ["__version__"]
+    assert "__version__" in pi_cross_session.__all__
     assert pi_cross_session.__version__.count(".") == 2
+
+
+#: The library, as docs/api.md lists it: three calls and the types a caller needs to use them.
+PUBLIC_NAMES = {
+    "CrossSessionError",
+    "DeliveryOutcome",
+    "InboxMessage",
+    "Peers",
+    "PublicPeer",
+    "SendOutcome",
+    "SendReport",
+    "__version__",
+    "list_peers",
+    "run_inbox",
+    "send",
+}
+
+
+def test_the_public_names_are_exactly_the_library() -> None:
+    from pi_cross_session import api
+
+    assert set(pi_cross_session.__all__) == PUBLIC_NAMES
+    assert len(pi_cross_session.__all__) == len(PUBLIC_NAMES)
+    assert set(api.__all__) == PUBLIC_NAMES - {"__version__"}
+    for name in api.__all__:
+        assert getattr(pi_cross_session, name) is getattr(api, name)
+    assert set(dir(pi_cross_session)) >= PUBLIC_NAMES
+    with pytest.raises(AttributeError):
+        _ = pi_cross_session.not_a_name  # type: ignore[attr-defined]
+
+
+def test_importing_the_package_does_not_load_the_library() -> None:
+    # Every module imports the package first; the command line's quick commands must not pay for
+    # the event loop, pydantic's models and the runtime because the package exports the library.
+    heavy = ("anyio", "pydantic", "pi_cross_session.api")
+    probe = (
+        "import sys, pi_cross_session, pi_cross_session.protocol.paths;"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from pi_cross_session.plugin import render
-from pi_cross_session.plugin.runtime import PeerChecks, Pressure
+from pi_cross_session.plugin.reports import PeerChecks, Pressure
 from pi_cross_session.security.auth import AuthDiagnostics
 
 QUIET = AuthDiagnostics(refusals=MappingProxyType({}), recent=())

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from pi_cross_session.plugin import render
-from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.plugin.reports import SendReport
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.security.admission import Delivery
 from pi_cross_session.security.goals import GoalStatus, Scope

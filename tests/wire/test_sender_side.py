@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.plugin.reports import SendReport
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.protocol.paths import Locations

@@ -1,11 +1,11 @@
 """``pi-cross-session peers``: the live sessions, read-only.
 
-A listing needs no ``from`` (a liveness probe is an exchange without a sender), so ``peers`` uses
-no command-line identity: it never waits for one, never publishes a registration, and never
-creates a file or directory (:class:`~.readonly_files.ReadOnlyFiles`). A missing peers dir (a
-mistyped ``PI_CODING_AGENT_DIR``, say) is an empty listing, not a tree created on the spot. Like
-every lister it still reaps the registration of a session whose process is proven dead (spec
-§1.5) and repairs the mode of a peers dir of ours.
+It lists as the library's ``list_peers`` does
+(:func:`pi_cross_session.plugin.peer_listing.list_live`): no command-line identity, so it never
+waits for one and never publishes a registration, and it creates no file or directory. A missing
+peers dir (a mistyped ``PI_CODING_AGENT_DIR``, say) is an empty listing, not a tree created on
+the spot. Like every lister it still reaps the registration of a session whose process is proven
+dead (spec §1.5) and repairs the mode of a peers dir of ours.
 
 Fast when there is nothing to list: a missing or empty peers dir is answered without the probe,
 the exchange, the event loop or the registration models (see docs/performance.md and
@@ -26,7 +26,6 @@ from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.io import environment
 
 if TYPE_CHECKING:
-    from pi_cross_session.protocol.io.discovery import Listing
     from pi_cross_session.protocol.registration import PublicPeer
 
 
@@ -42,24 +41,6 @@ def _anything_to_list(locations: paths.Locations) -> bool:
         return True
     window = fs.list_registration_names(locations.peers_dir, limit=1)
     return bool(window.names)
-
-
-async def list_live(locations: paths.Locations) -> Listing:
-    """The live peers, newest first, with git metadata, and how many registrations were left
-    unread past the listing window; nothing is created."""
-    from pi_cross_session.cli.readonly_files import ReadOnlyFiles
-    from pi_cross_session.protocol.io import discovery
-    from pi_cross_session.protocol.io.exchange import Exchanger
-    from pi_cross_session.security.io import fs
-
-    exchanger = Exchanger(locations, fs)
-    return await discovery.list_peers(
-        locations,
-        ReadOnlyFiles(),
-        exchanger.is_live,
-        self_instance_id=None,
-        probe_guard_s=exchanger.listing_guard_s,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +61,8 @@ def peers_of(locations: paths.Locations, console: Console) -> Found:
     if not _anything_to_list(locations):
         return Found()
     import anyio
+
+    from pi_cross_session.plugin.peer_listing import list_live
 
     listing = anyio.run(list_live, locations)
     return Found(listing.peers, listing.unread, listing.unchecked)

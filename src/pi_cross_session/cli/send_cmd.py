@@ -26,7 +26,7 @@ from pi_cross_session.cli.console import Console
 from pi_cross_session.cli.follow import Follow, FollowResult
 from pi_cross_session.cli.sender import AddressFailure, IdentityWaitNotes, resolve
 from pi_cross_session.plugin import cli_identity, outbound
-from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.plugin.reports import SendReport
 from pi_cross_session.protocol.capabilities import can_report_delivery
 from pi_cross_session.protocol.codes import Code, SenderState
 from pi_cross_session.protocol.io import environment

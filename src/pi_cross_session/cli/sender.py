@@ -23,7 +23,7 @@ from pi_cross_session.plugin.outbound import (
     local_failure,
     unchecked_failure,
 )
-from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.plugin.reports import SendReport
 from pi_cross_session.protocol.addressing import AddressError, resolve_target
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.io.discovery import Listing

@@ -21,7 +21,7 @@ from pi_cross_session.cli import exits, words
 from pi_cross_session.cli.console import Console
 from pi_cross_session.cli.sender import AddressFailure, IdentityWaitNotes, resolve
 from pi_cross_session.plugin import cli_identity, outbound
-from pi_cross_session.plugin.render import SendReport
+from pi_cross_session.plugin.reports import SendReport
 from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.capabilities import can_report_delivery
 from pi_cross_session.protocol.codes import Code

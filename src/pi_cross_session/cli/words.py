@@ -17,7 +17,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from pi_cross_session.protocol.codes import is_receipt_unknown
+from pi_cross_session.protocol.codes import SenderState, is_receipt_unknown
 from pi_cross_session.protocol.limits import (
     DISPLAY_CWD_CODE_POINTS,
     DISPLAY_DIAGNOSTIC_CODE_POINTS,
@@ -33,7 +33,7 @@ from pi_cross_session.protocol.sanitize import line
 if TYPE_CHECKING:  # only for annotations: these modules are heavy to import
     from pi_cross_session.cli.follow import FollowResult
     from pi_cross_session.plugin.cli_identity import Holder
-    from pi_cross_session.plugin.render import SendReport
+    from pi_cross_session.plugin.reports import SendReport
     from pi_cross_session.protocol.registration import PublicPeer
 
 PROG: Final = "pi-cross-session"
@@ -354,7 +354,7 @@ def not_delivered(
     where = _target_of(report)
     if not report.message_written:
         head = f"Message not sent{' to ' + where if where else ''} ({code}): {detail}"
-    elif report.state == "receipt_unknown":
+    elif report.state == SenderState.RECEIPT_UNKNOWN:
         head = (
             f"Message to {where or 'the target'}: outcome unknown ({code}): {detail} "
             "It may or may not have arrived."

@@ -407,13 +407,15 @@ async def holding(
     slots: Sequence[int] = ALL_SLOTS,
     *,
     name: str | None = None,
-    with_git: bool = True,
     purpose: str = "",
     timeout_s: float = CLI_IDENTITY_WAIT_S,
     reporter: WaitReporter | None = None,
 ) -> AsyncIterator[Held]:
     """Take a free identity of ``slots``, publish its registration under ``name``, and yield it;
-    on the way out the registration is removed and the identity released."""
+    on the way out the registration is removed and the identity released.
+
+    The outbox lists the live sessions without git metadata: it lists to find a target, and a
+    target is never named by its branch (``peers`` shows git; see docs/performance.md)."""
     # Imported here: a command that never sends (peers, paths) must not pay for the exchange.
     from pi_cross_session.plugin.outbound import Outbox
     from pi_cross_session.protocol.io import discovery
@@ -464,7 +466,7 @@ async def holding(
                 fs,
                 exchanger.is_live,
                 self_instance_id=identity.instance_id,
-                with_git=with_git,
+                with_git=False,
                 probe_guard_s=exchanger.listing_guard_s,
             )
 
@@ -498,11 +500,10 @@ async def publishing(
     locations: Locations,
     *,
     name: str = DEFAULT_NAME,
-    with_git: bool = True,
     lock_timeout_s: float = LOCK_TIMEOUT_S,
 ) -> AsyncIterator[Outbox]:
     """Hold a free identity of the pool, publish it, and yield what to send with."""
-    async with holding(locations, name=name, with_git=with_git, timeout_s=lock_timeout_s) as held:
+    async with holding(locations, name=name, timeout_s=lock_timeout_s) as held:
         yield held.outbox
 
 

@@ -100,7 +100,7 @@ def status_data(runtime: SessionRuntime, report: HostReport) -> dict[str, Any]:
         }
     )
     view = runtime.goal_view()
-    data.update(render.goal_data(view.status, view.last_end, view.confirmations))
+    data.update(render.goal_data(view))
     data.update(render.peer_check_data(runtime.peer_checks()))
     return data
 
@@ -125,7 +125,7 @@ def status(runtime: SessionRuntime, args: str, report: HostReport) -> str:
 
 def _status_sections(runtime: SessionRuntime, report: HostReport) -> list[str]:
     view = runtime.goal_view()
-    lines = render.goal_lines(view.status, view.last_end, view.confirmations)
+    lines = render.goal_lines(view)
     return [
         render.name_line(runtime.name, report.name_source),
         *lines,

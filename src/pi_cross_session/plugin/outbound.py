@@ -37,24 +37,14 @@ from dataclasses import dataclass, replace
 import anyio
 
 from pi_cross_session.plugin import render
-from pi_cross_session.plugin.render import (
-    NEXT_SHORT_OF_RESOURCES,
-    SendReport,
-    listing_short,
-    target_unchecked,
-)
+from pi_cross_session.plugin.render import NEXT_SHORT_OF_RESOURCES, listing_short, target_unchecked
+from pi_cross_session.plugin.reports import ENDED_UNDELIVERED, DeliveryOutcome, SendReport
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.addressing import AddressError, resolve_target
 from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
 from pi_cross_session.protocol.capabilities import can_report_delivery
 from pi_cross_session.protocol.codec import encode_frame
-from pi_cross_session.protocol.codes import (
-    FINAL_ROW_STATES,
-    Code,
-    classify,
-    sender_code,
-    status_answer,
-)
+from pi_cross_session.protocol.codes import Code, classify, sender_code, status_answer
 from pi_cross_session.protocol.errors import CrossSessionError, FrameTooLargeError
 from pi_cross_session.protocol.frames import ID_RE, WIRE_VERSION, Message, Sender, dumps_frame
 from pi_cross_session.protocol.io.discovery import Listing
@@ -282,7 +272,8 @@ async def send(
     with scope or anyio.CancelScope():
         report, receipt = await _exchange(outbox, peer, listing, message, progress)
         if receipt is not None and wait_s > 0:
-            report = replace(report, delivery="not_confirmed")  # if the wait is cut short
+            # What stands if the wait is cut short.
+            report = replace(report, delivery=DeliveryOutcome.NOT_CONFIRMED)
             registration = listing.registrations[peer.instance_id]
             delivery = await wait_for_delivery(outbox, registration, receipt, message, wait_s)
             report = replace(report, delivery=delivery)
@@ -301,11 +292,11 @@ async def wait_for_delivery(
     receipt: Receipt,
     message: Message,
     wait_s: float,
-) -> str:
+) -> DeliveryOutcome:
     """Ask the receiver about ``message`` until it is delivered, can no longer be, or the wait
     (at most 30 s) is over; returns the delivery outcome. Never resends anything."""
     if not can_report_delivery(receipt.peer_capabilities):
-        return "unconfirmable"
+        return DeliveryOutcome.UNCONFIRMABLE
     with anyio.move_on_after(min(wait_s, MAX_DELIVERY_WAIT_S)):
         while True:
             await anyio.sleep(DELIVERY_POLL_S)
@@ -318,12 +309,11 @@ async def wait_for_delivery(
             status = status_answer(answer.status)
             if status is None:
                 # No state of the contract: nothing can be learned from this receiver.
-                return Code.INVALID_RECEIPT
-            if status in (Code.DELIVERED, Code.UNKNOWN):
-                return status
-            if status != Code.SUBMITTED and status in FINAL_ROW_STATES:
-                return status  # it ended another way and will never be delivered
-    return "not_confirmed"
+                return DeliveryOutcome.INVALID_RECEIPT
+            if status in (Code.DELIVERED, Code.UNKNOWN) or status in ENDED_UNDELIVERED:
+                # Delivered, forgotten, or ended another way: it will never be delivered now.
+                return DeliveryOutcome(status)
+    return DeliveryOutcome.NOT_CONFIRMED
 
 
 _EXHAUSTED = "this session incarnation has used its whole message budget"

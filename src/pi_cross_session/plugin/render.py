@@ -17,11 +17,18 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+from pi_cross_session.plugin.reports import (
+    DeliveryOutcome,
+    GoalView,
+    PeerChecks,
+    Pressure,
+    SendOutcome,
+    SendReport,
+)
 from pi_cross_session.protocol import sanitize
-from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.codes import Code, SenderState
 from pi_cross_session.protocol.limits import (
     DISPLAY_DIAGNOSTIC_CODE_POINTS,
     DISPLAY_SESSION_ID_CODE_POINTS,
@@ -40,9 +47,6 @@ from pi_cross_session.protocol.registration import (
 from pi_cross_session.security.admission import Delivery, ResumeOutcome, Row, Snapshot
 from pi_cross_session.security.auth import RefusalCause
 from pi_cross_session.security.goals import GoalEnd, GoalStatus, RevokeReason
-
-if TYPE_CHECKING:  # runtime imports render; the type is only needed for annotations
-    from pi_cross_session.plugin.runtime import PeerChecks, Pressure
 
 #: The statement appended to every inbound peer message (spec §7.1 lists what it must cover).
 PEER_TEXT_NOTICE: Final = (
@@ -242,6 +246,12 @@ def unchecked_line(unchecked: int) -> str:
     )
 
 
+def library_send_purpose(target: str) -> str:
+    """What a library send notes on the command-line identity it holds (``doctor`` and an
+    invocation waiting for that identity show it)."""
+    return f"library send to {sanitize.line(target, 80)}"
+
+
 #: ``next`` of a send that ended for lack of a kernel resource before anything was written.
 NEXT_SHORT_OF_RESOURCES: Final = (
     "Nothing was sent: this process ran out of file descriptors (or buffers, or memory); "
@@ -262,38 +272,20 @@ def target_unchecked(unchecked: int) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class SendReport:
-    """What a send ended as, in the terms the tool result and the CLI print."""
-
-    ok: bool
-    status: str
-    message_id: str | None
-    target: PublicPeer | None
-    state: str | None = None
-    retryable: bool = False
-    next: str | None = None
-    detail: str | None = None
-    message_written: bool = False
-    #: After a bounded wait for a delivery receipt: ``delivered``, ``not_confirmed``,
-    #: ``unconfirmable`` (the receiver cannot say), ``unknown`` (it forgot the message), or the
-    #: final state the message ended in instead. ``None`` when the sender did not wait.
-    delivery: str | None = None
-
-
 #: What each delivery outcome means, in the words the model and the user read.
-DELIVERY_MEANINGS: Final = {
-    "delivered": "the receiving session confirmed it entered its conversation (delivered)",
-    "not_confirmed": "submitted, but not yet confirmed as delivered within the wait",
-    "unconfirmable": "the receiver cannot confirm delivery (no delivery receipts); "
+DELIVERY_MEANINGS: Final[Mapping[DeliveryOutcome, str]] = {
+    DeliveryOutcome.DELIVERED: "the receiving session confirmed it entered its conversation "
+    "(delivered)",
+    DeliveryOutcome.NOT_CONFIRMED: "submitted, but not yet confirmed as delivered within the wait",
+    DeliveryOutcome.UNCONFIRMABLE: "the receiver cannot confirm delivery (no delivery receipts); "
     "the receipt above is all that is known",
-    "unknown": "the receiver no longer knows this message (it may have restarted)",
-    Code.INVALID_RECEIPT: "the receiver answered with a state outside the protocol, so whether "
-    "it was delivered is unknown",
+    DeliveryOutcome.UNKNOWN: "the receiver no longer knows this message (it may have restarted)",
+    DeliveryOutcome.INVALID_RECEIPT: "the receiver answered with a state outside the protocol, "
+    "so whether it was delivered is unknown",
 }
 
 
-def delivery_text(delivery: str) -> str:
+def delivery_text(delivery: DeliveryOutcome) -> str:
     """One clause on what a wait for delivery learned."""
     meaning = DELIVERY_MEANINGS.get(delivery)
     if meaning is not None:
@@ -301,15 +293,21 @@ def delivery_text(delivery: str) -> str:
     return f"it will not be delivered: it ended {_word(delivery)} at the receiver"
 
 
+#: What each receipt means, in the words the model and the user read.
+RECEIPT_MEANINGS: Final[Mapping[SendOutcome, str]] = {
+    SendOutcome.SUBMITTED: "it was handed to that session's conversation (not yet read or acted "
+    "on)",
+    SendOutcome.QUEUED: "it waits in that session's queue until its current turn ends",
+    SendOutcome.ACCEPTED: "an in-process handler of that session took it",
+}
+
+
 def send_result(report: SendReport) -> str:
     """One honest sentence about a send: what is known, and nothing more."""
     where = address(report.target) if report.target is not None else "the target"
     if report.ok:
-        meaning = {
-            "submitted": "it was handed to that session's conversation (not yet read or acted on)",
-            "queued": "it waits in that session's queue until its current turn ends",
-            "accepted": "an in-process handler of that session took it",
-        }.get(report.status, "the receiver took it")
+        outcome = report.outcome
+        meaning = "the receiver took it" if outcome is None else RECEIPT_MEANINGS[outcome]
         text = f"Message {_word(report.status)} to {where}: {meaning}."
         if report.delivery is not None:
             text += f" Then: {delivery_text(report.delivery)}."
@@ -317,7 +315,7 @@ def send_result(report: SendReport) -> str:
     parts = [f"Message not confirmed to {where}: {_word(report.status)}"]
     if report.detail:
         parts.append(_diagnostic(report.detail))
-    if report.state == "receipt_unknown":
+    if report.state == SenderState.RECEIPT_UNKNOWN:
         if report.message_written:
             parts.append("it may or may not have been admitted")
         else:
@@ -705,8 +703,9 @@ def inbox_latched(reason: str, goal_end: GoalEnd | None = None) -> str:
     return text
 
 
-def goal_lines(goal: GoalStatus, last_end: GoalEnd | None, confirmations: int) -> list[str]:
+def goal_lines(view: GoalView) -> list[str]:
     """The goal part of ``/cross-session-status``."""
+    goal, last_end = view.status, view.last_end
     if goal.goal_id is None:
         lines = ["Goal: none"]
     else:
@@ -715,18 +714,19 @@ def goal_lines(goal: GoalStatus, last_end: GoalEnd | None, confirmations: int) -
         lines = [f"Goal: {goal.goal_id} — {objective}", f"  bound peers: {members}"]
     if last_end is not None and last_end.goal_id != goal.goal_id:
         lines.append(f"  last ended: {last_end.goal_id} ({last_end.reason})")
-    lines.append(f"  confirmed scoped receivers (for sending): {confirmations}")
+    lines.append(f"  confirmed scoped receivers (for sending): {view.confirmations}")
     return lines
 
 
-def goal_data(goal: GoalStatus, last_end: GoalEnd | None, confirmations: int) -> dict[str, Any]:
+def goal_data(view: GoalView) -> dict[str, Any]:
     """The goal part of ``/cross-session-status --json``."""
+    last_end = view.last_end
     return {
-        "goal": goal.as_dict(),
+        "goal": view.status.as_dict(),
         "lastGoalEnd": None
         if last_end is None
         else {"goalId": last_end.goal_id, "reason": str(last_end.reason)},
-        "goalConfirmations": confirmations,
+        "goalConfirmations": view.confirmations,
     }
 
 
@@ -974,6 +974,7 @@ __all__ = [
     "NO_PEERS",
     "PEERS_COMMAND_DESCRIPTION",
     "PEER_TEXT_NOTICE",
+    "RECEIPT_MEANINGS",
     "RESUME_COMMAND_DESCRIPTION",
     "SEND_DESCRIPTION",
     "SEND_GOAL_DESCRIPTION",
@@ -987,7 +988,6 @@ __all__ = [
     "STATE_MEANINGS",
     "STATUS_COMMAND_DESCRIPTION",
     "STATUS_USAGE",
-    "SendReport",
     "address",
     "command_failed",
     "delivery_text",
@@ -1009,6 +1009,7 @@ __all__ = [
     "invalid_config_entry",
     "invalid_inbound_option",
     "invalid_name_option",
+    "library_send_purpose",
     "listing",
     "listing_short",
     "message_preview",

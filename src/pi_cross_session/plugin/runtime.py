@@ -29,6 +29,7 @@ import anyio.abc
 
 from pi_cross_session.plugin import outbound, render
 from pi_cross_session.plugin.host import HostPort
+from pi_cross_session.plugin.reports import GoalView, PeerChecks, Pressure, SendReport
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codes import Code
@@ -63,7 +64,7 @@ from pi_cross_session.security.admission import (
     TurnEnding,
     TurnSource,
 )
-from pi_cross_session.security.auth import AuthDiagnostics, Authenticator, LocalIdentity
+from pi_cross_session.security.auth import Authenticator, LocalIdentity
 from pi_cross_session.security.gate import PeerClaim
 from pi_cross_session.security.goals import (
     NO_GOAL,
@@ -115,70 +116,6 @@ class RuntimeOptions:
     #: List once right after start-up, to reap dead sessions early (spec §1.5). Tests of the
     #: registrar's own failures turn it off: that listing may recreate a removed peers dir.
     listing_at_start: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class GoalView:
-    """The goal part of a status display."""
-
-    status: GoalStatus
-    last_end: GoalEnd | None
-    confirmations: int
-    evidence: int
-
-
-@dataclass(frozen=True, slots=True)
-class Pressure:
-    """What the session did to keep serving under load: a snapshot for the status.
-
-    All zero (and ``descriptor_cap`` ``None``) for a session nobody pressed.
-    """
-
-    #: Failed ``accept`` calls by errno name; none ended the endpoint.
-    accept_failures: Mapping[str, int] = field(default_factory=dict)
-    last_accept_failure: str | None = None
-    last_accept_failure_age_s: float | None = None
-    #: Connections allowed while file descriptors are short (``None``: not short).
-    descriptor_cap: int | None = None
-    #: Connections closed to free descriptors (part of ``PeerChecks.shed``).
-    shed_for_descriptors: int = 0
-    #: Second frames not complete in time after ``ready`` (a trickle), cut.
-    request_deadline_cuts: int = 0
-    #: Frames refused unparsed because their JSON would cost more than any valid frame's.
-    costly_frames: int = 0
-    #: Reads delayed because the connecting process had used its byte budget.
-    throttled_reads: int = 0
-    #: Registration writes that failed for lack of resources and were retried, by errno name.
-    registration_retries: Mapping[str, int] = field(default_factory=dict)
-    last_registration_retry_age_s: float | None = None
-
-    @property
-    def pressed(self) -> bool:
-        """True when anything here happened at all."""
-        return bool(
-            self.accept_failures
-            or self.descriptor_cap is not None
-            or self.request_deadline_cuts
-            or self.costly_frames
-            or self.throttled_reads
-            or self.registration_retries
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class PeerChecks:
-    """Who the receiver turned away before admission: by kernel credentials, by hello; and what
-    it did to keep serving under load."""
-
-    #: How peer credentials are read here (``SO_PEERCRED``, ``LOCAL_PEERCRED``, ``unavailable``).
-    source: str
-    auth: AuthDiagnostics
-    foreign_uid_closed: int
-    credentials_unreadable: int
-    unverified: int
-    #: Connections closed (without a byte) for a newcomer, at capacity or out of descriptors.
-    shed: int = 0
-    pressure: Pressure = field(default_factory=Pressure)
 
 
 class NotReadyError(CrossSessionError):
@@ -753,7 +690,7 @@ class SessionRuntime:
         goals.check_bind(goal_id, authority=authority())
         members: list[Member] = []
         if peer_ids:
-            listing = await self.list_peers()
+            listing = await self.list_peers(with_git=False)
             live = {peer.instance_id: peer for peer in listing.peers}
             for peer_id in peer_ids:
                 peer = live.get(peer_id)
@@ -832,8 +769,9 @@ class SessionRuntime:
             git = (await resolve_git_info([registration.cwd])).get(registration.cwd)
         return PublicPeer.from_registration(registration, git=git)
 
-    async def list_peers(self) -> Listing:
-        """The other live sessions of this agent dir, newest first."""
+    async def list_peers(self, *, with_git: bool = True) -> Listing:
+        """The other live sessions of this agent dir, newest first; with git metadata unless
+        ``with_git`` is false (a listing nobody reads, such as a send's, never needs it)."""
         inc = self._current
         exchanger = inc.exchanger if inc is not None else Exchanger(self.locations, fs)
         return await list_peers(
@@ -841,9 +779,13 @@ class SessionRuntime:
             fs,
             exchanger.is_live,
             self_instance_id=None if inc is None else inc.identity.instance_id,
-            with_git=self.options.with_git,
+            with_git=with_git and self.options.with_git,
             probe_guard_s=exchanger.listing_guard_s,
         )
+
+    async def _list_for_sending(self) -> Listing:
+        # Resolving a target reads names, refs and ids, never git: see docs/performance.md.
+        return await self.list_peers(with_git=False)
 
     def outbox(self) -> outbound.Outbox | None:
         """What this session sends with: its identity, exchanger and budget."""
@@ -858,7 +800,7 @@ class SessionRuntime:
                 token=inc.identity.token,
             ),
             exchanger=inc.exchanger,
-            list_peers=self.list_peers,
+            list_peers=self._list_for_sending,
             wall_ms=self.options.clock.wall_ms,
             budget=inc.budget,
             me=PublicPeer.from_registration(registration),
@@ -873,7 +815,7 @@ class SessionRuntime:
         summary: str | None = None,
         goal_id: str | None = None,
         wait_s: float = 0.0,
-    ) -> render.SendReport:
+    ) -> SendReport:
         """Send one message (scoped to ``goal_id`` if given) and report exactly what is known
         about its fate; ``wait_s`` waits (at most 30 s) for a delivery receipt."""
         outbox = self.outbox()
@@ -892,7 +834,7 @@ class SessionRuntime:
         finally:
             inc.outbound.discard(scope)
 
-    async def query_status(self, target: str, message_id: str) -> render.SendReport:
+    async def query_status(self, target: str, message_id: str) -> SendReport:
         """Ask a peer what became of a message this incarnation sent it."""
         outbox = self.outbox()
         if outbox is None:
@@ -902,10 +844,7 @@ class SessionRuntime:
 
 __all__ = [
     "SYSTEM_CLOCK",
-    "GoalView",
     "NotReadyError",
-    "PeerChecks",
-    "Pressure",
     "RuntimeOptions",
     "SessionRuntime",
 ]

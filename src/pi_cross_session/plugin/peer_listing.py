@@ -1,11 +1,22 @@
-"""The file layer for a listing that must create nothing (``pi-cross-session peers``)."""
+"""The listing a person or a tool reads: live sessions with git metadata, creating nothing.
+
+``pi-cross-session peers`` and the library's :func:`pi_cross_session.list_peers` list through
+:func:`list_live`. A listing needs no sender identity (a liveness probe is an exchange without a
+``from``), so it publishes nothing, and :class:`ReadOnlyFiles` keeps it from creating a file or a
+directory: a missing peers dir (a mistyped ``PI_CODING_AGENT_DIR``) is an empty listing, not a tree
+created on the spot. Like every lister it still reaps the registration of a session whose process
+is proven dead (spec §1.5) and repairs the mode of a peers dir of ours.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from pi_cross_session.protocol.io.discovery import NameWindow
+from pi_cross_session.protocol.io import discovery
+from pi_cross_session.protocol.io.discovery import Listing, NameWindow
+from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGISTRATION_BYTES
+from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
 
 
@@ -52,3 +63,20 @@ class ReadOnlyFiles:
     def pid_is_dead(self, pid: int) -> bool:
         """See :func:`fs.pid_is_dead`."""
         return fs.pid_is_dead(pid)
+
+
+async def list_live(locations: Locations, *, with_git: bool = True) -> Listing:
+    """The live sessions of ``locations``, newest first, with git metadata unless ``with_git``
+    is false, and what the listing could not read or check; nothing is created."""
+    exchanger = Exchanger(locations, fs)
+    return await discovery.list_peers(
+        locations,
+        ReadOnlyFiles(),
+        exchanger.is_live,
+        self_instance_id=None,
+        with_git=with_git,
+        probe_guard_s=exchanger.listing_guard_s,
+    )
+
+
+__all__ = ["ReadOnlyFiles", "list_live"]
