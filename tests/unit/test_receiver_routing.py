@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.credentials import PeerCredentials
 from pi_cross_session.protocol.frames import Hello, Message, Response, StatusQuery
 from pi_cross_session.security.admission import Admission, TurnSource
 from pi_cross_session.security.auth import Authenticator, Caller
@@ -125,7 +126,9 @@ class StubAuthenticator:
         self.answer = answer
         self.hellos: list[Hello] = []
 
-    async def on_hello(self, hello: Hello) -> tuple[Response, Caller | None]:
+    async def on_hello(
+        self, hello: Hello, *, peer: PeerCredentials | None = None
+    ) -> tuple[Response, Caller | None]:
         self.hellos.append(hello)
         return self.answer
 
