@@ -418,10 +418,6 @@ class Goals:
         """How the most recent goal of this session ended, if one did."""
         return self._last_end
 
-    def was_ended(self, goal_id: str) -> bool:
-        """True when ``goal_id`` ended (or came from imported evidence) and is still remembered."""
-        return goal_id in self._ended
-
     def status(self) -> GoalStatus:
         """The current view; anyone may ask, in any state."""
         goal = self._goal
@@ -580,31 +576,6 @@ class Goals:
         return self._end(Action.CANCEL, reason)
 
     # -- task ownership evidence ----------------------------------------------------------------
-
-    def record_task(self, handle: TaskHandle) -> str | None:
-        """Note, before a task-creating call runs, that ``handle`` will belong to the active goal.
-
-        Returns the handle's owner afterwards: the active goal, the goal that already owned it
-        (the first record wins, as in the journal), or ``None`` when no goal is active.
-        """
-        self._check_handle(handle)
-        known = self._evidence.get(handle)
-        if known is not None:
-            return known.goal_id
-        if self._goal is None:
-            return None
-        self._remember(TaskOwnership(handle, self._goal.id, confirmed=False))
-        return self._goal.id
-
-    def confirm_task(self, handle: TaskHandle) -> str | None:
-        """The task-creating call succeeded: the pending record becomes confirmed evidence.
-
-        Works after the goal ended too (a late result is still attributed), and never restores
-        a grant. Returns the owner, or ``None`` for a handle never recorded.
-        """
-        self._check_handle(handle)
-        known = self._evidence.get(handle)
-        return None if known is None else self.attribute(handle, known.goal_id)
 
     def note_call(self, call_id: str) -> str | None:
         """Note, before a task-creating call runs, that what it creates belongs to the active
