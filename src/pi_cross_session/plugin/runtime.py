@@ -58,7 +58,6 @@ from pi_cross_session.security.admission import (
     Clock,
     Delivery,
     ResumeOutcome,
-    Row,
     Snapshot,
     TurnEnding,
     TurnSource,
@@ -83,6 +82,7 @@ from pi_cross_session.security.io import fs
 from pi_cross_session.security.io.sender_files import PeersDirFiles
 from pi_cross_session.security.limits import LifetimeBudget
 from pi_cross_session.security.receiver import SessionReceiver
+from pi_cross_session.security.rows import Row, RowState
 from pi_cross_session.security.tokens import new_instance_id, new_token
 
 logger = logging.getLogger(__name__)
@@ -576,7 +576,7 @@ class SessionRuntime:
         ``None`` when this incarnation submitted no such message (a forged or stale one)."""
         inc = self._current
         row = None if inc is None else inc.admission.row(sender_instance_id, message_id)
-        if row is None or row.state != Code.SUBMITTED:
+        if row is None or row.state is not RowState.SUBMITTED:
             return None
         return PeerClaim(row.goal_id, (row.sender_instance_id, row.sender_session_id))
 

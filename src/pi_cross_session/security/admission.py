@@ -66,7 +66,7 @@ from typing import Final
 
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.bridge import BridgeKind, classify_bridge
-from pi_cross_session.protocol.codes import FINAL_ROW_STATES, Code, refusal_text
+from pi_cross_session.protocol.codes import Code, refusal_text
 from pi_cross_session.protocol.frames import Message, Response, StatusQuery
 from pi_cross_session.protocol.limits import (
     MAX_CACHE_ENTRIES,
@@ -85,13 +85,9 @@ from pi_cross_session.security.limits import (
     RateLimiter,
     TextDedup,
 )
-from pi_cross_session.security.rows import RowKey, RowTable
+from pi_cross_session.security.rows import FINAL_STATES, Row, RowKey, RowState, RowTable
 
 logger = logging.getLogger(__name__)
-
-#: Row states a message can end in; a row never leaves one of these.
-FINAL_STATES: Final = FINAL_ROW_STATES
-
 
 #: Diagnostics of a ``submitted`` row: whether the host showed the message entering its
 #: conversation (spec §4.1 asks the row to record it).
@@ -153,30 +149,6 @@ class Delivery:
     summary: str
     sent_at: int
     goal_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """What the receiver knows of one admitted message; ``state`` is one of the row states."""
-
-    sender_instance_id: str
-    sender_name: str
-    message_id: str
-    summary: str
-    state: str
-    admitted_at_ms: int
-    updated_at_ms: int
-    diagnostic: str | None = None
-    goal_id: str | None = None
-    #: The sender's session id as authenticated (with the instance id, its goal membership key).
-    sender_session_id: str = ""
-    #: The host confirmed the message entered its conversation (a ``submitted`` row only).
-    delivered: bool = False
-
-    @property
-    def final(self) -> bool:
-        """True once the message reached a state it never leaves."""
-        return self.state in FINAL_STATES
 
 
 @dataclass(slots=True)
@@ -281,7 +253,7 @@ class Admission:
         self._queue: deque[_Queued] = deque()
         # Final rows beyond ``max_rows`` are evicted so that no sender pushes out another's
         # (security/rows.py); pending rows never are.
-        self._rows: RowTable[Row] = RowTable(max_final=max_rows)
+        self._rows = RowTable(max_final=max_rows)
         self._stopped = False
         self._latch_reason: str | None = None
         self._shut_down = False
@@ -363,7 +335,7 @@ class Admission:
                 sender_name=sender.name,
                 message_id=message.message_id,
                 summary=message.summary,
-                state=Code.ACCEPTED,
+                state=RowState.ACCEPTED,
                 admitted_at_ms=now_ms,
                 updated_at_ms=now_ms,
                 goal_id=message.goal_id,
@@ -372,7 +344,7 @@ class Admission:
         )
         if can_submit:
             state = self._deliver(delivery)
-            if state == Code.SUBMITTED:
+            if state is RowState.SUBMITTED:
                 return self._ok(message.request_id, Code.SUBMITTED)
             # Admitted and accounted for (its row says injection_failed), so not counted as a
             # refusal; the wire still says the host could not take it.
@@ -381,7 +353,7 @@ class Admission:
             self._queue_ttl, max(0.0, (message.sent_at - now_ms) / 1000 + self._queue_ttl)
         )
         self._queue.append(_Queued(delivery, expires_at=now + ttl_left))
-        self._set_state(delivery, Code.QUEUED)
+        self._set_state(delivery, RowState.QUEUED)
         return self._ok(message.request_id, Code.QUEUED)
 
     def status(self, caller: Caller, query: StatusQuery) -> Response:
@@ -460,7 +432,7 @@ class Admission:
             self._confirmed_while_submitting = True
             return
         row = self._rows.get(key)
-        if row is not None and row.state == Code.SUBMITTED:
+        if row is not None and row.state is RowState.SUBMITTED:
             confirmed = replace(
                 row, diagnostic=CONFIRMED, delivered=True, updated_at_ms=self._clock.wall_ms()
             )
@@ -545,7 +517,7 @@ class Admission:
             self._awaiting_start = None
             self._phase = Phase.IDLE if self._turn is None else self._phase
             row = self._rows.get(key)
-            if row is not None and row.state == Code.SUBMITTED:
+            if row is not None and row.state is RowState.SUBMITTED:
                 self._store(
                     replace(row, diagnostic=UNCONFIRMED, updated_at_ms=self._clock.wall_ms())
                 )
@@ -559,7 +531,7 @@ class Admission:
             return ResumeOutcome(False, 0, "this incarnation has shut down")
         if self._turn is not None or self._awaiting_start is not None or not self._host_idle():
             return ResumeOutcome(False, 0, "a turn is still running; wait until it has settled")
-        dropped = self._drop_all(Code.DROPPED_USER_RESET, "Dropped when the user resumed")
+        dropped = self._drop_all(RowState.DROPPED_USER_RESET, "Dropped when the user resumed")
         self._phase = Phase.IDLE
         self._stopped = False
         self._latch_reason = None
@@ -591,7 +563,7 @@ class Admission:
         self._shut_down = True
         self._awaiting_start = None
         self.end_goal(reason)
-        return self._drop_all(Code.DROPPED_SHUTDOWN, "Dropped because the session shut down")
+        return self._drop_all(RowState.DROPPED_SHUTDOWN, "Dropped because the session shut down")
 
     # -- inspection ------------------------------------------------------------------------------
 
@@ -631,7 +603,7 @@ class Admission:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _deliver(self, delivery: Delivery) -> str:
+    def _deliver(self, delivery: Delivery) -> RowState:
         """Hand a message to the host; a synchronous failure latches the inbox.
 
         The turn we expect is registered *before* the host is called, because a host may start
@@ -652,15 +624,17 @@ class Admission:
                 self._awaiting_start = None
             if self._turn is None:
                 self._phase = Phase.IDLE
-            self._set_state(delivery, Code.INJECTION_FAILED, f"The host refused it: {exc}"[:400])
+            self._set_state(
+                delivery, RowState.INJECTION_FAILED, f"The host refused it: {exc}"[:400]
+            )
             self._latch(LatchReason.SUBMIT_FAILED)
-            return Code.INJECTION_FAILED
+            return RowState.INJECTION_FAILED
         finally:
             self._submitting = None
         confirmed = self._confirmed_while_submitting
         diagnostic = CONFIRMED if confirmed else NOT_YET_CONFIRMED
-        self._set_state(delivery, Code.SUBMITTED, diagnostic, delivered=confirmed)
-        return Code.SUBMITTED
+        self._set_state(delivery, RowState.SUBMITTED, diagnostic, delivered=confirmed)
+        return RowState.SUBMITTED
 
     def _stale(
         self, sender_id: str, message_id: str, text_key: tuple[str, str, str], now: float
@@ -692,7 +666,7 @@ class Admission:
             self._latch_reason = reason.value
             if self._on_latch is not None:
                 self._on_latch(reason.value)
-        self._drop_all(Code.DROPPED_CANCELLED, f"Dropped: {reason.value}")
+        self._drop_all(RowState.DROPPED_CANCELLED, f"Dropped: {reason.value}")
 
     def _still_member(self, delivery: Delivery) -> bool:
         goals = self._goals
@@ -703,7 +677,7 @@ class Admission:
 
     def _drop_revoked(self, delivery: Delivery) -> None:
         self._set_state(
-            delivery, Code.DROPPED_GOAL_REVOKED, "Dropped because its goal grant was revoked"
+            delivery, RowState.DROPPED_GOAL_REVOKED, "Dropped because its goal grant was revoked"
         )
 
     def _drop_queued(self, doomed: Callable[[Delivery], bool]) -> int:
@@ -720,7 +694,7 @@ class Admission:
             self._flush_owed = False
         return dropped
 
-    def _drop_all(self, state: str, diagnostic: str) -> int:
+    def _drop_all(self, state: RowState, diagnostic: str) -> int:
         dropped = 0
         while self._queue:
             entry = self._queue.popleft()
@@ -734,7 +708,7 @@ class Admission:
         live: deque[_Queued] = deque()
         for entry in self._queue:
             if entry.expires_at <= now:
-                self._set_state(entry.delivery, Code.EXPIRED, "Expired in the queue after 30 s")
+                self._set_state(entry.delivery, RowState.EXPIRED, "Expired in the queue after 30 s")
             else:
                 live.append(entry)
         self._queue = live
@@ -742,7 +716,7 @@ class Admission:
     def _set_state(
         self,
         delivery: Delivery,
-        state: str,
+        state: RowState,
         diagnostic: str | None = None,
         *,
         delivered: bool = False,
@@ -802,3 +776,21 @@ class Admission:
 
 def _key(delivery: Delivery) -> tuple[str, str]:
     return (delivery.sender.instance_id, delivery.message_id)
+
+
+__all__ = [
+    "CONFIRMED",
+    "FINAL_STATES",
+    "NOT_YET_CONFIRMED",
+    "UNCONFIRMED",
+    "Admission",
+    "Clock",
+    "Delivery",
+    "LatchReason",
+    "Phase",
+    "ResumeOutcome",
+    "Row",
+    "Snapshot",
+    "TurnEnding",
+    "TurnSource",
+]
