@@ -14,7 +14,8 @@ control flow that never leaves its module) are left out.
     ├── FrameValidationError              JSON that is not the frame the contract expects
     ├── LocalProtocolError                we were about to break the contract ourselves
     │   ├── RegistrarStoppedError         protocol.io.discovery: the registrar never writes again
-    │   └── UnpublishableRegistrationError  protocol.registration: our own values would be skipped
+    │   ├── UnpublishableRegistrationError  protocol.registration: our own values would be skipped
+    │   └── RowTransitionError            security.rows: a message row's move the table forbids
     ├── InvalidRegistrationError          protocol.registration: a peer's file breaks the contract
     ├── WriteWaitTimeoutError             protocol.io.discovery: a write waited too long
     ├── AddressError                      protocol.addressing: no single live session matches
