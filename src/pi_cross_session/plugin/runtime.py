@@ -6,7 +6,10 @@
   state machine and a lifetime budget — lives from :meth:`SessionRuntime.run` until
   :meth:`~SessionRuntime.stop` or :meth:`~SessionRuntime.reload` (which starts a new incarnation
   with fresh state: nothing carries over, not the budget, not the message states);
-* the host reports its turns through the ``on_*`` methods (see :mod:`.host`);
+* the host reports its turns through :meth:`~SessionRuntime.on_turn`, in the vocabulary of
+  :mod:`pi_cross_session.security.turns`; the one :class:`TurnTracker` those events feed outlives
+  incarnations (the gate reads it even while the inbox is down) and tells the running
+  incarnation's admission what it needs to know;
 * the model's tools call :meth:`~SessionRuntime.list_peers` and :meth:`~SessionRuntime.send`.
 
 Structured concurrency: everything an incarnation runs (endpoint, heartbeat, maintenance) lives in
@@ -59,11 +62,8 @@ from pi_cross_session.security.admission import (
     Delivery,
     ResumeOutcome,
     Snapshot,
-    TurnEnding,
-    TurnSource,
 )
 from pi_cross_session.security.auth import AuthDiagnostics, Authenticator, LocalIdentity
-from pi_cross_session.security.gate import PeerClaim
 from pi_cross_session.security.goals import (
     NO_GOAL,
     Authority,
@@ -82,8 +82,9 @@ from pi_cross_session.security.io import fs
 from pi_cross_session.security.io.sender_files import PeersDirFiles
 from pi_cross_session.security.limits import LifetimeBudget
 from pi_cross_session.security.receiver import SessionReceiver
-from pi_cross_session.security.rows import Row, RowState
+from pi_cross_session.security.rows import Row
 from pi_cross_session.security.tokens import new_instance_id, new_token
+from pi_cross_session.security.turns import TurnAborted, TurnEvent, TurnTracker
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +201,6 @@ class _Incarnation:
     confirmations: GoalConfirmations
     authenticator: Authenticator
     wake: anyio.Event = field(default_factory=anyio.Event)
-    flush_due: bool = False
     refresh_due: bool = False
     #: The published ``status``: ``busy`` from a turn's start to its end, as the contract says
     #: (spec §1.3), whatever the admission phase does in between (preflight, flushes).
@@ -243,6 +243,8 @@ class SessionRuntime:
         # Task ownership evidence carried from one incarnation to the next (never a grant).
         self._evidence: tuple[Mapping[str, object], ...] = ()
         self._last_goal_end: GoalEnd | None = None
+        #: The host session's current turn, fed by :meth:`on_turn`; read by the gate.
+        self.turns = TurnTracker()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -259,6 +261,9 @@ class SessionRuntime:
         reported = failed = False
         try:
             while not self._stop_requested:
+                if self._reload_requested:
+                    # A new incarnation vouches for no turn that began before it.
+                    self.turns.rebase()
                 self._reload_requested = False
                 incarnation = self._new_incarnation()
                 self._current = incarnation
@@ -385,6 +390,7 @@ class SessionRuntime:
         admission = Admission(
             identity,
             clock=clock,
+            turns=self.turns,
             submit=self._submit_to_host,
             budget=budget,
             inbound=lambda: self._inbound,
@@ -394,6 +400,7 @@ class SessionRuntime:
             goals=goals,
             **self.options.admission,  # type: ignore[arg-type]
         )
+        self.turns.observe(admission)
         authenticator = Authenticator(
             identity, self.locations, files=PeersDirFiles(self.locations), capabilities=ADVERTISED
         )
@@ -436,6 +443,7 @@ class SessionRuntime:
             goals=goals,
             confirmations=GoalConfirmations(),
             authenticator=authenticator,
+            status="busy" if self.turns.on_record else "idle",
         )
         holder.append(incarnation)
         return incarnation
@@ -463,6 +471,7 @@ class SessionRuntime:
             scope.cancel()
         reason = RevokeReason.RELOAD if self._reload_requested else RevokeReason.SHUTDOWN
         incarnation.admission.shutdown(reason)
+        self.turns.observe(None)
         incarnation.confirmations.clear()
         self._evidence = incarnation.goals.export_evidence()
         self._last_snapshot = incarnation.admission.snapshot()
@@ -503,10 +512,9 @@ class SessionRuntime:
                 await incarnation.wake.wait()
             incarnation.wake = anyio.Event()
             admission.tick()
-            if incarnation.flush_due or admission.flush_owed:
+            if admission.flush_owed:
                 # Retried on every pass until the host is idle: a settle seen while the host
                 # still looked busy must not strand the queue.
-                incarnation.flush_due = False
                 admission.flush_one()
             if incarnation.refresh_due:
                 incarnation.refresh_due = False
@@ -515,10 +523,7 @@ class SessionRuntime:
                 except CrossSessionError as exc:
                     logger.warning("registration refresh failed: %s", sanitize.line(str(exc)))
 
-    def _wake(
-        self, incarnation: _Incarnation, *, flush: bool = False, refresh: bool = False
-    ) -> None:
-        incarnation.flush_due = incarnation.flush_due or flush
+    def _wake(self, incarnation: _Incarnation, *, refresh: bool = False) -> None:
         incarnation.refresh_due = incarnation.refresh_due or refresh
         incarnation.wake.set()
 
@@ -543,55 +548,17 @@ class SessionRuntime:
 
     # -- host events -----------------------------------------------------------------------------
 
-    def on_turn_preparing(self) -> None:
-        """A turn is about to start."""
+    def on_turn(self, event: TurnEvent) -> None:
+        """The host reports one turn event (the vocabulary is :mod:`pi_cross_session.security.
+        turns`'s). The tracker applies it and tells admission what follows; the registration is
+        republished when the turn starts or ends (``busy`` from a turn's start to its end, spec
+        §1.3) or the inbox latches, and the maintenance pass runs (a safe end owes a flush)."""
+        self.turns.handle(event)
         if (inc := self._current) is not None:
-            inc.admission.turn_preparing()
-
-    def on_turn_not_started(self) -> None:
-        """A turn announced by ``on_turn_preparing`` will not run (e.g. a slash command)."""
-        if (inc := self._current) is not None:
-            inc.admission.turn_not_started()
-            self._wake(inc)
-
-    def on_turn_started(self, source: TurnSource) -> None:
-        """A turn started; ``source`` is who started it, if the host knows."""
-        if (inc := self._current) is not None:
-            inc.admission.turn_started(source)
-            inc.status = "busy"
-            self._wake(inc, refresh=True)
-
-    def on_turn_identified(self, source: TurnSource) -> None:
-        """The host learned who started the running turn."""
-        if (inc := self._current) is not None:
-            inc.admission.turn_identified(source)
-
-    def on_message_started(self, message_id: str, sender_instance_id: str) -> None:
-        """A message we submitted entered the conversation."""
-        if (inc := self._current) is not None:
-            inc.admission.message_started(message_id, sender_instance_id)
-
-    def peer_claim(self, message_id: str, sender_instance_id: str) -> PeerClaim | None:
-        """What admission submitted as this message: its goal id and authenticated sender, or
-        ``None`` when this incarnation submitted no such message (a forged or stale one)."""
-        inc = self._current
-        row = None if inc is None else inc.admission.row(sender_instance_id, message_id)
-        if row is None or row.state is not RowState.SUBMITTED:
-            return None
-        return PeerClaim(row.goal_id, (row.sender_instance_id, row.sender_session_id))
-
-    def on_turn_aborted(self) -> None:
-        """The running turn was aborted."""
-        if (inc := self._current) is not None:
-            inc.admission.turn_aborted()
-            self._wake(inc, refresh=True)
-
-    def on_turn_ended(self, ending: TurnEnding) -> None:
-        """A turn ended; a safe end lets one queued message through, on the next loop pass."""
-        if (inc := self._current) is not None:
-            flush = inc.admission.turn_ended(ending)
-            inc.status = "idle"
-            self._wake(inc, flush=flush, refresh=True)
+            status: Status = "busy" if self.turns.on_record else "idle"
+            changed = status != inc.status
+            inc.status = status
+            self._wake(inc, refresh=changed or isinstance(event, TurnAborted))
 
     def on_session_info_changed(self) -> None:
         """Name or cwd changed: republish. A goal is scoped to the cwd it started in, so a cwd
