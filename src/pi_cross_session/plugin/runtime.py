@@ -12,6 +12,10 @@
   incarnation's admission what it needs to know;
 * the model's tools call :meth:`~SessionRuntime.list_peers` and :meth:`~SessionRuntime.send`.
 
+This module is the lifecycle (run, stop, reload, heartbeat, maintenance, cleanup) and the API the
+host, the user's commands and the model's tools call; :mod:`.assembly` builds each incarnation's
+parts.
+
 Structured concurrency: everything an incarnation runs (endpoint, heartbeat, maintenance) lives in
 one task group inside :meth:`run`; stopping cancels that group, fences the registrar, marks pending
 messages ``dropped_shutdown`` and removes the registration, then the socket. Sends in flight when an
@@ -21,8 +25,6 @@ incarnation stops end as ``cancelled`` (receipt unknown). Nothing is fire-and-fo
 from __future__ import annotations
 
 import logging
-import os
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -31,22 +33,22 @@ import anyio
 import anyio.abc
 
 from pi_cross_session.plugin import outbound, render
+from pi_cross_session.plugin.assembly import (
+    Incarnation,
+    RuntimeOptions,
+    Wiring,
+    assemble,
+)
 from pi_cross_session.plugin.host import HostPort
 from pi_cross_session.protocol import sanitize
-from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.frames import Sender
 from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.io.discovery import Listing, Registrar, list_peers
-from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig
-from pi_cross_session.protocol.io.exchange import ExchangeConfig, Exchanger
+from pi_cross_session.protocol.io.discovery import Listing, list_peers
+from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.io.gitinfo import resolve_git_info
 from pi_cross_session.protocol.io.peercred import PEER_CREDENTIALS_SOURCE
-from pi_cross_session.protocol.limits import (
-    HEARTBEAT_INTERVAL_S,
-    LIFETIME_BUDGET,
-)
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
     PublicPeer,
@@ -57,17 +59,14 @@ from pi_cross_session.protocol.registration import (
     inbound_from_flag,
 )
 from pi_cross_session.security.admission import (
-    Admission,
-    Clock,
     Delivery,
     ResumeOutcome,
     Snapshot,
 )
-from pi_cross_session.security.auth import AuthDiagnostics, Authenticator, LocalIdentity
+from pi_cross_session.security.auth import AuthDiagnostics, LocalIdentity
 from pi_cross_session.security.goals import (
     NO_GOAL,
     Authority,
-    GoalConfirmations,
     GoalEnd,
     GoalError,
     GoalErrorCode,
@@ -75,47 +74,16 @@ from pi_cross_session.security.goals import (
     GoalStatus,
     Member,
     RevokeReason,
-    Scope,
     TaskHandle,
 )
 from pi_cross_session.security.io import fs
-from pi_cross_session.security.io.sender_files import PeersDirFiles
-from pi_cross_session.security.limits import LifetimeBudget
-from pi_cross_session.security.receiver import SessionReceiver
 from pi_cross_session.security.rows import Row
-from pi_cross_session.security.tokens import new_instance_id, new_token
 from pi_cross_session.security.turns import TurnAborted, TurnEvent, TurnTracker
 
 logger = logging.getLogger(__name__)
 
 #: Longest the maintenance loop sleeps when nothing is due (a safety net, not a schedule).
 MAINTENANCE_MAX_SLEEP_S: Final = 1.0
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-SYSTEM_CLOCK: Final = Clock(wall_ms=_wall_ms, monotonic=time.monotonic)
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeOptions:
-    """Settings of a runtime; every bound defaults to the contract's value."""
-
-    inbound: str = "accept"
-    budget: int = LIFETIME_BUDGET
-    heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
-    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
-    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
-    clock: Clock = SYSTEM_CLOCK
-    #: Extra keyword arguments for :class:`Admission` (tests use small queues and windows).
-    admission: dict[str, float | int] = field(default_factory=dict)
-    #: Resolve git metadata in listings.
-    with_git: bool = True
-    #: List once right after start-up, to reap dead sessions early (spec §1.5). Tests of the
-    #: registrar's own failures turn it off: that listing may recreate a removed peers dir.
-    listing_at_start: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,27 +156,6 @@ class NotReadyError(CrossSessionError):
     code = Code.NOT_READY
 
 
-@dataclass(slots=True)
-class _Incarnation:
-    identity: LocalIdentity
-    started_at: int
-    budget: LifetimeBudget
-    admission: Admission
-    endpoint: Endpoint[object]
-    registrar: Registrar
-    exchanger: Exchanger
-    goals: Goals
-    confirmations: GoalConfirmations
-    authenticator: Authenticator
-    wake: anyio.Event = field(default_factory=anyio.Event)
-    refresh_due: bool = False
-    #: The published ``status``: ``busy`` from a turn's start to its end, as the contract says
-    #: (spec §1.3), whatever the admission phase does in between (preflight, flushes).
-    status: Status = "idle"
-    outbound: set[anyio.CancelScope] = field(default_factory=set)
-    failure: BaseException | None = None
-
-
 class SessionRuntime:
     """Cross-session messaging for one host session."""
 
@@ -230,7 +177,7 @@ class SessionRuntime:
         self._inbound = inbound_from_flag(self.options.inbound)
         # A name set for this session (options or /cross-session-name); None: the host's.
         self._name: str | None = None
-        self._current: _Incarnation | None = None
+        self._current: Incarnation | None = None
         self._stop_requested = False
         self._reload_requested = False
         self._control = anyio.Event()
@@ -267,6 +214,7 @@ class SessionRuntime:
                 self._reload_requested = False
                 incarnation = self._new_incarnation()
                 self._current = incarnation
+                self.turns.observe(incarnation.admission)
                 try:
                     async with anyio.create_task_group() as group:
                         await group.start(incarnation.endpoint.serve)
@@ -365,88 +313,33 @@ class SessionRuntime:
             for scope in list(current.outbound):
                 scope.cancel()
 
-    def _new_incarnation(self) -> _Incarnation:
-        instance_id = new_instance_id()
-        identity = LocalIdentity(
-            session_id=self.host.session_id,
-            instance_id=instance_id,
-            token=new_token(),
-            pid=os.getpid(),
+    def _new_incarnation(self) -> Incarnation:
+        return assemble(
+            Wiring(
+                host=self.host,
+                locations=self.locations,
+                options=self.options,
+                turns=self.turns,
+                inbound=lambda: self._inbound,
+                describe=self._registration,
+                submit=self._submit_to_host,
+                on_latch=self._on_latch,
+                on_failure=self._on_registration_lost,
+                on_row=self._on_row,
+                on_evidence=self._journal_evidence,
+                evidence=self._evidence,
+            )
         )
-        clock = self.options.clock
-        budget = LifetimeBudget(units=self.options.budget)
-        goals = Goals(
-            Scope(identity.session_id, instance_id, self.host.cwd),
-            on_record=self._journal_evidence,
-        )
-        goals.import_evidence(self._evidence)
-        holder: list[_Incarnation] = []
 
-        def on_latch(reason: str) -> None:
-            self._notify(render.inbox_latched(reason, goals.last_end))
-            if holder:
-                self._wake(holder[0], refresh=True)
+    def _on_latch(self, incarnation: Incarnation, reason: str) -> None:
+        self._notify(render.inbox_latched(reason, incarnation.goals.last_end))
+        self._wake(incarnation, refresh=True)
 
-        admission = Admission(
-            identity,
-            clock=clock,
-            turns=self.turns,
-            submit=self._submit_to_host,
-            budget=budget,
-            inbound=lambda: self._inbound,
-            host_idle=self.host.is_idle,
-            on_latch=on_latch,
-            on_row=self._on_row,
-            goals=goals,
-            **self.options.admission,  # type: ignore[arg-type]
-        )
-        self.turns.observe(admission)
-        authenticator = Authenticator(
-            identity, self.locations, files=PeersDirFiles(self.locations), capabilities=ADVERTISED
-        )
-        receiver = SessionReceiver(authenticator, admission)
-        endpoint: Endpoint[object] = Endpoint(
-            self.locations.socket_path(instance_id),
-            receiver,  # type: ignore[arg-type]
-            files=fs,
-            config=self.options.endpoint,
-        )
-        started_at = clock.wall_ms()
-
-        def snapshot() -> Registration:
-            return self._registration(identity, started_at, holder[0].status if holder else "idle")
-
-        def on_failure(exc: BaseException) -> None:
-            self.last_error = exc
-            self._notify(render.registration_lost(exc))
-            if holder:
-                holder[0].failure = exc
-            self._signal()
-
-        registrar = Registrar(
-            self.locations,
-            fs,
-            snapshot,
-            heartbeat_interval_s=self.options.heartbeat_interval_s,
-            on_failure=on_failure,
-            clock=clock.wall_ms,
-        )
-        exchanger = Exchanger(self.locations, fs, config=self.options.exchange)
-        incarnation = _Incarnation(
-            identity=identity,
-            started_at=started_at,
-            budget=budget,
-            admission=admission,
-            endpoint=endpoint,
-            registrar=registrar,
-            exchanger=exchanger,
-            goals=goals,
-            confirmations=GoalConfirmations(),
-            authenticator=authenticator,
-            status="busy" if self.turns.on_record else "idle",
-        )
-        holder.append(incarnation)
-        return incarnation
+    def _on_registration_lost(self, incarnation: Incarnation, exc: BaseException) -> None:
+        self.last_error = exc
+        self._notify(render.registration_lost(exc))
+        incarnation.failure = exc
+        self._signal()
 
     def _registration(
         self, identity: LocalIdentity, started_at: int, status: Status
@@ -465,7 +358,7 @@ class SessionRuntime:
             token=identity.token,
         )
 
-    async def _close(self, incarnation: _Incarnation) -> None:
+    async def _close(self, incarnation: Incarnation) -> None:
         """Cleanup in the contract's order: fence, drop pending, registration, socket."""
         for scope in list(incarnation.outbound):
             scope.cancel()
@@ -484,7 +377,7 @@ class SessionRuntime:
         except CrossSessionError as exc:
             logger.warning("could not remove our socket: %s", sanitize.line(str(exc)))
 
-    async def _initial_listing(self, incarnation: _Incarnation) -> None:
+    async def _initial_listing(self, incarnation: Incarnation) -> None:
         """One listing right after start-up (spec §1.5), so that registrations of sessions that
         died are reaped early rather than at the next send; its result is not needed."""
         try:
@@ -499,7 +392,7 @@ class SessionRuntime:
         except CrossSessionError as exc:
             logger.info("the start-up listing failed: %s", sanitize.line(str(exc)))
 
-    async def _maintain(self, incarnation: _Incarnation) -> None:
+    async def _maintain(self, incarnation: Incarnation) -> None:
         """Expire, flush and refresh when due; sleeps until the next deadline or a wake-up."""
         admission = incarnation.admission
         clock = self.options.clock
@@ -523,7 +416,7 @@ class SessionRuntime:
                 except CrossSessionError as exc:
                     logger.warning("registration refresh failed: %s", sanitize.line(str(exc)))
 
-    def _wake(self, incarnation: _Incarnation, *, refresh: bool = False) -> None:
+    def _wake(self, incarnation: Incarnation, *, refresh: bool = False) -> None:
         incarnation.refresh_due = incarnation.refresh_due or refresh
         incarnation.wake.set()
 
@@ -781,7 +674,7 @@ class SessionRuntime:
     def _goals(self) -> Goals:
         return self._require_current().goals
 
-    def _require_current(self) -> _Incarnation:
+    def _require_current(self) -> Incarnation:
         inc = self._current
         if inc is None or self._stop_requested:
             raise NotReadyError("the cross-session inbox is not running")
@@ -868,7 +761,6 @@ class SessionRuntime:
 
 
 __all__ = [
-    "SYSTEM_CLOCK",
     "GoalView",
     "NotReadyError",
     "PeerChecks",

@@ -48,9 +48,9 @@ when safely idle, queued when busy with a known turn. From that point every mess
 one final state (see :data:`FINAL_STATES`), which :meth:`snapshot` shows. Nothing is ever refunded.
 
 **Safely idle** means: the turn tracker has nothing on record (no turn, none announced, no
-submission of ours still waiting to start) and the host agrees. **Queueable** means: a turn is running, it was not
-cancelled, we know who started it, and the sender understands ``queued``. Everything else is
-``busy``: we never guess.
+submission of ours still waiting to start) and the host agrees. **Queueable** means: a turn is
+running, it was not cancelled, we know who started it, and the sender understands ``queued``.
+Everything else is ``busy``: we never guess.
 
 **The abort latch.** An abort, an aborted or otherwise unsafe end of a turn, a failed submission, or
 a submission that does not start a turn within 5 s closes the inbox: every queued message ends as
