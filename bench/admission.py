@@ -74,17 +74,20 @@ from pi_cross_session.protocol.registration import (
     parse_registration,
     serialize,
 )
-from pi_cross_session.security.admission import (
-    Admission,
-    Clock,
-    Delivery,
-    TurnEnding,
-    TurnSource,
-)
+from pi_cross_session.security.admission import Admission, Clock, Delivery
 from pi_cross_session.security.auth import Caller, LocalIdentity
 from pi_cross_session.security.io import fs
 from pi_cross_session.security.limits import LifetimeBudget
+from pi_cross_session.security.provenance import Provenance
 from pi_cross_session.security.tokens import new_instance_id, new_token
+from pi_cross_session.security.turns import (
+    TurnAborted,
+    TurnEnded,
+    TurnEnding,
+    TurnPreparing,
+    TurnStarted,
+    TurnTracker,
+)
 
 WALL_MS = 1_700_000_000_000
 
@@ -256,20 +259,24 @@ class PipelineRound:
     def __init__(self, plan: Plan) -> None:
         self.clock = BenchClock()
         self.idle = True
+        self.turns = TurnTracker()
         self.admission = Admission(
             RECEIVER,
             clock=self.clock.clock(),
+            turns=self.turns,
             submit=self._submit,
             budget=LifetimeBudget(units=10**12),
             host_idle=lambda: self.idle,
         )
+        self.turns.observe(self.admission)
         adm = self.admission
+        turns = self.turns
         # Prologue (untimed): drain the hog's bucket, then latch and resume to empty the queue.
-        adm.turn_started(TurnSource.USER)
+        turns.handle(TurnStarted(Provenance.USER))
         for who, message in plan.prologue:
             adm.admit(who, message)
-        adm.turn_aborted()
-        adm.turn_ended(TurnEnding.ABORTED)
+        turns.handle(TurnAborted())
+        turns.handle(TurnEnded(TurnEnding.ABORTED))
         assert adm.resume().reopened
         events: dict[str, Callable[[Any, Any], object]] = {
             "peer_turn": self._peer_turn,
@@ -287,23 +294,22 @@ class PipelineRound:
         del delivery
 
     def _peer_turn(self, _a: Any, _b: Any) -> None:
-        self.admission.turn_started(TurnSource.PEER)
-        self.admission.turn_ended(TurnEnding.STOP)
+        self.turns.handle(TurnStarted(Provenance.PEER))
+        self.turns.handle(TurnEnded(TurnEnding.STOP))
 
     def _user_turn(self, _a: Any, _b: Any) -> None:
         self.idle = False
-        self.admission.turn_preparing()
-        self.admission.turn_started(TurnSource.USER)
+        self.turns.handle(TurnPreparing())
+        self.turns.handle(TurnStarted(Provenance.USER))
 
     def _end_user_turn(self, _a: Any, _b: Any) -> None:
         self.idle = True
-        self.admission.turn_ended(TurnEnding.STOP)
+        self.turns.handle(TurnEnded(TurnEnding.STOP))
 
     def _drain(self, _a: Any, _b: Any) -> None:
-        adm = self.admission
-        while adm.flush_one() is not None:
-            adm.turn_started(TurnSource.PEER)
-            adm.turn_ended(TurnEnding.STOP)
+        while self.admission.flush_one() is not None:
+            self.turns.handle(TurnStarted(Provenance.PEER))
+            self.turns.handle(TurnEnded(TurnEnding.STOP))
 
 
 def _noop(_a: Any, _b: Any) -> None:
@@ -793,8 +799,8 @@ async def bench_memory(
         async with anyio.create_task_group() as group:
             await group.start(runtime.run)
             host.idle = False
-            runtime.on_turn_preparing()
-            runtime.on_turn_started(TurnSource.USER)
+            runtime.on_turn(TurnPreparing())
+            runtime.on_turn(TurnStarted(Provenance.USER))
             target = runtime.registration()
             assert target is not None
             x = publish(locations, sender_registration(locations, "x"))

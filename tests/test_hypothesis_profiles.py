@@ -16,7 +16,8 @@ TESTS = Path(__file__).resolve().parent
 #: A keyword argument (formatted code has no spaces around its ``=``) giving an example count as a
 #: number rather than through ``scaled()``, or a per-example deadline other than ``None``.
 LITERAL_COUNT = re.compile(r"\bmax_examples=\d")
-TIMED_DEADLINE = re.compile(r"\bdeadline=(?!None\b)")
+#: A hypothesis deadline is milliseconds or a timedelta; other ``deadline=`` arguments are not it.
+TIMED_DEADLINE = re.compile(r"\bdeadline=\s*(?:\d|timedelta\(|datetime\.timedelta\()")
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from typing import Any, Final
 
 import pytest
 
+from pi_cross_session.plugin import assembly as assembly_module
 from pi_cross_session.plugin import runtime as runtime_module
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
@@ -116,6 +117,8 @@ def install(monkeypatch: pytest.MonkeyPatch) -> FaultyFiles:
 
     monkeypatch.setattr(fs, "_open", faulty_open)
     monkeypatch.setattr(fs, "_write", faulty_write)
+    # The assembly gives an incarnation its files; the runtime uses them at stop and for sends.
+    monkeypatch.setattr(assembly_module, "fs", files)
     monkeypatch.setattr(runtime_module, "fs", files)
     return files
 

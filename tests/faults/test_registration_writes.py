@@ -39,8 +39,9 @@ from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.admission import TurnEnding, TurnSource
 from pi_cross_session.security.io import fs
+from pi_cross_session.security.provenance import Provenance
+from pi_cross_session.security.turns import TurnEnding, TurnStarted
 from tests.faults.conftest import Unprivileged
 from tests.faults.injection import FaultyFiles, leaf, temp_files
 from tests.support.bounds import MUST_HAPPEN_S
@@ -252,7 +253,7 @@ async def test_a_heartbeat_failing_tears_the_inbox_down_and_settles_every_messag
         assert_accounted(rx, all_final=True)
         # A host keeps calling into a stopped runtime without anything raising.
         rx.turns.end(TurnEnding.STOP)
-        rx.runtime.on_turn_started(TurnSource.USER)
+        rx.runtime.on_turn(TurnStarted(Provenance.USER))
         assert rx.runtime.outbox() is None
 
 

@@ -26,7 +26,7 @@ from pi_cross_session.protocol.limits import (
     RATE_REFILL_PER_S,
 )
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.admission import TurnEnding
+from pi_cross_session.security.turns import TurnEnding
 from tests.support.wire_session import FakeClock, WireSender, assert_accounted, running_receiver
 
 pytestmark = pytest.mark.anyio

@@ -8,6 +8,8 @@
   ledger, so :func:`~tests.support.wire_session.assert_accounted` covers runtime senders too.
 * :class:`GoalWireSender` is a wire sender that can put any ``goalId`` on a message frame.
 * :func:`start_goal` starts a goal as the local user and binds the given peers to it.
+* :func:`opening_claim` starts the turn a submitted message opens and says what the receiver's
+  turn tracker learned from it (admission's record of the message, never its details).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.frames import Response
 from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.security.goals import USER_TURN
+from pi_cross_session.security.provenance import PeerClaim, Provenance
+from pi_cross_session.security.turns import OurMessageStarted
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.raw_client import RawClient
@@ -171,3 +175,15 @@ def accepted_connections(rx: Receiver) -> int:
     current = rx.runtime._current  # no public handle on the endpoint's counters
     assert current is not None, "the receiver is not running"
     return current.endpoint.statistics().accepted
+
+
+def opening_claim(rx: Receiver, message_id: str, sender_instance_id: str) -> PeerClaim | None:
+    """Start the peer turn ``message_id`` opens (as the host would report it) and return the claim
+    the tracker recorded for it; ``None`` when it recorded none. The turn keeps running: end it
+    with ``rx.turns``."""
+    rx.turns.start(Provenance.PEER)
+    rx.runtime.on_turn(OurMessageStarted(message_id, sender_instance_id))
+    facts = rx.runtime.turns.facts
+    assert facts is not None
+    assert len(facts.claims) <= 1
+    return next(iter(facts.claims), None)

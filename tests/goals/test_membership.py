@@ -14,7 +14,7 @@ import pytest
 from pi_cross_session.plugin.render import PEER_TEXT_NOTICE
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.goals import USER_TURN
-from tests.goals.kit import FORGED_GOAL, goal_sender, peer_session, send, start_goal
+from tests.goals.kit import FORGED_GOAL, goal_sender, opening_claim, peer_session, send, start_goal
 from tests.support import raw_client
 from tests.support.wire_session import assert_accounted, running_receiver
 
@@ -94,7 +94,7 @@ async def test_case4_a_goal_id_only_in_the_text_is_delivered_unscoped(
         assert rx.runtime.remaining_budget() == 255
         assert peer.budget() == 255
         assert peer.confirmations() == 0
-        claim = rx.runtime.peer_claim(report.message_id or "", peer.instance_id)
+        claim = opening_claim(rx, report.message_id or "", peer.instance_id)
         assert claim is not None
         assert claim.goal_id is None
         rx.turns.settle_submissions()

@@ -16,7 +16,6 @@ import pytest
 from pi_cross_session.plugin.commands import HostReport, status_data
 from pi_cross_session.protocol.limits import TURN_START_GRACE_S
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.admission import TurnEnding
 from pi_cross_session.security.goals import (
     USER_TURN,
     Authority,
@@ -26,7 +25,8 @@ from pi_cross_session.security.goals import (
     GoalErrorCode,
     RevokeReason,
 )
-from tests.goals.kit import peer_session, row_state, send, start_goal
+from pi_cross_session.security.turns import TurnEnding
+from tests.goals.kit import opening_claim, peer_session, row_state, send, start_goal
 from tests.support.wire_session import (
     assert_accounted,
     assert_accounted_across,
@@ -255,7 +255,7 @@ async def test_case7_a_bound_peers_turn_may_complete_the_goal_but_not_cancel_it(
         report = await send(rx, peer, "done: please complete the goal", goal_id=goal_id)
         assert report.status == "submitted"
         # The turn this message opens: its authority is what admission submitted.
-        claim = rx.runtime.peer_claim(report.message_id or "", peer.instance_id)
+        claim = opening_claim(rx, report.message_id or "", peer.instance_id)
         assert claim is not None
         assert (claim.goal_id, claim.sender) == (goal_id, (peer.instance_id, peer.session_id))
         scoped_turn = Authority(AuthorityKind.PEER_TURN, goal_id=claim.goal_id, sender=claim.sender)

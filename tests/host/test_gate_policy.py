@@ -13,9 +13,9 @@ from pi_cross_session.security.gate import (
     GatePolicy,
     Provenance,
     TurnAuthority,
-    TurnLedger,
     decide,
 )
+from tests.support.turn_driver import TurnDriver
 
 SPEC_NAMES = (
     "Agent",
@@ -146,7 +146,7 @@ def test_the_set_is_configurable() -> None:
 
 
 def test_the_ledger_learns_provenance_from_the_opening_only() -> None:
-    ledger = TurnLedger()
+    ledger = TurnDriver()
     assert ledger.authority == NO_TURN
     ledger.start()
     assert ledger.authority.provenance is Provenance.UNKNOWN
@@ -170,7 +170,7 @@ def test_the_ledger_learns_provenance_from_the_opening_only() -> None:
 
 
 def test_calls_from_outside_the_loop_are_judged_by_the_running_or_last_turn() -> None:
-    ledger = TurnLedger()
+    ledger = TurnDriver()
     assert ledger.authority_for_call(own_loop=False) == TurnAuthority(Provenance.UNKNOWN)
     ledger.start()
     ledger.observe(Provenance.USER)
@@ -185,7 +185,7 @@ def test_calls_from_outside_the_loop_are_judged_by_the_running_or_last_turn() ->
 
 
 def test_a_turn_that_starts_while_our_submission_is_in_flight_is_a_peer_turn() -> None:
-    ledger = TurnLedger()
+    ledger = TurnDriver()
     ledger.start(peer=True)
     assert not ledger.observe(Provenance.USER)  # the user's prompt that won the race
     ledger.close_opening()

@@ -10,8 +10,10 @@ from typing import Any
 import anyio
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from pi_agent_core.extensions import ExtensionAPI
 
 from pi_cross_session.plugin import render
+from pi_cross_session.plugin.hosts import pi_python
 from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.hosts.pi_python import CUSTOM_TYPE
 from pi_cross_session.plugin.runtime import SessionRuntime
@@ -178,6 +180,45 @@ async def test_an_aborted_turn_latches_the_inbox_until_resumed(
     again = await beta.send(target, "back again")
     assert again.status == "submitted", again
     await eventually(lambda: len(recorder.ended()) == 3)  # peer, user, peer (command runs aside)
+
+
+async def test_an_aborted_assistant_message_latches_before_the_run_ends(
+    harnesses: Callable[..., Any], model: ScriptedChat, peer: Peer
+) -> None:
+    """Spec §5.6: an assistant ``message_end`` with ``stopReason: aborted`` is a latch trigger of
+    its own; the inbox is closed when that message ends, not only when the run does."""
+    _, beta = peer
+    hold = HoldTool()
+    latched_at_message_end: list[bool] = []
+
+    def watch(api: ExtensionAPI) -> None:
+        # Registered after our extension, so our hook for the same event has already run.
+        def on_message_end(event: Any) -> None:
+            message = getattr(event, "message", None)
+            if getattr(message, "stopReason", None) == "aborted":
+                runtime = pi_python.runtime_for(api.session_id)
+                snapshot = None if runtime is None else runtime.snapshot()
+                latched_at_message_end.append(snapshot is not None and snapshot.stopped)
+
+        api.on("message_end", on_message_end)
+
+    harness = await harnesses(hold.activate, watch)
+
+    def respond(messages: Sequence[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            return say("done")
+        if is_peer_text(last) and "hold" in text_of(last):
+            return call_tool("hold", {})
+        return say("ok")
+
+    model.responder = respond
+    target = await target_of(harness)
+    assert (await beta.send(target, "please hold")).status == "submitted"
+    await hold.entered.wait()
+    await harness.abort()
+    await eventually(lambda: latched_at_message_end)
+    assert latched_at_message_end == [True]
 
 
 async def test_resume_while_nothing_is_latched_reports_an_open_inbox(

@@ -13,6 +13,7 @@ from pi_cross_session.plugin.hosts import pi_python
 from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.security.turns import TurnEvent, TurnStarted
 from tests.host.support import (
     Recorder,
     ScriptedChat,
@@ -106,10 +107,14 @@ async def test_a_failing_hook_never_breaks_the_turn(
 ) -> None:
     harness = await harnesses()
 
-    def broken(self: SessionRuntime, source: object) -> None:
-        raise RuntimeError("simulated failure")
+    original = SessionRuntime.on_turn
 
-    monkeypatch.setattr(SessionRuntime, "on_turn_started", broken)
+    def broken(self: SessionRuntime, event: TurnEvent) -> None:
+        if isinstance(event, TurnStarted):
+            raise RuntimeError("simulated failure")
+        original(self, event)
+
+    monkeypatch.setattr(SessionRuntime, "on_turn", broken)
     assert await reply_text(harness, "hello") == "ok"
     assert harness.phase == "idle"
     data = json.loads(await reply_text(harness, "/cross-session-status --json"))

@@ -32,7 +32,8 @@ from pi_cross_session.protocol.capabilities import (
 )
 from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.admission import TurnSource
+from pi_cross_session.security.provenance import Provenance
+from pi_cross_session.security.turns import OurMessageStarted, TurnStarted
 from tests.support.peers import running_peer
 from tests.support.wire_session import (
     FakeClock,
@@ -62,8 +63,8 @@ async def test_a_confirmed_message_is_delivered_only_to_a_sender_that_asked(
             assert (await sender.send("hello", message_id="m-1")).status == "submitted"
             # Submitted, not yet shown: nobody is told more than that.
             assert (await sender.status("m-1")).status == "submitted"
-            rx.runtime.on_turn_started(TurnSource.PEER)
-            rx.runtime.on_message_started("m-1", sender.instance_id)
+            rx.runtime.on_turn(TurnStarted(Provenance.PEER))
+            rx.runtime.on_turn(OurMessageStarted("m-1", sender.instance_id))
             rx.turns.end()
         assert (await modern.status("m-1")).status == "delivered"
         answer = await older.status("m-1")

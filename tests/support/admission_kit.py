@@ -1,5 +1,6 @@
 """A test bench for :class:`~pi_cross_session.security.admission.Admission`: a clock that only moves
-when told to, a host that records (or refuses) submissions, and factories for callers and messages.
+when told to, a host that records (or refuses) submissions, the session's turn tracker (which the
+kit's ``turn_*`` methods feed as a host adapter would), and factories for callers and messages.
 
 Nothing here sleeps or touches a socket; every deadline is crossed by :meth:`FakeClock.advance`.
 """
@@ -27,6 +28,19 @@ from pi_cross_session.security.limits import (
     MessageIdLedger,
     RateLimiter,
     TextDedup,
+)
+from pi_cross_session.security.provenance import PeerClaim, Provenance
+from pi_cross_session.security.turns import (
+    OurMessageStarted,
+    Settle,
+    TurnAbandoned,
+    TurnAborted,
+    TurnEnded,
+    TurnEnding,
+    TurnOpened,
+    TurnPreparing,
+    TurnStarted,
+    TurnTracker,
 )
 
 #: Where the fixture registrations claim to listen; nothing is ever created there.
@@ -229,9 +243,11 @@ class Kit:
         self.budget = LifetimeBudget(units=budget)
         self.inbound = inbound
         self.latches: list[str] = []
+        self.turns = TurnTracker()
         self.admission = Admission(
             RECEIVER,
             clock=self.clock.clock,
+            turns=self.turns,
             submit=self.host.submit,
             budget=self.budget,
             inbound=lambda: self.inbound,
@@ -242,7 +258,36 @@ class Kit:
             on_latch=self.latches.append,
             **options,
         )
+        self.settles: list[Settle] = []
+        self.turns.observe(_Relay(self.admission, self.settles))
         self._serial = 0
+
+    # -- host events, reported to the tracker as a host adapter would ----------------------------
+
+    def turn_preparing(self) -> None:
+        self.turns.handle(TurnPreparing())
+
+    def turn_not_started(self) -> None:
+        self.turns.handle(TurnAbandoned())
+
+    def turn_started(self, source: Provenance = Provenance.UNKNOWN) -> None:
+        self.turns.handle(TurnStarted(source))
+
+    def turn_identified(self, source: Provenance) -> None:
+        self.turns.handle(TurnOpened(source))
+
+    def message_started(self, message_id: str, sender_instance_id: str) -> None:
+        self.turns.handle(OurMessageStarted(message_id, sender_instance_id))
+
+    def turn_aborted(self) -> None:
+        self.turns.handle(TurnAborted())
+
+    def turn_ended(self, ending: TurnEnding) -> bool:
+        """End the turn; True when it settled safely and one queued message is owed a flush."""
+        before = len(self.settles)
+        self.turns.handle(TurnEnded(ending))
+        safe = self.settles[before:] == [Settle.SAFE]
+        return safe and self.admission.flush_owed
 
     # The policies the admission actually uses. They are read back from the admission rather than
     # kept from the constructor because ``Admission.__init__`` takes ``rate or RateLimiter()``: the
@@ -314,6 +359,24 @@ class Kit:
             assert reply.status == Code.QUEUED, reply
             ids.append(message_id)
         return ids
+
+
+class _Relay:
+    """The tracker's observer: admission, with each settle also noted for the test."""
+
+    def __init__(self, admission: Admission, settles: list[Settle]) -> None:
+        self._admission = admission
+        self._settles = settles
+
+    def message_entered(self, message_id: str, sender_instance_id: str) -> PeerClaim | None:
+        return self._admission.message_entered(message_id, sender_instance_id)
+
+    def turn_aborted(self) -> None:
+        self._admission.turn_aborted()
+
+    def turn_settled(self, settle: Settle) -> None:
+        self._settles.append(settle)
+        self._admission.turn_settled(settle)
 
 
 def goals_with(*members: str, goal_id: str = "goal-1") -> Goals:

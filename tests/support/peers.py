@@ -22,10 +22,10 @@ from pi_cross_session.protocol.registration import (
     serialize,
 )
 from pi_cross_session.security.auth import Authenticator, LocalIdentity
-from pi_cross_session.security.inbox import MemoryInbox
 from pi_cross_session.security.io import fs
 from pi_cross_session.security.io.sender_files import PeersDirFiles
 from pi_cross_session.security.tokens import new_instance_id, new_token
+from tests.support.memory_inbox import MemoryInbox
 
 
 def now_ms() -> int:

@@ -32,7 +32,15 @@ from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.admission import Clock, Delivery, Snapshot, TurnEnding, TurnSource
+from pi_cross_session.security.admission import Clock, Delivery, Snapshot
+from pi_cross_session.security.provenance import Provenance
+from pi_cross_session.security.turns import (
+    OurMessageStarted,
+    TurnEnded,
+    TurnEnding,
+    TurnPreparing,
+    TurnStarted,
+)
 from tests.data_paths import REFERENCE
 from tests.support.bounds import MUST_HAPPEN_S
 
@@ -304,22 +312,24 @@ class LiveReceiver:
 
     def user_turn(self) -> None:
         """A local user prompt starts a turn and keeps the session busy (``prompt_hold``)."""
-        self.runtime.on_turn_preparing()
+        self.runtime.on_turn(TurnPreparing())
         self.host.idle = False
-        self.runtime.on_turn_started(TurnSource.USER)
+        self.runtime.on_turn(TurnStarted(Provenance.USER))
 
     def end_turn(self) -> None:
         """The running turn ends cleanly (``release``); a queued message may be flushed."""
         self.host.idle = True
-        self.runtime.on_turn_ended(TurnEnding.STOP)
+        self.runtime.on_turn(TurnEnded(TurnEnding.STOP))
 
     def settle_submissions(self) -> int:
         """Run the peer turn each new submission starts (shown, answered, ended cleanly)."""
         pending = self.host.submitted[self._settled :]
         for delivery in pending:
             self.host.idle = False
-            self.runtime.on_turn_started(TurnSource.PEER)
-            self.runtime.on_message_started(delivery.message_id, delivery.sender.instance_id)
+            self.runtime.on_turn(TurnStarted(Provenance.PEER))
+            self.runtime.on_turn(
+                OurMessageStarted(delivery.message_id, delivery.sender.instance_id)
+            )
             self.end_turn()
         self._settled += len(pending)
         return len(pending)

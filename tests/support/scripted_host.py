@@ -14,7 +14,16 @@ import uuid
 from dataclasses import dataclass, field
 
 from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.security.admission import Delivery, TurnEnding, TurnSource
+from pi_cross_session.security.admission import Delivery
+from pi_cross_session.security.provenance import Provenance
+from pi_cross_session.security.turns import (
+    OurMessageStarted,
+    TurnAborted,
+    TurnEnded,
+    TurnEnding,
+    TurnPreparing,
+    TurnStarted,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,31 +90,31 @@ class Turns:
 
     def preparing(self) -> None:
         """A prompt arrived; the turn has not started (``before_agent_start``)."""
-        self.runtime.on_turn_preparing()
+        self.runtime.on_turn(TurnPreparing())
 
-    def start(self, source: TurnSource) -> None:
+    def start(self, source: Provenance) -> None:
         """A turn started (``agent_start``); the host is busy from now on."""
         self.host.idle = False
-        self.runtime.on_turn_started(source)
+        self.runtime.on_turn(TurnStarted(source))
 
     def end(self, ending: TurnEnding = TurnEnding.STOP) -> None:
         """The turn settled (``agent_settled``) with ``ending``; the host is idle again."""
         self.host.idle = True
-        self.runtime.on_turn_ended(ending)
+        self.runtime.on_turn(TurnEnded(ending))
 
     def abort(self) -> None:
         """The running turn's abort signal fired."""
-        self.runtime.on_turn_aborted()
+        self.runtime.on_turn(TurnAborted())
 
     def user_turn(self) -> None:
         """A genuine user prompt started a turn."""
         self.preparing()
-        self.start(TurnSource.USER)
+        self.start(Provenance.USER)
 
     def run_peer_turn(self, delivery: Delivery) -> None:
         """The turn a submitted peer message starts, shown, and ended cleanly."""
-        self.start(TurnSource.PEER)
-        self.runtime.on_message_started(delivery.message_id, delivery.sender.instance_id)
+        self.start(Provenance.PEER)
+        self.runtime.on_turn(OurMessageStarted(delivery.message_id, delivery.sender.instance_id))
         self.end(TurnEnding.STOP)
 
     def settle_submissions(self) -> int:

@@ -23,10 +23,10 @@ from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.auth import Authenticator, LocalIdentity
-from pi_cross_session.security.inbox import MemoryInbox
 from pi_cross_session.security.io import fs
 from pi_cross_session.security.io.sender_files import PeersDirFiles
 from tests.support.bounds import MUST_HAPPEN_S
+from tests.support.memory_inbox import MemoryInbox
 from tests.support.peers import PeerHandle, make_registration, publish, running_peer
 
 #: How often :func:`wait_until_idle` looks at the endpoint's counters, and for how long at most.

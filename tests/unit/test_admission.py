@@ -18,10 +18,10 @@ from pi_cross_session.security.admission import (
     LatchReason,
     Phase,
     ResumeOutcome,
-    TurnEnding,
-    TurnSource,
 )
 from pi_cross_session.security.limits import MessageIdLedger, RateLimiter, TextDedup
+from pi_cross_session.security.provenance import Provenance
+from pi_cross_session.security.turns import TurnEnding
 from tests.support.admission_kit import (
     RECEIVER,
     Kit,
@@ -42,28 +42,28 @@ _ALICE_ID = registration("alice").instance_id
 UNSAFE_ENDINGS = [e for e in TurnEnding if e is not TurnEnding.STOP]
 
 
-def busy_kit(source: TurnSource = TurnSource.USER, **options: object) -> Kit:
+def busy_kit(source: Provenance = Provenance.USER, **options: object) -> Kit:
     """A receiver in the middle of a turn started by ``source``."""
     kit = Kit(**options)  # type: ignore[arg-type]
-    kit.admission.turn_started(source)
+    kit.turn_started(source)
     return kit
 
 
 def latched_kit() -> Kit:
     kit = busy_kit()
-    kit.admission.turn_aborted()
+    kit.turn_aborted()
     return kit
 
 
 def settle(kit: Kit, ending: TurnEnding = TurnEnding.STOP) -> bool:
     """End the running turn; True when the runtime should flush one message."""
-    return kit.admission.turn_ended(ending)
+    return kit.turn_ended(ending)
 
 
 def cycle(kit: Kit) -> None:
     """Our submission starts a turn, which then ends cleanly."""
-    kit.admission.turn_started(TurnSource.UNKNOWN)
-    kit.admission.turn_ended(TurnEnding.STOP)
+    kit.turn_started(Provenance.UNKNOWN)
+    kit.turn_ended(TurnEnding.STOP)
 
 
 # -- step 2: an authenticated sender ---------------------------------------------------------------
@@ -212,8 +212,8 @@ def test_legacy_sender_to_idle_is_submitted() -> None:
     assert kit.host.attempts == 1
 
 
-@pytest.mark.parametrize("source", list(TurnSource))
-def test_legacy_sender_to_busy_is_busy_with_no_host_call(source: TurnSource) -> None:
+@pytest.mark.parametrize("source", list(Provenance))
+def test_legacy_sender_to_busy_is_busy_with_no_host_call(source: Provenance) -> None:
     # §10 item 9, second half.
     kit = busy_kit(source)
     assert kit.send(LEGACY).status == Code.BUSY
@@ -222,14 +222,14 @@ def test_legacy_sender_to_busy_is_busy_with_no_host_call(source: TurnSource) -> 
 
 def test_legacy_sender_to_preflight_is_busy_with_no_host_call() -> None:
     kit = Kit()
-    kit.admission.turn_preparing()
+    kit.turn_preparing()
     assert kit.send(LEGACY).status == Code.BUSY
     assert kit.host.attempts == 0
 
 
 def test_preflight_is_busy_for_a_capable_sender() -> None:
     kit = Kit()
-    kit.admission.turn_preparing()
+    kit.turn_preparing()
     assert kit.admission.phase is Phase.PREFLIGHT
     assert kit.send(ALICE).status == Code.BUSY
     assert kit.host.attempts == 0
@@ -245,7 +245,7 @@ def test_our_own_submission_waiting_to_start_is_busy() -> None:
 
 def test_a_turn_of_unknown_source_is_busy_for_a_capable_sender() -> None:
     # §10 item 10: agent_start without a signal cannot be queued behind.
-    kit = busy_kit(TurnSource.UNKNOWN)
+    kit = busy_kit(Provenance.UNKNOWN)
     assert not kit.admission.can_queue()
     assert kit.send(ALICE).status == Code.BUSY
     assert kit.host.attempts == 0
@@ -261,12 +261,12 @@ def test_a_host_that_says_busy_is_busy() -> None:
 
 def test_a_cancelled_turn_cannot_be_queued_behind() -> None:
     kit = busy_kit()
-    kit.admission.turn_aborted()
+    kit.turn_aborted()
     assert not kit.admission.can_queue()
 
 
-@pytest.mark.parametrize("source", [TurnSource.USER, TurnSource.PEER])
-def test_busy_with_a_known_turn_queues_for_a_capable_sender(source: TurnSource) -> None:
+@pytest.mark.parametrize("source", [Provenance.USER, Provenance.PEER])
+def test_busy_with_a_known_turn_queues_for_a_capable_sender(source: Provenance) -> None:
     kit = busy_kit(source)
     reply = kit.send(ALICE)
     assert reply.ok
@@ -507,7 +507,7 @@ def _expired_and_invalid_bridge() -> tuple[Kit, Callable[[Kit], object]]:
 
 def _expired_and_busy() -> tuple[Kit, Callable[[Kit], object]]:
     kit = Kit()
-    kit.admission.turn_preparing()
+    kit.turn_preparing()
     return kit, lambda k: k.send(ALICE, age_ms=30_001)
 
 
@@ -525,7 +525,7 @@ def _bridge_and_budget() -> tuple[Kit, Callable[[Kit], object]]:
 
 def _busy_and_budget() -> tuple[Kit, Callable[[Kit], object]]:
     kit = Kit(budget=0)
-    kit.admission.turn_preparing()
+    kit.turn_preparing()
     return kit, lambda k: k.send(ALICE)
 
 
@@ -856,8 +856,8 @@ def test_tick_before_any_deadline_changes_nothing() -> None:
 # -- flushing after a safe settle ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source", [TurnSource.USER, TurnSource.PEER])
-def test_a_clean_end_of_a_known_turn_asks_for_a_flush(source: TurnSource) -> None:
+@pytest.mark.parametrize("source", [Provenance.USER, Provenance.PEER])
+def test_a_clean_end_of_a_known_turn_asks_for_a_flush(source: Provenance) -> None:
     kit = busy_kit(source)
     kit.queue_from("alice", 1)
     assert settle(kit) is True
@@ -894,7 +894,7 @@ def test_the_queue_drains_one_per_safe_settle() -> None:
         row = kit.admission.flush_one()
         assert row is not None
         flushed.append(row.message_id)
-        kit.admission.turn_started(TurnSource.UNKNOWN)  # our submission's turn: a peer turn
+        kit.turn_started(Provenance.UNKNOWN)  # our submission's turn: a peer turn
     assert flushed == ids
     assert kit.admission.snapshot().queued == 0
 
@@ -942,7 +942,7 @@ def test_flush_does_nothing_in_preflight() -> None:
     kit = busy_kit()
     kit.queue_from("alice", 1)
     assert settle(kit) is True
-    kit.admission.turn_preparing()
+    kit.turn_preparing()
     assert kit.admission.flush_one() is None
     assert kit.host.attempts == 0
 
@@ -951,7 +951,7 @@ def test_flush_does_nothing_when_latched() -> None:
     kit = busy_kit()
     kit.queue_from("alice", 1)
     assert settle(kit) is True
-    kit.admission.turn_aborted()
+    kit.turn_aborted()
     assert kit.admission.flush_one() is None
     assert kit.host.attempts == 0
 
@@ -968,19 +968,19 @@ def test_flush_does_nothing_after_shutdown() -> None:
 # -- turns and provenance --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("reported", list(TurnSource))
-def test_the_turn_after_our_submission_is_a_peer_turn(reported: TurnSource) -> None:
+@pytest.mark.parametrize("reported", list(Provenance))
+def test_the_turn_after_our_submission_is_a_peer_turn(reported: Provenance) -> None:
     kit = Kit()
     kit.send(ALICE)
-    kit.admission.turn_started(reported)
+    kit.turn_started(reported)
     assert kit.admission.phase is Phase.BUSY
     assert kit.admission.can_queue()  # even UNKNOWN: we know we started it
     assert kit.send(BOB).status == Code.QUEUED
 
 
 def test_a_host_retry_keeps_the_original_source() -> None:
-    kit = busy_kit(TurnSource.UNKNOWN)
-    kit.admission.turn_started(TurnSource.USER)
+    kit = busy_kit(Provenance.UNKNOWN)
+    kit.turn_started(Provenance.USER)
     assert not kit.admission.can_queue()
 
 
@@ -989,7 +989,7 @@ def test_message_started_confirms_a_submitted_row() -> None:
     kit.send(ALICE, message_id="m-1")
     before = kit.row("alice", "m-1")
     kit.clock.advance(1.0)
-    kit.admission.message_started("m-1", registration("alice").instance_id)
+    kit.message_started("m-1", registration("alice").instance_id)
     after = kit.row("alice", "m-1")
     assert before is not None
     assert after is not None
@@ -1002,8 +1002,8 @@ def test_message_started_ignores_rows_that_are_not_submitted() -> None:
     kit = busy_kit()
     (message_id,) = kit.queue_from("alice", 1)
     before = kit.row("alice", message_id)
-    kit.admission.message_started(message_id, registration("alice").instance_id)
-    kit.admission.message_started("nope", registration("alice").instance_id)
+    kit.message_started(message_id, registration("alice").instance_id)
+    kit.message_started("nope", registration("alice").instance_id)
     assert kit.row("alice", message_id) == before
 
 
@@ -1030,7 +1030,7 @@ def test_a_turn_start_in_time_clears_the_grace_deadline() -> None:
     kit = Kit()
     kit.send(ALICE)
     kit.clock.advance(4.0)
-    kit.admission.turn_started(TurnSource.UNKNOWN)
+    kit.turn_started(Provenance.UNKNOWN)
     kit.clock.advance(10.0)
     kit.admission.tick()
     assert not kit.admission.stopped
@@ -1039,7 +1039,7 @@ def test_a_turn_start_in_time_clears_the_grace_deadline() -> None:
 @pytest.mark.parametrize("ending", UNSAFE_ENDINGS)
 def test_an_unknown_turn_ending_unsafely_latches(ending: TurnEnding) -> None:
     # §10 item 10: the turn we could not queue behind settles badly: stopped until resume.
-    kit = busy_kit(TurnSource.UNKNOWN)
+    kit = busy_kit(Provenance.UNKNOWN)
     assert settle(kit, ending) is False
     assert kit.admission.stopped
     assert kit.send(ALICE).status == Code.STOPPED
@@ -1049,7 +1049,7 @@ def test_an_unknown_turn_ending_unsafely_latches(ending: TurnEnding) -> None:
 
 def test_an_unknown_turn_ending_cleanly_latches() -> None:
     # Spec §5.5–5.6 and §10 item 10: a settle we cannot vouch for (unknown source) is unsafe.
-    kit = busy_kit(TurnSource.UNKNOWN)
+    kit = busy_kit(Provenance.UNKNOWN)
     assert settle(kit, TurnEnding.STOP) is False
     assert kit.admission.stopped
     assert kit.latches == [LatchReason.UNSAFE_END.value]
@@ -1071,7 +1071,7 @@ def test_an_abort_latches_and_drops_everything_queued() -> None:
     kit = busy_kit()
     alice_ids = kit.queue_from("alice", 2)
     bob_ids = kit.queue_from("bob", 1)
-    kit.admission.turn_aborted()
+    kit.turn_aborted()
     snap = kit.admission.snapshot()
     assert snap.stopped
     assert snap.latch_reason == LatchReason.ABORT.value
@@ -1087,8 +1087,8 @@ def test_an_abort_latches_and_drops_everything_queued() -> None:
 
 def test_the_latch_callback_runs_once_per_closing() -> None:
     kit = busy_kit()
-    kit.admission.turn_aborted()
-    kit.admission.turn_aborted()
+    kit.turn_aborted()
+    kit.turn_aborted()
     settle(kit, TurnEnding.ERROR)
     assert kit.latches == [LatchReason.ABORT.value]
 
@@ -1125,8 +1125,8 @@ def test_resume_is_refused_while_the_host_is_busy() -> None:
 def test_resume_reopens_without_refilling() -> None:
     kit = Kit()
     kit.send(ALICE)
-    kit.admission.turn_started(TurnSource.PEER)
-    kit.admission.turn_aborted()
+    kit.turn_started(Provenance.PEER)
+    kit.turn_aborted()
     settle(kit, TurnEnding.ABORTED)
     budget = kit.admission.snapshot().remaining_budget
     outcome = kit.admission.resume()
@@ -1194,7 +1194,7 @@ def test_rows_are_capped_by_evicting_final_rows_only() -> None:
         kit.send(ALICE, message_id=message_id)
         cycle(kit)
     kit.send(ALICE, message_id="s4")
-    kit.admission.turn_started(TurnSource.PEER)
+    kit.turn_started(Provenance.PEER)
     kit.queue_from("bob", 2)  # two pending rows: never evicted, and they take nobody's place
     snap = kit.admission.snapshot()
     assert len(snap.rows) == 5
@@ -1261,7 +1261,7 @@ def test_snapshot_counts_and_states() -> None:
     assert snap.refusals == {Code.BUSY: 2, Code.INVALID_MESSAGE: 1}
     assert [r.state for r in snap.rows] == [Code.QUEUED, Code.QUEUED]
     assert snap.rows[0].sender_name == "alice"
-    kit.admission.turn_aborted()
+    kit.turn_aborted()
     snap = kit.admission.snapshot()
     assert snap.stopped
     assert snap.latch_reason == LatchReason.ABORT.value
@@ -1322,7 +1322,7 @@ def test_ok_replies_name_this_receiver() -> None:
 
 def test_a_turn_started_inside_submit_is_our_peer_turn() -> None:
     kit = Kit()
-    kit.host.during_submit = lambda _: kit.admission.turn_started(TurnSource.USER)
+    kit.host.during_submit = lambda _: kit.turn_started(Provenance.USER)
     assert kit.send(ALICE).status == Code.SUBMITTED
     assert kit.admission.phase is Phase.BUSY
     assert kit.send(BOB).status == Code.QUEUED  # queueable: a known (peer) turn is running
@@ -1334,9 +1334,7 @@ def test_a_turn_started_inside_submit_is_our_peer_turn() -> None:
 
 def test_a_confirmation_inside_submit_is_kept() -> None:
     kit = Kit()
-    kit.host.during_submit = lambda d: kit.admission.message_started(
-        d.message_id, d.sender.instance_id
-    )
+    kit.host.during_submit = lambda d: kit.message_started(d.message_id, d.sender.instance_id)
     kit.send(ALICE, message_id="m-1")
     row = kit.row("alice", "m-1")
     assert row is not None
@@ -1365,9 +1363,9 @@ def test_the_row_observer_sees_every_state_in_order() -> None:
     kit.send(ALICE, message_id="q")
     assert settle(kit) is True
     kit.admission.flush_one()
-    kit.admission.turn_started(TurnSource.UNKNOWN)
+    kit.turn_started(Provenance.UNKNOWN)
     kit.send(BOB, message_id="late")
-    kit.admission.turn_aborted()
+    kit.turn_aborted()
     assert seen == [
         ("q", Code.ACCEPTED),
         ("q", Code.QUEUED),

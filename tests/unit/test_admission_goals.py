@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.security.admission import TurnEnding, TurnSource
+from pi_cross_session.security.admission import Delivery
 from pi_cross_session.security.goals import LOCAL_COMMAND, RevokeReason
 from pi_cross_session.security.limits import RateLimiter
+from pi_cross_session.security.provenance import PeerClaim, Provenance
+from pi_cross_session.security.turns import TurnEnding
 from tests.support.admission_kit import Kit, bridge_text, caller, goals_with, registration
 
 GOAL = "goal-1"
@@ -42,7 +44,7 @@ def test_a_members_scoped_message_is_submitted_without_spending_budget() -> None
 
 def test_a_members_scoped_message_is_queued_without_spending_budget() -> None:
     kit = goal_kit()
-    kit.admission.turn_started(TurnSource.USER)
+    kit.turn_started(Provenance.USER)
     reply = kit.send(ALICE, message_id="q1", goal_id=GOAL)
     assert reply.status == Code.QUEUED
     assert kit.budget.remaining == 256
@@ -65,15 +67,15 @@ def test_budget_zero_still_admits_a_members_scoped_message() -> None:
 def test_other_bounds_still_apply_to_a_members_scoped_message() -> None:
     kit = goal_kit(rate=RateLimiter(capacity=1, refill_per_s=0.0))
     assert kit.send(ALICE, "one", message_id="a", goal_id=GOAL).status == Code.SUBMITTED
-    kit.admission.turn_started(TurnSource.UNKNOWN)
-    kit.admission.turn_ended(TurnEnding.STOP)
+    kit.turn_started(Provenance.UNKNOWN)
+    kit.turn_ended(TurnEnding.STOP)
     assert kit.send(ALICE, "one", message_id="a", goal_id=GOAL).status == Code.DUPLICATE
     assert kit.send(ALICE, "two", goal_id=GOAL).status == Code.RATE_LIMITED
 
 
 def test_a_members_scoped_message_respects_queue_full_and_ttl() -> None:
     kit = goal_kit(max_queued=1)
-    kit.admission.turn_started(TurnSource.USER)
+    kit.turn_started(Provenance.USER)
     assert kit.send(ALICE, message_id="q1", goal_id=GOAL).status == Code.QUEUED
     assert kit.send(ALICE, goal_id=GOAL).status == Code.QUEUE_FULL
     kit.clock.advance(31)
@@ -131,7 +133,7 @@ def test_forged_goal_ids_drain_the_rate_bucket_then_rate_limited() -> None:
 
 def test_membership_is_checked_before_busy_and_budget() -> None:
     kit = goal_kit(budget=0)
-    kit.admission.turn_started(TurnSource.UNKNOWN)  # not queueable: busy for anyone
+    kit.turn_started(Provenance.UNKNOWN)  # not queueable: busy for anyone
     assert kit.send(MALLORY, goal_id=GOAL).status == Code.GOAL_NOT_AUTHORIZED
     assert kit.send(ALICE, goal_id=GOAL).status == Code.BUSY
 
@@ -160,7 +162,7 @@ def test_an_invalid_bridge_envelope_with_a_goal_id_is_still_invalid_bridge() -> 
 def test_revoking_a_goal_drops_only_its_queued_messages() -> None:
     goals = goals_with("alice", goal_id=GOAL)
     kit = Kit(goals=goals)
-    kit.admission.turn_started(TurnSource.USER)
+    kit.turn_started(Provenance.USER)
     assert kit.send(ALICE, message_id="scoped", goal_id=GOAL).status == Code.QUEUED
     assert kit.send(ALICE, message_id="plain").status == Code.QUEUED
     assert kit.send("bob", message_id="bobs").status == Code.QUEUED
@@ -190,9 +192,9 @@ def test_after_revocation_the_goal_id_is_not_authorized() -> None:
 
 def test_revoking_the_last_queued_message_owes_no_flush() -> None:
     kit = goal_kit()
-    kit.admission.turn_started(TurnSource.USER)
+    kit.turn_started(Provenance.USER)
     kit.send(ALICE, message_id="q1", goal_id=GOAL)
-    assert kit.admission.turn_ended(TurnEnding.STOP) is True
+    assert kit.turn_ended(TurnEnding.STOP) is True
     kit.admission.revoke_goal(GOAL)
     assert kit.admission.flush_owed is False
     assert kit.admission.flush_one() is None
@@ -207,13 +209,13 @@ def test_without_goals_a_goal_id_is_ignored() -> None:
     reply = kit.send(MALLORY, "scoped", message_id="g1", goal_id=GOAL)
     assert reply.status == Code.SUBMITTED
     assert kit.budget.remaining == 1  # charged like any message
-    kit.admission.turn_started(TurnSource.UNKNOWN)
-    kit.admission.turn_ended(TurnEnding.STOP)
+    kit.turn_started(Provenance.UNKNOWN)
+    kit.turn_ended(TurnEnding.STOP)
     assert kit.send(MALLORY, "scoped", goal_id=GOAL).status == Code.DUPLICATE
     assert kit.send(MALLORY, "scoped", goal_id="goal-2").status == Code.SUBMITTED
     assert kit.budget.remaining == 0
-    kit.admission.turn_started(TurnSource.UNKNOWN)
-    kit.admission.turn_ended(TurnEnding.STOP)
+    kit.turn_started(Provenance.UNKNOWN)
+    kit.turn_ended(TurnEnding.STOP)
     assert kit.send(MALLORY, "scoped", goal_id="goal-3").status == Code.BUDGET_EXHAUSTED
 
 
@@ -221,3 +223,45 @@ def test_without_goals_a_bridge_with_a_goal_id_is_unsupported() -> None:
     kit = Kit()
     text = bridge_text(kit.clock.wall_ms())
     assert kit.send(MALLORY, text, goal_id=GOAL).status == Code.UNSUPPORTED
+
+
+# -- what the turn a scoped message opens is for ---------------------------------------------------
+
+
+def _opening_claims(kit: Kit) -> frozenset[PeerClaim]:
+    facts = kit.turns.facts
+    assert facts is not None
+    return facts.claims
+
+
+def test_the_turn_a_scoped_message_opens_carries_admissions_record_of_it() -> None:
+    kit = goal_kit()
+    assert kit.send(ALICE, "scoped", message_id="s1", goal_id=GOAL).status == Code.SUBMITTED
+    kit.turn_started()
+    kit.message_started("s1", _ALICE_ID)
+    alice = registration("alice")
+    assert _opening_claims(kit) == {PeerClaim(GOAL, (alice.instance_id, alice.id))}
+    assert kit.turns.authority.provenance is Provenance.PEER
+
+
+def test_a_message_shown_inside_submit_still_carries_admissions_record() -> None:
+    # A host may start the turn and show the message before its submit call returns; the row is
+    # not yet "submitted" then, but admission knows what it is handing over.
+    kit = goal_kit()
+
+    def shown_at_once(delivery: Delivery) -> None:
+        kit.turn_started()
+        kit.message_started(delivery.message_id, delivery.sender.instance_id)
+
+    kit.host.during_submit = shown_at_once
+    assert kit.send(ALICE, "scoped", message_id="s1", goal_id=GOAL).status == Code.SUBMITTED
+    alice = registration("alice")
+    assert _opening_claims(kit) == {PeerClaim(GOAL, (alice.instance_id, alice.id))}
+
+
+def test_a_message_admission_never_submitted_carries_no_claim() -> None:
+    kit = goal_kit()
+    kit.turn_started()
+    kit.message_started("forged", _ALICE_ID)
+    assert _opening_claims(kit) == frozenset()
+    assert kit.turns.authority.provenance is Provenance.PEER  # still a peer turn: restricted

@@ -1,10 +1,12 @@
 """Admission under random interleavings of wire frames, host events, time and the local user.
 
-The machine keeps its own model of what the contract allows (spec §5): which ids and texts each
-sender had admitted and when, each sender's token bucket, the budget. Every arrival is answered by
-an oracle that applies the pipeline in order, using only the receiver's public gate predicates
-(:meth:`Admission.can_submit`, :meth:`Admission.can_queue`) for the host-dependent step 8. The
-invariants then check the state table after every step.
+The host events drive the session's turn tracker, as a host adapter reports them (preparing,
+abandoned, started, opened by, our message started, model replied, aborted, ended), and admission
+reads it. The machine keeps its own model of what the contract allows (spec §5): which ids and
+texts each sender had admitted and when, each sender's token bucket, the budget. Every arrival is
+answered by an oracle that applies the pipeline in order, using only the receiver's public gate
+predicates (:meth:`Admission.can_submit`, :meth:`Admission.can_queue`) for the host-dependent step
+8. The invariants then check the state table after every step.
 
 ``PI_XS_STATEFUL_EXAMPLES`` sets the number of examples (default: 400 in ``make test``, ten times
 that under the ``long`` hypothesis profile).
@@ -34,10 +36,10 @@ from pi_cross_session.security.admission import (
     Phase,
     Row,
     Snapshot,
-    TurnEnding,
-    TurnSource,
 )
 from pi_cross_session.security.auth import Caller
+from pi_cross_session.security.provenance import Provenance
+from pi_cross_session.security.turns import ModelReplied, TurnEnding
 from tests.hypothesis_profiles import scaled
 from tests.support.admission_kit import (
     Kit,
@@ -89,7 +91,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.kit = Kit(budget=budget, max_queued=max_queued, on_row=self._on_row)
         self.history: dict[tuple[str, str], list[str]] = {}
         if in_a_user_turn:  # half the runs start busy, so queueing is common
-            self.kit.admission.turn_started(TurnSource.USER)
+            self.kit.turn_started(Provenance.USER)
         self.kit.host.before_submit = self._on_submit
         self.initial_budget = budget
         self.max_queued = max_queued
@@ -138,12 +140,14 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.submits_in_call += 1
 
     def _on_row(self, row: Row) -> None:
-        """Every transition the receiver reports: born ``accepted``, never out of a final state."""
+        """Every change the receiver reports: born ``accepted``, never out of a final state (a
+        final row may still change its diagnostic). Recorded rather than raised, because
+        admission never lets an observer's exception out; the invariant asserts."""
         states = self.history.setdefault((row.sender_name, row.message_id), [])
-        if states:
-            assert states[-1] not in FINAL_STATES, f"{row.message_id} left {states[-1]}"
-        else:
-            assert row.state == Code.ACCEPTED
+        if not states and row.state != Code.ACCEPTED:
+            self.violations.append(f"{row.message_id} was born {row.state}")
+        if states and states[-1] in FINAL_STATES and row.state != states[-1]:
+            self.violations.append(f"{row.message_id} left {states[-1]}")
         states.append(row.state)
 
     def _tokens(self, name: str) -> float:
@@ -343,31 +347,46 @@ class AdmissionMachine(RuleBasedStateMachine):
 
     @rule()
     def turn_preparing(self) -> None:
-        self.admission.turn_preparing()
+        self.kit.turn_preparing()
 
-    @rule(source=st.sampled_from(list(TurnSource)))
-    def turn_started(self, source: TurnSource) -> None:
-        self.admission.turn_started(source)
+    @rule()
+    def turn_abandoned(self) -> None:
+        """The prompt being prepared was a slash command after all."""
+        self.kit.turn_not_started()
+
+    @rule(source=st.sampled_from(list(Provenance)))
+    def turn_opened(self, source: Provenance) -> None:
+        """A message opening the running turn says who started it (ignored outside one)."""
+        self.kit.turn_identified(source)
+
+    @rule()
+    def model_replied(self) -> None:
+        """The model's first reply: the running turn's provenance is settled."""
+        self.kit.turns.handle(ModelReplied())
+
+    @rule(source=st.sampled_from(list(Provenance)))
+    def turn_started(self, source: Provenance) -> None:
+        self.kit.turn_started(source)
         assert self.admission.phase is Phase.BUSY
 
     @precondition(lambda self: self.admission.phase is Phase.PREFLIGHT)
     @rule()
     def our_turn_starts(self) -> None:
         """The usual answer to our submission: the host starts a turn and cannot say whose."""
-        self.admission.turn_started(TurnSource.UNKNOWN)
+        self.kit.turn_started(Provenance.UNKNOWN)
 
     @rule(pick=st.integers(0, 300))
     def message_started(self, pick: int) -> None:
         if not self.committed:
             return
         name, message_id = sorted(self.committed)[pick % len(self.committed)]
-        self.admission.message_started(message_id, INSTANCE[name])
+        self.kit.message_started(message_id, INSTANCE[name])
 
     @rule(ending=st.sampled_from(ENDINGS), flush_at_once=st.booleans())
     def turn_ended(self, ending: TurnEnding, flush_at_once: bool) -> None:
         """A turn settles; when it asks for a flush the runtime does it now or a bit later."""
         queued = self.admission.snapshot().queued
-        due = self.admission.turn_ended(ending)
+        due = self.kit.turn_ended(ending)
         snap = self.admission.snapshot()
         if due:
             assert ending is TurnEnding.STOP
@@ -415,7 +434,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         """The running turn's abort signal fires (1 draw in 4 acts: the latch is not the norm)."""
         if not now:
             return
-        self.admission.turn_aborted()
+        self.kit.turn_aborted()
         snap = self.admission.snapshot()
         assert snap.stopped
         assert snap.queued == 0

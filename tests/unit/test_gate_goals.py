@@ -16,16 +16,15 @@ from pi_cross_session.security.gate import (
     Category,
     GatePolicy,
     GoalGrant,
-    PeerClaim,
     Provenance,
     TurnAuthority,
-    TurnFacts,
-    TurnLedger,
     block_reason,
     decide,
 )
 from pi_cross_session.security.goals import TaskHandle, TaskKind
+from pi_cross_session.security.provenance import PeerClaim, TurnFacts
 from pi_cross_session.security.task_rules import DEFAULT_TASK_RULES, TaskToolRule
+from tests.support.turn_driver import TurnDriver
 
 GOAL = "goal-1"
 OTHER_GOAL = "goal-0"
@@ -354,7 +353,7 @@ AGENT = TaskHandle(TaskKind.AGENT, "agent-own")
 
 
 def test_no_facts_outside_a_turn() -> None:
-    ledger = TurnLedger()
+    ledger = TurnDriver()
     assert ledger.facts is None
     assert not ledger.observe(Provenance.PEER, claim=ALICE_CLAIM, handles=[RUN])
     ledger.start()
@@ -363,7 +362,7 @@ def test_no_facts_outside_a_turn() -> None:
 
 
 def test_the_opening_collects_every_claim_and_handle() -> None:
-    ledger = TurnLedger()
+    ledger = TurnDriver()
     ledger.start()
     assert ledger.observe(Provenance.NOTIFICATION, handles=[RUN])
     assert ledger.observe(Provenance.PEER, claim=ALICE_CLAIM)
@@ -375,7 +374,7 @@ def test_the_opening_collects_every_claim_and_handle() -> None:
 
 
 def test_nothing_is_collected_after_the_opening_closed() -> None:
-    ledger = TurnLedger()
+    ledger = TurnDriver()
     ledger.start(peer=True)
     ledger.observe(Provenance.PEER, claim=ALICE_CLAIM)
     ledger.close_opening()
@@ -391,7 +390,7 @@ def test_nothing_is_collected_after_the_opening_closed() -> None:
 
 
 def test_a_new_turn_starts_with_no_facts_and_cancel_shows() -> None:
-    ledger = TurnLedger()
+    ledger = TurnDriver()
     ledger.start()
     ledger.observe(Provenance.NOTIFICATION, handles=[RUN])
     ledger.close_opening()
@@ -406,7 +405,7 @@ def test_a_new_turn_starts_with_no_facts_and_cancel_shows() -> None:
 
 def test_the_ledger_authority_is_never_goal_bound() -> None:
     # Goal binding is the host's addition (from the goal view); the ledger only knows provenance.
-    ledger = TurnLedger()
+    ledger = TurnDriver()
     ledger.start()
     ledger.observe(Provenance.NOTIFICATION, handles=[RUN])
     assert ledger.authority == TurnAuthority(Provenance.NOTIFICATION)

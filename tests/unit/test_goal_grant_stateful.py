@@ -1,6 +1,6 @@
 """The goal grant under random sessions: no peer action widens a goal or escapes the grant.
 
-One host session, modelled as the host adapter wires it: a :class:`Goals`, a :class:`TurnLedger`
+One host session, modelled as the host adapter wires it: a :class:`Goals`, a turn tracker
 and the default :class:`GatePolicy`. The local user starts, binds, completes and cancels goals by
 command; turns begin with random openings (the user, peers with member or stranger claims naming
 the right, an old or a forged goal, notifications naming random task handles, nothing at all),
@@ -40,15 +40,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from pi_cross_session.security import goal_turns
-from pi_cross_session.security.gate import (
-    GatePolicy,
-    PeerClaim,
-    Provenance,
-    TurnAuthority,
-    TurnFacts,
-    TurnLedger,
-    decide,
-)
+from pi_cross_session.security.gate import GatePolicy, decide
 from pi_cross_session.security.goals import (
     LOCAL_COMMAND,
     Authority,
@@ -64,8 +56,10 @@ from pi_cross_session.security.goals import (
     TaskOwnership,
     ownership_entry,
 )
+from pi_cross_session.security.provenance import PeerClaim, Provenance, TurnAuthority, TurnFacts
 from pi_cross_session.security.task_rules import created_handle, notification_handles, rule_for
 from tests.hypothesis_profiles import scaled
+from tests.support.turn_driver import TurnDriver
 
 EXAMPLES = int(os.environ.get("PI_XS_STATEFUL_EXAMPLES", scaled(100)))
 
@@ -200,7 +194,7 @@ class GoalGrantMachine(RuleBasedStateMachine):
         #: What the goals told ``on_record`` (the session journal), after the imported history.
         self.journal: list[dict[str, object]] = []
         self.goals = self.incarnation()
-        self.ledger = TurnLedger()
+        self.ledger = TurnDriver()
         self.calls = 0
         # -- the model --
         self.active: str | None = None

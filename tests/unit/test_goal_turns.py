@@ -1,8 +1,9 @@
 """security/goal_turns.py: from what opened a turn to its goal authority and its grant.
 
-Facts are built through a real :class:`TurnLedger` where the opening matters, and directly as
-:class:`TurnFacts` otherwise. Each test checks one branch of :func:`authority_of`,
-:func:`names_goal` or :func:`grant_for`, and what :meth:`Goals.classify` makes of the result.
+Facts are built through a real turn tracker (driven by :class:`TurnDriver`) where the opening
+matters, and directly as :class:`TurnFacts` otherwise. Each test checks one branch of
+:func:`authority_of`, :func:`names_goal` or :func:`grant_for`, and what :meth:`Goals.classify`
+makes of the result.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from pi_cross_session.security.gate import PeerClaim, Provenance, TurnFacts, TurnLedger
 from pi_cross_session.security.goal_turns import (
     UNKNOWN_GOAL,
     authority_of,
@@ -32,6 +32,8 @@ from pi_cross_session.security.goals import (
     TaskHandle,
     TaskKind,
 )
+from pi_cross_session.security.provenance import PeerClaim, Provenance, TurnFacts
+from tests.support.turn_driver import TurnDriver
 
 OWNER = Scope(session_id="session-owner", instance_id="f" * 32, cwd="/home/dev/project")
 ALICE = Member("a" * 32, "session-alice")
@@ -72,7 +74,7 @@ def facts(
 
 def peer_facts(*claims: PeerClaim, cancelled: bool = False) -> TurnFacts:
     """The facts of a turn opened by these peer messages, through the ledger."""
-    ledger = TurnLedger()
+    ledger = TurnDriver()
     ledger.start(peer=True)
     for one in claims:
         ledger.observe(Provenance.PEER, claim=one)
@@ -85,7 +87,7 @@ def peer_facts(*claims: PeerClaim, cancelled: bool = False) -> TurnFacts:
 
 
 def notification_facts(*handles: TaskHandle) -> TurnFacts:
-    ledger = TurnLedger()
+    ledger = TurnDriver()
     ledger.start()
     ledger.observe(Provenance.NOTIFICATION, handles=handles)
     ledger.close_opening()

@@ -269,7 +269,6 @@ def test_a_new_goal_after_the_end_gets_a_new_id() -> None:
     goals.complete(first, authority=USER_TURN)
     second = goals.start("next", authority=USER_TURN).goal_id
     assert second not in (None, first)
-    assert goals.was_ended(first)
 
 
 def test_an_ended_id_is_never_minted_again() -> None:
@@ -459,7 +458,6 @@ def test_revoke_is_final_and_reports_the_id(reason: RevokeReason) -> None:
     assert goals.revoke(reason) == gid
     assert goals.revoke(reason) is None
     assert goals.status().as_dict() == {"goalId": None}
-    assert goals.was_ended(gid)
     assert goals.members == ()
 
 
@@ -472,14 +470,19 @@ def test_objective_is_immutable() -> None:
 
 
 def test_ended_ids_are_remembered_within_a_bound() -> None:
-    goals = make(max_ended=2)
-    ids = []
+    # The id source mints goal-1, goal-2, goal-3, then repeats each: only the two ids still
+    # remembered as ended are refused.
+    minted = iter(["goal-1", "goal-2", "goal-3", "goal-2", "goal-3", "goal-1"])
+    goals = Goals(OWNER, new_id=lambda: next(minted), max_ended=2)
     for _ in range(3):
         gid = goals.start("x", authority=USER_TURN).goal_id
         assert gid is not None
-        ids.append(gid)
         goals.cancel(gid, authority=USER_TURN)
-    assert [goals.was_ended(g) for g in ids] == [False, True, True]
+    with raises(GoalErrorCode.INVALID):
+        goals.start("again", authority=USER_TURN)
+    with raises(GoalErrorCode.INVALID):
+        goals.start("again", authority=USER_TURN)
+    assert goals.start("again", authority=USER_TURN).goal_id == "goal-1"
 
 
 # -- status (spec §1.1) ------------------------------------------------------------------------
@@ -510,34 +513,22 @@ def test_status_snapshot_is_immutable_and_detached() -> None:
 # -- task ownership evidence (spec §3 steps 6-7) -----------------------------------------------
 
 
-def test_record_then_confirm_under_the_active_goal() -> None:
-    goals, gid = started()
-    assert goals.record_task(RUN) == gid
-    ownership = goals.ownership(RUN)
-    assert ownership is not None
-    assert not ownership.confirmed
-    assert goals.confirm_task(RUN) == gid
-    ownership = goals.ownership(RUN)
-    assert ownership is not None
-    assert ownership.confirmed
-
-
-def test_no_goal_no_record() -> None:
+def test_no_goal_no_note() -> None:
     goals = make()
-    assert goals.record_task(RUN) is None
+    assert goals.note_call("call-1") is None
+    assert goals.settle_call("call-1", RUN) is None
     assert goals.owner_of(RUN) is None
-    assert goals.confirm_task(RUN) is None
 
 
-def test_late_confirmation_after_revoke_is_still_attributed() -> None:
+def test_late_result_after_revoke_is_still_attributed() -> None:
     goals, gid = started()
-    goals.record_task(AGENT)
+    goals.note_call("call-1")
     goals.revoke(RevokeReason.LATCH)
-    assert goals.confirm_task(AGENT) == gid
+    assert goals.settle_call("call-1", AGENT) == gid
     # A new goal cannot claim it, and its notifications are not scoped to the new goal.
     new = goals.start("new", authority=USER_TURN).goal_id
     assert new is not None
-    assert goals.record_task(AGENT) == gid
+    assert goals.attribute(AGENT, new) == gid
     with raises(GoalErrorCode.TASK_OWNED):
         goals.bind(new, [ALICE], tasks=[AGENT], authority=USER_TURN)
     assert goals.members == ()  # tasks are checked first: no peer was added
@@ -551,20 +542,19 @@ def test_bind_an_unowned_task() -> None:
 
 
 def test_malformed_task_handle() -> None:
-    goals, _ = started()
+    goals, gid = started()
     with raises(GoalErrorCode.INVALID):
-        goals.record_task(TaskHandle(TaskKind.RUN, "bad id"))
+        goals.attribute(TaskHandle(TaskKind.RUN, "bad id"), gid)
 
 
 def test_export_import_round_trip_never_grants() -> None:
     goals, gid = started()
-    goals.record_task(RUN)
-    goals.confirm_task(RUN)
-    goals.record_task(AGENT)
+    goals.attribute(RUN, gid)
+    goals.attribute(AGENT, gid)
     data = goals.export_evidence()
     assert data == (
         {"kind": "run", "id": "run-1", "goalId": gid, "confirmed": True},
-        {"kind": "agent", "id": "agent_1", "goalId": gid, "confirmed": False},
+        {"kind": "agent", "id": "agent_1", "goalId": gid, "confirmed": True},
     )
     goals.revoke(RevokeReason.RELOAD)
 
@@ -619,9 +609,9 @@ def handles(count: int) -> Iterator[TaskHandle]:
     ],
 )
 def test_evidence_bound(count: int, evicted: int) -> None:
-    goals, _ = started()
+    goals, gid = started()
     for handle in handles(count):
-        goals.record_task(handle)
+        goals.attribute(handle, gid)
     exported = goals.export_evidence()
     # What was lost travels with the evidence, as a marker entry first.
     marker = [{"evictedEvidence": evicted}] if evicted else []
@@ -633,11 +623,12 @@ def test_evidence_bound(count: int, evicted: int) -> None:
 
 def test_eviction_prefers_ended_goals() -> None:
     goals, old = started(max_evidence=2)
-    goals.record_task(RUN)
+    goals.attribute(RUN, old)
     goals.cancel(old, authority=USER_TURN)
     new = goals.start("new", authority=USER_TURN).goal_id
-    goals.record_task(TaskHandle(TaskKind.RUN, "n1"))
-    goals.record_task(TaskHandle(TaskKind.RUN, "n2"))
+    assert new is not None
+    goals.attribute(TaskHandle(TaskKind.RUN, "n1"), new)
+    goals.attribute(TaskHandle(TaskKind.RUN, "n2"), new)
     assert goals.owner_of(RUN) is None
     assert goals.evicted_evidence == 1
     exported = goals.export_evidence()

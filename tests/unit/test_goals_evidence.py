@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from pi_cross_session.protocol import limits
-from pi_cross_session.security.gate import Provenance, TurnFacts
 from pi_cross_session.security.goal_turns import UNKNOWN_GOAL, authority_of
 from pi_cross_session.security.goals import (
     USER_TURN,
@@ -41,6 +40,7 @@ from pi_cross_session.security.goals import (
     call_entry,
     ownership_entry,
 )
+from pi_cross_session.security.provenance import Provenance, TurnFacts
 
 OWNER = Scope(session_id="session-owner", instance_id="f" * 32, cwd="/home/dev/project")
 ALICE = Member("a" * 32, "session-alice")
@@ -210,9 +210,9 @@ def test_the_first_owner_wins_over_a_bind_owner() -> None:
 def test_attribute_confirms_a_pending_record_of_the_same_goal() -> None:
     journal: Journal = []
     goals = make(journal=journal)
-    goal_id = start(goals)
-    goals.record_task(RUN)
-    journal.clear()
+    # A pending (unconfirmed) record comes only from the journal.
+    goals.import_evidence([{"kind": "run", "id": "run-1", "goalId": "goal-1", "confirmed": False}])
+    goal_id = "goal-1"
     assert goals.attribute(RUN, goal_id) == goal_id
     ownership = goals.ownership(RUN)
     assert ownership is not None
@@ -225,8 +225,8 @@ def test_attribute_confirms_a_pending_record_of_the_same_goal() -> None:
 
 def test_attribute_leaves_another_goals_pending_record_alone() -> None:
     goals = make()
-    goal_id = start(goals)
-    goals.record_task(RUN)
+    goal_id = "goal-1"
+    goals.import_evidence([{"kind": "run", "id": "run-1", "goalId": goal_id, "confirmed": False}])
     assert goals.attribute(RUN, "goal-other") == goal_id
     ownership = goals.ownership(RUN)
     assert ownership is not None
@@ -268,14 +268,12 @@ def test_on_record_is_told_each_new_piece_of_evidence_in_order() -> None:
     goals.note_call("call-1")
     goals.settle_call("call-1", RUN)
     goals.bind(goal_id, [ALICE], tasks=[AGENT], authority=USER_TURN)
-    goals.record_task(TaskHandle(TaskKind.RUN, "run-2"))
-    goals.confirm_task(TaskHandle(TaskKind.RUN, "run-2"))
+    goals.attribute(TaskHandle(TaskKind.RUN, "run-2"), goal_id)
     assert journal == [
         {"callId": "call-1", "goalId": goal_id},
         {"kind": "run", "id": "run-1", "goalId": goal_id, "confirmed": True},
         {"callId": "call-1", "goalId": goal_id, "settled": True},
         {"kind": "agent", "id": "agent-1", "goalId": goal_id, "confirmed": True},
-        {"kind": "run", "id": "run-2", "goalId": goal_id, "confirmed": False},
         {"kind": "run", "id": "run-2", "goalId": goal_id, "confirmed": True},
     ]
 
@@ -334,7 +332,7 @@ def test_the_journal_replays_into_the_same_evidence() -> None:
     goals.note_call("call-1")
     goals.settle_call("call-1", RUN)
     goals.note_call("call-2")  # still pending
-    goals.record_task(AGENT)
+    goals.attribute(AGENT, goal_id)
     goals.revoke(RevokeReason.SHUTDOWN)
     restarted = make()
     restarted.import_evidence(journal)
@@ -351,7 +349,7 @@ def test_call_notes_and_ownership_round_trip() -> None:
     goals.note_call("call-done")
     goals.settle_call("call-done", RUN)
     goals.note_call("call-pending")
-    goals.record_task(AGENT)
+    goals.attribute(AGENT, goal_id)
     data = goals.export_evidence()
     # Ownership first, then the notes of calls whose result is still due (settled ones are gone).
     assert data == (
@@ -395,7 +393,6 @@ def test_import_never_restores_a_goal_and_marks_its_id_ended(entry: dict[str, ob
     goals = make("goal-1", "goal-2")  # an id source that first repeats the imported id
     goals.import_evidence([entry])
     assert goals.active_id is None
-    assert goals.was_ended("goal-1")
     assert goals.last_end is None
     with raises(GoalErrorCode.INVALID):
         start(goals)
@@ -489,7 +486,7 @@ def test_evidence_count_counts_handles_not_call_notes() -> None:
     goals.settle_call("call-1", RUN)
     goals.attribute(RUN, goal_id)
     assert goals.evidence_count == 1
-    goals.record_task(AGENT)
+    goals.attribute(AGENT, goal_id)
     assert goals.evidence_count == 2
 
 
@@ -720,7 +717,6 @@ def test_an_id_held_by_a_pending_call_note_is_never_minted_again() -> None:
     goals = make("goal-new", "goal-old", "goal-fresh", max_ended=1)
     goals.import_evidence([{"callId": "call-old", "goalId": "goal-old"}])
     goals.complete(start(goals), authority=USER_TURN)  # pushes goal-old out of the ended list
-    assert not goals.was_ended("goal-old")
     assert goals.noted_goal("call-old") == "goal-old"
     with raises(GoalErrorCode.INVALID):
         start(goals)

@@ -57,6 +57,7 @@ class GoalsMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.minted = 0
+        self.calls = 0
         self.goals = Goals(
             OWNER,
             new_id=self.mint,
@@ -214,13 +215,20 @@ class GoalsMachine(RuleBasedStateMachine):
         if revoked is not None:
             self.end()
 
-    @rule(handle=HANDLES, confirm=st.booleans())
-    def task(self, handle: TaskHandle, confirm: bool) -> None:
+    @rule(handle=HANDLES)
+    def task(self, handle: TaskHandle) -> None:
+        """A task-creating call: noted before it runs, attributed from its result."""
         before = self.goals.owner_of(handle)
-        owner = self.goals.confirm_task(handle) if confirm else self.goals.record_task(handle)
-        if before is not None:
+        self.calls += 1
+        call_id = f"call-{self.calls}"
+        noted = self.goals.note_call(call_id)
+        assert noted == self.active
+        owner = self.goals.settle_call(call_id, handle)
+        if noted is None:
+            assert owner is None  # no goal, nothing noted: nothing attributed
+        elif before is not None:
             assert owner == before  # the first record wins
-        elif not confirm:
+        else:
             assert owner == self.active
 
     @precondition(lambda self: self.active is None)

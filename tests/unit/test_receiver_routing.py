@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 import pytest
 
 from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.credentials import PeerCredentials
 from pi_cross_session.protocol.frames import Hello, Message, Response, StatusQuery
-from pi_cross_session.security.admission import Admission, TurnSource
+from pi_cross_session.security.admission import Admission
 from pi_cross_session.security.auth import Authenticator, Caller
 from pi_cross_session.security.io.sender_files import PeersDirFiles
+from pi_cross_session.security.provenance import Provenance
 from pi_cross_session.security.receiver import SessionReceiver
 from tests.support.admission_kit import (
     FIXTURE_LOCATIONS,
@@ -64,7 +66,7 @@ def test_an_authenticated_message_is_admitted() -> None:
 
 def test_an_authenticated_status_query_is_answered_by_admission() -> None:
     kit = Kit()
-    kit.admission.turn_started(TurnSource.USER)
+    kit.turn_started(Provenance.USER)
     receiver = receiver_for(kit)
     receiver.on_request(caller("alice"), kit.message(message_id="queued-1"))
     mine = receiver.on_request(caller("alice"), status_query("queued-1", request_id="q-1"))
@@ -125,7 +127,9 @@ class StubAuthenticator:
         self.answer = answer
         self.hellos: list[Hello] = []
 
-    async def on_hello(self, hello: Hello) -> tuple[Response, Caller | None]:
+    async def on_hello(
+        self, hello: Hello, *, peer: PeerCredentials | None = None
+    ) -> tuple[Response, Caller | None]:
         self.hellos.append(hello)
         return self.answer
 

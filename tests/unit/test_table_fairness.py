@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from pi_cross_session.protocol import limits
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.security.admission import TurnEnding, TurnSource
 from pi_cross_session.security.goals import GoalConfirmations
 from pi_cross_session.security.limits import MessageIdLedger, RateLimiter, TextDedup
+from pi_cross_session.security.provenance import Provenance
+from pi_cross_session.security.turns import TurnEnding
 from tests.hypothesis_profiles import scaled
 from tests.support.admission_kit import Kit, caller, goals_with, registration
 
@@ -196,8 +197,8 @@ def test_among_equally_full_buckets_the_least_recently_used_goes() -> None:
 
 def _send_settled(kit: Kit, who: str, **fields: object) -> str:
     reply = kit.send(caller(who), **fields)  # type: ignore[arg-type]
-    kit.admission.turn_started(TurnSource.UNKNOWN)
-    kit.admission.turn_ended(TurnEnding.STOP)
+    kit.turn_started(Provenance.UNKNOWN)
+    kit.turn_ended(TurnEnding.STOP)
     return reply.status
 
 
@@ -230,7 +231,7 @@ def test_queued_rows_do_not_count_against_the_final_rows() -> None:
     kit = Kit(max_rows=3)
     for n in range(3):
         assert _send_settled(kit, "victim", message_id=f"v{n}") == Code.SUBMITTED
-    kit.admission.turn_started(TurnSource.USER)
+    kit.turn_started(Provenance.USER)
     ids = kit.queue_from("mallory", 5)
     snap = kit.admission.snapshot()
     assert snap.evicted_rows == 0
@@ -238,11 +239,11 @@ def test_queued_rows_do_not_count_against_the_final_rows() -> None:
     assert all(kit.query(caller("victim"), f"v{n}").status == Code.SUBMITTED for n in range(3))
     # Once they end, each takes the place of one: the first of the largest holder's (victim's,
     # mallory holding no other final row), then mallory's own.
-    kit.admission.turn_ended(TurnEnding.STOP)
+    kit.turn_ended(TurnEnding.STOP)
     for _ in ids:
         assert kit.admission.flush_one() is not None
-        kit.admission.turn_started(TurnSource.UNKNOWN)
-        kit.admission.turn_ended(TurnEnding.STOP)
+        kit.turn_started(Provenance.UNKNOWN)
+        kit.turn_ended(TurnEnding.STOP)
     snap = kit.admission.snapshot()
     assert snap.evicted_rows == 5
     kept = [(row.sender_instance_id, row.message_id) for row in snap.rows]
@@ -254,10 +255,10 @@ def test_the_row_awaiting_its_turn_is_never_evicted() -> None:
     """Rows also end while a submission waits for its turn (queued ones expire): the submitted
     row whose turn is due is not among the candidates, whoever holds the most."""
     kit = Kit(max_rows=2)
-    kit.admission.turn_started(TurnSource.USER)
+    kit.turn_started(Provenance.USER)
     first, second = kit.queue_from("alice", 2)
     kit.queue_from("bob", 1)
-    assert kit.admission.turn_ended(TurnEnding.STOP)
+    assert kit.turn_ended(TurnEnding.STOP)
     row = kit.admission.flush_one()
     assert row is not None
     assert row.message_id == first  # submitted, its turn not started yet

@@ -9,7 +9,9 @@ import pytest
 
 from pi_cross_session.plugin.render import PEER_TEXT_NOTICE
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.admission import Phase, TurnEnding, TurnSource
+from pi_cross_session.security.admission import Phase
+from pi_cross_session.security.provenance import Provenance
+from pi_cross_session.security.turns import TurnEnded, TurnEnding, TurnOpened
 from tests.support.wire_session import (
     LEGACY,
     Receiver,
@@ -47,7 +49,7 @@ async def _user_turn(rx: Receiver) -> None:
 async def _peer_turn(rx: Receiver) -> None:
     first = await rx.sender("first").send("starts a peer turn")
     assert first.status == "submitted"
-    rx.turns.start(TurnSource.PEER)
+    rx.turns.start(Provenance.PEER)
 
 
 async def _prompt_preflight(rx: Receiver) -> None:
@@ -113,7 +115,7 @@ async def test_item10_unknown_turn_source_refuses_then_settling_it_latches_until
         capable = rx.sender("capable")
         legacy = rx.sender("legacy", capabilities=LEGACY)
         rx.turns.preparing()
-        rx.turns.start(TurnSource.UNKNOWN)  # agent_start, but nobody knows who started it
+        rx.turns.start(Provenance.UNKNOWN)  # agent_start, but nobody knows who started it
         for sender in (capable, legacy):
             reply = await sender.send()
             assert (reply.ok, reply.status, reply.retryable) == (False, "busy", True)
@@ -151,15 +153,15 @@ async def test_item10_unknown_turn_source_refuses_then_settling_it_latches_until
 async def test_item10_an_unknown_turn_identified_later_queues_and_settles_safely(
     locations: Locations,
 ) -> None:
-    """A host that learns the source after agent_start (``on_turn_identified``): from then on
+    """A host that learns the source after agent_start (``TurnOpened``): from then on
     the turn is known, capable senders are queued, and a clean stop flushes instead of latching."""
     async with running_receiver(locations) as rx:
         capable = rx.sender("capable")
-        rx.turns.start(TurnSource.UNKNOWN)
+        rx.turns.start(Provenance.UNKNOWN)
         assert (await capable.send(message_id="early")).status == "busy"
-        rx.runtime.on_turn_identified(TurnSource.UNKNOWN)  # never a downgrade, never a no-op win
+        rx.runtime.on_turn(TurnOpened(Provenance.UNKNOWN))  # never a downgrade, never a no-op win
         assert (await capable.send(message_id="still-early")).status == "busy"
-        rx.runtime.on_turn_identified(TurnSource.USER)
+        rx.runtime.on_turn(TurnOpened(Provenance.USER))
         assert (await capable.send(message_id="queued")).status == "queued"
         legacy = await rx.sender("legacy", capabilities=LEGACY).send()
         assert legacy.status == "busy"  # a legacy sender is never queued
@@ -205,7 +207,7 @@ async def test_item09_a_queue_is_never_stranded_behind_a_busy_looking_host(
         rx.turns.user_turn()
         assert (await capable.send(message_id="queued")).status == "queued"
         # The turn settles cleanly, but the host only reports idle a moment later.
-        rx.runtime.on_turn_ended(TurnEnding.STOP)
+        rx.runtime.on_turn(TurnEnded(TurnEnding.STOP))
         await rx.maintenance_pass()  # the flush found the host busy and skipped
         snapshot = rx.snapshot()
         assert (snapshot.phase, snapshot.stopped, snapshot.queued) == (Phase.IDLE, False, 1)

@@ -12,7 +12,8 @@ import anyio
 import pytest
 
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.admission import Phase, TurnEnding
+from pi_cross_session.security.admission import Phase
+from pi_cross_session.security.turns import TurnEnding
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.scripted_host import ScriptedHost

@@ -7,7 +7,8 @@ import pytest
 
 from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.admission import TurnEnding, TurnSource
+from pi_cross_session.security.provenance import Provenance
+from pi_cross_session.security.turns import TurnEnding
 from tests.support.wire_session import (
     Receiver,
     WireSender,
@@ -52,7 +53,7 @@ async def test_item12_one_sender_gets_30_queued_then_rate_limited_a_second_fills
         await eventually(lambda: len(rx.host.calls) == 1)
         assert rx.host.calls[0].delivery.message_id == oldest
         assert rx.snapshot().queued == 49
-        rx.turns.start(TurnSource.PEER)
+        rx.turns.start(Provenance.PEER)
         # Two seconds refill one token of the rate-limited sender (0.5/s): it fits the freed slot.
         rx.advance(2)
         assert (await one.send()).status == "queued"

@@ -11,7 +11,7 @@ import pytest
 
 from pi_cross_session.plugin.outbound import summary_for
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.admission import TurnSource
+from pi_cross_session.security.provenance import Provenance
 from tests.support.peers import make_registration, publish
 from tests.support.wire_session import Receiver, running_receiver
 
@@ -31,7 +31,7 @@ async def test_status_is_busy_from_a_turns_start_to_its_end_only(locations: Loca
         rx.turns.preparing()  # a prompt arrived; no turn yet
         await rx.maintenance_pass()
         assert published_status(rx) == "idle"
-        rx.turns.start(TurnSource.USER)
+        rx.turns.start(Provenance.USER)
         await rx.maintenance_pass()
         assert published_status(rx) == "busy"
         rx.turns.end()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.admission import TurnEnding
+from pi_cross_session.security.turns import TurnEnding
 from tests.support import raw_client
 from tests.support.raw_client import RawClient
 from tests.support.wire_session import assert_accounted, eventually, running_receiver

@@ -37,7 +37,7 @@ from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.registration import PublicPeer
 from pi_cross_session.protocol.sanitize import line
-from pi_cross_session.security.admission import Row
+from pi_cross_session.security.rows import Row
 
 
 def _now_ms() -> int:

@@ -29,6 +29,7 @@ from pi_cross_session.plugin import cli_identity, outbound
 from pi_cross_session.plugin.reports import SendReport
 from pi_cross_session.protocol.capabilities import can_report_delivery
 from pi_cross_session.protocol.codes import Code, SenderState
+from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.io.exchange import ExchangeError
 from pi_cross_session.protocol.limits import (
@@ -44,8 +45,10 @@ from pi_cross_session.protocol.text import clean_line, is_blank
 _LOCAL_CODES = frozenset({Code.INVALID_TARGET, Code.INVALID_MESSAGE, Code.NOT_READY})
 
 
-class InputError(Exception):
-    """The message could not be read (the text says why)."""
+class InputError(CrossSessionError):
+    """The message could not be read (the text says why); nothing was sent."""
+
+    code = Code.INVALID_MESSAGE
 
 
 def _read_bounded(stream_fd: int) -> bytes:

@@ -1,14 +1,14 @@
 """The port between the session runtime and an agent host.
 
 A host (pi-python, a headless inbox, a test double) gives the runtime the few things it needs
-through :class:`HostPort`, and reports what happens in the session by calling the runtime's
-``on_*`` methods (see :class:`~pi_cross_session.plugin.runtime.SessionRuntime`):
+through :class:`HostPort`, and reports what happens in the session by calling the runtime:
 
-* ``on_turn_preparing()`` — a turn is about to start (a prompt arrived);
-* ``on_turn_started(source)`` — a turn started, and who started it if the host can tell;
-* ``on_message_started(delivery)`` — a message we submitted visibly entered the conversation;
-* ``on_turn_aborted()`` — the running turn was aborted;
-* ``on_turn_ended(ending)`` — a turn ended, and how (only a clean ``stop`` is safe);
+* ``on_turn(event)`` — every turn event, translated into the vocabulary of
+  :mod:`pi_cross_session.security.turns` (preparing, abandoned, started, opened by, our message
+  started, model replied, aborted, ended with a stop reason). That module's docstring says when to
+  report each; the adapter keeps no turn state of its own beyond what its host needs translating
+  (pi-python's synthetic command runs, say), and reads the runtime's ``turns`` when it must know
+  whether a turn runs;
 * ``on_session_info_changed()`` — name or cwd changed.
 
 The port is deliberately small: anything a host cannot provide is a gap its adapter documents and

@@ -6,8 +6,15 @@
   state machine and a lifetime budget — lives from :meth:`SessionRuntime.run` until
   :meth:`~SessionRuntime.stop` or :meth:`~SessionRuntime.reload` (which starts a new incarnation
   with fresh state: nothing carries over, not the budget, not the message states);
-* the host reports its turns through the ``on_*`` methods (see :mod:`.host`);
+* the host reports its turns through :meth:`~SessionRuntime.on_turn`, in the vocabulary of
+  :mod:`pi_cross_session.security.turns`; the one :class:`TurnTracker` those events feed outlives
+  incarnations (the gate reads it even while the inbox is down) and tells the running
+  incarnation's admission what it needs to know;
 * the model's tools call :meth:`~SessionRuntime.list_peers` and :meth:`~SessionRuntime.send`.
+
+This module is the lifecycle (run, stop, reload, heartbeat, maintenance, cleanup) and the API the
+host, the user's commands and the model's tools call; :mod:`.assembly` builds each incarnation's
+parts.
 
 Structured concurrency: everything an incarnation runs (endpoint, heartbeat, maintenance) lives in
 one task group inside :meth:`run`; stopping cancels that group, fences the registrar, marks pending
@@ -18,33 +25,30 @@ incarnation stops end as ``cancelled`` (receipt unknown). Nothing is fire-and-fo
 from __future__ import annotations
 
 import logging
-import os
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
 import anyio.abc
 
 from pi_cross_session.plugin import outbound, render
+from pi_cross_session.plugin.assembly import (
+    Incarnation,
+    RuntimeOptions,
+    Wiring,
+    assemble,
+)
 from pi_cross_session.plugin.host import HostPort
 from pi_cross_session.plugin.reports import GoalView, PeerChecks, Pressure, SendReport
 from pi_cross_session.protocol import sanitize
-from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.frames import Sender
 from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.io.discovery import Listing, Registrar, list_peers
-from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig
-from pi_cross_session.protocol.io.exchange import ExchangeConfig, Exchanger
+from pi_cross_session.protocol.io.discovery import Listing, list_peers
+from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.io.gitinfo import resolve_git_info
 from pi_cross_session.protocol.io.peercred import PEER_CREDENTIALS_SOURCE
-from pi_cross_session.protocol.limits import (
-    HEARTBEAT_INTERVAL_S,
-    LIFETIME_BUDGET,
-)
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
     PublicPeer,
@@ -55,21 +59,14 @@ from pi_cross_session.protocol.registration import (
     inbound_from_flag,
 )
 from pi_cross_session.security.admission import (
-    Admission,
-    Clock,
     Delivery,
     ResumeOutcome,
-    Row,
     Snapshot,
-    TurnEnding,
-    TurnSource,
 )
-from pi_cross_session.security.auth import Authenticator, LocalIdentity
-from pi_cross_session.security.gate import PeerClaim
+from pi_cross_session.security.auth import LocalIdentity
 from pi_cross_session.security.goals import (
     NO_GOAL,
     Authority,
-    GoalConfirmations,
     GoalEnd,
     GoalError,
     GoalErrorCode,
@@ -77,14 +74,11 @@ from pi_cross_session.security.goals import (
     GoalStatus,
     Member,
     RevokeReason,
-    Scope,
     TaskHandle,
 )
 from pi_cross_session.security.io import fs
-from pi_cross_session.security.io.sender_files import PeersDirFiles
-from pi_cross_session.security.limits import LifetimeBudget
-from pi_cross_session.security.receiver import SessionReceiver
-from pi_cross_session.security.tokens import new_instance_id, new_token
+from pi_cross_session.security.rows import Row
+from pi_cross_session.security.turns import TurnAborted, TurnEvent, TurnTracker
 
 logger = logging.getLogger(__name__)
 
@@ -92,58 +86,10 @@ logger = logging.getLogger(__name__)
 MAINTENANCE_MAX_SLEEP_S: Final = 1.0
 
 
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-SYSTEM_CLOCK: Final = Clock(wall_ms=_wall_ms, monotonic=time.monotonic)
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeOptions:
-    """Settings of a runtime; every bound defaults to the contract's value."""
-
-    inbound: str = "accept"
-    budget: int = LIFETIME_BUDGET
-    heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
-    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
-    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
-    clock: Clock = SYSTEM_CLOCK
-    #: Extra keyword arguments for :class:`Admission` (tests use small queues and windows).
-    admission: dict[str, float | int] = field(default_factory=dict)
-    #: Resolve git metadata in listings.
-    with_git: bool = True
-    #: List once right after start-up, to reap dead sessions early (spec §1.5). Tests of the
-    #: registrar's own failures turn it off: that listing may recreate a removed peers dir.
-    listing_at_start: bool = True
-
-
 class NotReadyError(CrossSessionError):
     """The runtime has no running incarnation (not started yet, or stopped)."""
 
     code = Code.NOT_READY
-
-
-@dataclass(slots=True)
-class _Incarnation:
-    identity: LocalIdentity
-    started_at: int
-    budget: LifetimeBudget
-    admission: Admission
-    endpoint: Endpoint[object]
-    registrar: Registrar
-    exchanger: Exchanger
-    goals: Goals
-    confirmations: GoalConfirmations
-    authenticator: Authenticator
-    wake: anyio.Event = field(default_factory=anyio.Event)
-    flush_due: bool = False
-    refresh_due: bool = False
-    #: The published ``status``: ``busy`` from a turn's start to its end, as the contract says
-    #: (spec §1.3), whatever the admission phase does in between (preflight, flushes).
-    status: Status = "idle"
-    outbound: set[anyio.CancelScope] = field(default_factory=set)
-    failure: BaseException | None = None
 
 
 class SessionRuntime:
@@ -167,7 +113,7 @@ class SessionRuntime:
         self._inbound = inbound_from_flag(self.options.inbound)
         # A name set for this session (options or /cross-session-name); None: the host's.
         self._name: str | None = None
-        self._current: _Incarnation | None = None
+        self._current: Incarnation | None = None
         self._stop_requested = False
         self._reload_requested = False
         self._control = anyio.Event()
@@ -180,6 +126,8 @@ class SessionRuntime:
         # Task ownership evidence carried from one incarnation to the next (never a grant).
         self._evidence: tuple[Mapping[str, object], ...] = ()
         self._last_goal_end: GoalEnd | None = None
+        #: The host session's current turn, fed by :meth:`on_turn`; read by the gate.
+        self.turns = TurnTracker()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -196,9 +144,13 @@ class SessionRuntime:
         reported = failed = False
         try:
             while not self._stop_requested:
+                if self._reload_requested:
+                    # A new incarnation vouches for no turn that began before it.
+                    self.turns.rebase()
                 self._reload_requested = False
                 incarnation = self._new_incarnation()
                 self._current = incarnation
+                self.turns.observe(incarnation.admission)
                 try:
                     async with anyio.create_task_group() as group:
                         await group.start(incarnation.endpoint.serve)
@@ -297,85 +249,33 @@ class SessionRuntime:
             for scope in list(current.outbound):
                 scope.cancel()
 
-    def _new_incarnation(self) -> _Incarnation:
-        instance_id = new_instance_id()
-        identity = LocalIdentity(
-            session_id=self.host.session_id,
-            instance_id=instance_id,
-            token=new_token(),
-            pid=os.getpid(),
+    def _new_incarnation(self) -> Incarnation:
+        return assemble(
+            Wiring(
+                host=self.host,
+                locations=self.locations,
+                options=self.options,
+                turns=self.turns,
+                inbound=lambda: self._inbound,
+                describe=self._registration,
+                submit=self._submit_to_host,
+                on_latch=self._on_latch,
+                on_failure=self._on_registration_lost,
+                on_row=self._on_row,
+                on_evidence=self._journal_evidence,
+                evidence=self._evidence,
+            )
         )
-        clock = self.options.clock
-        budget = LifetimeBudget(units=self.options.budget)
-        goals = Goals(
-            Scope(identity.session_id, instance_id, self.host.cwd),
-            on_record=self._journal_evidence,
-        )
-        goals.import_evidence(self._evidence)
-        holder: list[_Incarnation] = []
 
-        def on_latch(reason: str) -> None:
-            self._notify(render.inbox_latched(reason, goals.last_end))
-            if holder:
-                self._wake(holder[0], refresh=True)
+    def _on_latch(self, incarnation: Incarnation, reason: str) -> None:
+        self._notify(render.inbox_latched(reason, incarnation.goals.last_end))
+        self._wake(incarnation, refresh=True)
 
-        admission = Admission(
-            identity,
-            clock=clock,
-            submit=self._submit_to_host,
-            budget=budget,
-            inbound=lambda: self._inbound,
-            host_idle=self.host.is_idle,
-            on_latch=on_latch,
-            on_row=self._on_row,
-            goals=goals,
-            **self.options.admission,  # type: ignore[arg-type]
-        )
-        authenticator = Authenticator(
-            identity, self.locations, files=PeersDirFiles(self.locations), capabilities=ADVERTISED
-        )
-        receiver = SessionReceiver(authenticator, admission)
-        endpoint: Endpoint[object] = Endpoint(
-            self.locations.socket_path(instance_id),
-            receiver,  # type: ignore[arg-type]
-            files=fs,
-            config=self.options.endpoint,
-        )
-        started_at = clock.wall_ms()
-
-        def snapshot() -> Registration:
-            return self._registration(identity, started_at, holder[0].status if holder else "idle")
-
-        def on_failure(exc: BaseException) -> None:
-            self.last_error = exc
-            self._notify(render.registration_lost(exc))
-            if holder:
-                holder[0].failure = exc
-            self._signal()
-
-        registrar = Registrar(
-            self.locations,
-            fs,
-            snapshot,
-            heartbeat_interval_s=self.options.heartbeat_interval_s,
-            on_failure=on_failure,
-            clock=clock.wall_ms,
-        )
-        exchanger = Exchanger(self.locations, fs, config=self.options.exchange)
-        incarnation = _Incarnation(
-            identity=identity,
-            started_at=started_at,
-            budget=budget,
-            admission=admission,
-            endpoint=endpoint,
-            registrar=registrar,
-            exchanger=exchanger,
-            goals=goals,
-            confirmations=GoalConfirmations(),
-            authenticator=authenticator,
-        )
-        holder.append(incarnation)
-        return incarnation
+    def _on_registration_lost(self, incarnation: Incarnation, exc: BaseException) -> None:
+        self.last_error = exc
+        self._notify(render.registration_lost(exc))
+        incarnation.failure = exc
+        self._signal()
 
     def _registration(
         self, identity: LocalIdentity, started_at: int, status: Status
@@ -394,12 +294,13 @@ class SessionRuntime:
             token=identity.token,
         )
 
-    async def _close(self, incarnation: _Incarnation) -> None:
+    async def _close(self, incarnation: Incarnation) -> None:
         """Cleanup in the contract's order: fence, drop pending, registration, socket."""
         for scope in list(incarnation.outbound):
             scope.cancel()
         reason = RevokeReason.RELOAD if self._reload_requested else RevokeReason.SHUTDOWN
         incarnation.admission.shutdown(reason)
+        self.turns.observe(None)
         incarnation.confirmations.clear()
         self._evidence = incarnation.goals.export_evidence()
         self._last_snapshot = incarnation.admission.snapshot()
@@ -412,7 +313,7 @@ class SessionRuntime:
         except CrossSessionError as exc:
             logger.warning("could not remove our socket: %s", sanitize.line(str(exc)))
 
-    async def _initial_listing(self, incarnation: _Incarnation) -> None:
+    async def _initial_listing(self, incarnation: Incarnation) -> None:
         """One listing right after start-up (spec §1.5), so that registrations of sessions that
         died are reaped early rather than at the next send; its result is not needed."""
         try:
@@ -427,7 +328,7 @@ class SessionRuntime:
         except CrossSessionError as exc:
             logger.info("the start-up listing failed: %s", sanitize.line(str(exc)))
 
-    async def _maintain(self, incarnation: _Incarnation) -> None:
+    async def _maintain(self, incarnation: Incarnation) -> None:
         """Expire, flush and refresh when due; sleeps until the next deadline or a wake-up."""
         admission = incarnation.admission
         clock = self.options.clock
@@ -440,10 +341,9 @@ class SessionRuntime:
                 await incarnation.wake.wait()
             incarnation.wake = anyio.Event()
             admission.tick()
-            if incarnation.flush_due or admission.flush_owed:
+            if admission.flush_owed:
                 # Retried on every pass until the host is idle: a settle seen while the host
                 # still looked busy must not strand the queue.
-                incarnation.flush_due = False
                 admission.flush_one()
             if incarnation.refresh_due:
                 incarnation.refresh_due = False
@@ -452,10 +352,7 @@ class SessionRuntime:
                 except CrossSessionError as exc:
                     logger.warning("registration refresh failed: %s", sanitize.line(str(exc)))
 
-    def _wake(
-        self, incarnation: _Incarnation, *, flush: bool = False, refresh: bool = False
-    ) -> None:
-        incarnation.flush_due = incarnation.flush_due or flush
+    def _wake(self, incarnation: Incarnation, *, refresh: bool = False) -> None:
         incarnation.refresh_due = incarnation.refresh_due or refresh
         incarnation.wake.set()
 
@@ -480,55 +377,17 @@ class SessionRuntime:
 
     # -- host events -----------------------------------------------------------------------------
 
-    def on_turn_preparing(self) -> None:
-        """A turn is about to start."""
+    def on_turn(self, event: TurnEvent) -> None:
+        """The host reports one turn event (the vocabulary is :mod:`pi_cross_session.security.
+        turns`'s). The tracker applies it and tells admission what follows; the registration is
+        republished when the turn starts or ends (``busy`` from a turn's start to its end, spec
+        §1.3) or the inbox latches, and the maintenance pass runs (a safe end owes a flush)."""
+        self.turns.handle(event)
         if (inc := self._current) is not None:
-            inc.admission.turn_preparing()
-
-    def on_turn_not_started(self) -> None:
-        """A turn announced by ``on_turn_preparing`` will not run (e.g. a slash command)."""
-        if (inc := self._current) is not None:
-            inc.admission.turn_not_started()
-            self._wake(inc)
-
-    def on_turn_started(self, source: TurnSource) -> None:
-        """A turn started; ``source`` is who started it, if the host knows."""
-        if (inc := self._current) is not None:
-            inc.admission.turn_started(source)
-            inc.status = "busy"
-            self._wake(inc, refresh=True)
-
-    def on_turn_identified(self, source: TurnSource) -> None:
-        """The host learned who started the running turn."""
-        if (inc := self._current) is not None:
-            inc.admission.turn_identified(source)
-
-    def on_message_started(self, message_id: str, sender_instance_id: str) -> None:
-        """A message we submitted entered the conversation."""
-        if (inc := self._current) is not None:
-            inc.admission.message_started(message_id, sender_instance_id)
-
-    def peer_claim(self, message_id: str, sender_instance_id: str) -> PeerClaim | None:
-        """What admission submitted as this message: its goal id and authenticated sender, or
-        ``None`` when this incarnation submitted no such message (a forged or stale one)."""
-        inc = self._current
-        row = None if inc is None else inc.admission.row(sender_instance_id, message_id)
-        if row is None or row.state != Code.SUBMITTED:
-            return None
-        return PeerClaim(row.goal_id, (row.sender_instance_id, row.sender_session_id))
-
-    def on_turn_aborted(self) -> None:
-        """The running turn was aborted."""
-        if (inc := self._current) is not None:
-            inc.admission.turn_aborted()
-            self._wake(inc, refresh=True)
-
-    def on_turn_ended(self, ending: TurnEnding) -> None:
-        """A turn ended; a safe end lets one queued message through, on the next loop pass."""
-        if (inc := self._current) is not None:
-            flush = inc.admission.turn_ended(ending)
-            inc.status = "idle"
-            self._wake(inc, flush=flush, refresh=True)
+            status: Status = "busy" if self.turns.on_record else "idle"
+            changed = status != inc.status
+            inc.status = status
+            self._wake(inc, refresh=changed or isinstance(event, TurnAborted))
 
     def on_session_info_changed(self) -> None:
         """Name or cwd changed: republish. A goal is scoped to the cwd it started in, so a cwd
@@ -751,7 +610,7 @@ class SessionRuntime:
     def _goals(self) -> Goals:
         return self._require_current().goals
 
-    def _require_current(self) -> _Incarnation:
+    def _require_current(self) -> Incarnation:
         inc = self._current
         if inc is None or self._stop_requested:
             raise NotReadyError("the cross-session inbox is not running")
@@ -843,7 +702,6 @@ class SessionRuntime:
 
 
 __all__ = [
-    "SYSTEM_CLOCK",
     "NotReadyError",
     "RuntimeOptions",
     "SessionRuntime",

@@ -1,12 +1,33 @@
-"""The exception tree of the wire layer.
+"""The one exception tree of the package: every class, wherever it is defined.
+
+Every error this package raises on purpose is a :class:`CrossSessionError` and carries a ``code``
+(a wire status, an errno name or a local code). The tree below lists every exception class in
+``src`` with the module that defines it; ``tests/unit/test_errors.py`` checks that it is complete
+and that each class's parent is the one drawn. Only module-private classes (a leading underscore:
+control flow that never leaves its module) are left out.
 
 ::
 
-    CrossSessionError             every error this package raises on purpose; carries a code
-    ├── FrameError                 bytes that are not a frame (framing, UTF-8, JSON)
-    │   └── FrameTooLargeError          a frame over the byte cap (code ``message_too_large``)
-    ├── FrameValidationError       JSON that is not the frame the contract expects
-    └── LocalProtocolError         we were about to break the contract ourselves
+    CrossSessionError                     every deliberate error; carries a code
+    ├── FrameError                        bytes that are not a frame (framing, UTF-8, JSON)
+    │   └── FrameTooLargeError            a frame over the byte cap (``message_too_large``)
+    ├── FrameValidationError              JSON that is not the frame the contract expects
+    ├── LocalProtocolError                we were about to break the contract ourselves
+    │   ├── RegistrarStoppedError         protocol.io.discovery: the registrar never writes again
+    │   ├── UnpublishableRegistrationError  protocol.registration: our own values would be skipped
+    │   ├── RowTransitionError            security.rows: a message row's move the table forbids
+    │   └── TurnEventError                security.turns: a turn event the table says cannot come
+    ├── InvalidRegistrationError          protocol.registration: a peer's file breaks the contract
+    ├── WriteWaitTimeoutError             protocol.io.discovery: a write waited too long
+    ├── AddressError                      protocol.addressing: no single live session matches
+    ├── ExchangeError                     protocol.io.exchange: no good receipt
+    ├── FileSystemError                   security.io.fs: something at a path cannot be used
+    │   ├── UnsafePathError               security.io.fs: it fails a trust check
+    │   └── FileOperationError            security.io.fs: the OS refused (code: errno name)
+    ├── GoalError                         security.goals.errors: a goal action was refused
+    ├── NotReadyError                     plugin.runtime: no running incarnation
+    ├── IdentityBusyError                 plugin.cli_identity: every CLI identity stayed busy
+    └── InputError                        cli.send_cmd: the message to send could not be read
 
 "The peer broke the protocol" (:class:`FrameError`, :class:`FrameValidationError`) and "we broke it"
 (:class:`LocalProtocolError`) are different classes so that a caller never confuses a hostile input

@@ -1,10 +1,12 @@
 """The receiver's decisions: what enters a session, in what order it is checked, where it ends.
 
 :class:`Admission` is a pure state machine (no sockets, no tasks, no sleeping): the endpoint calls
-:meth:`Admission.admit` and :meth:`Admission.status` for wire frames, the host adapter reports turns
-(:meth:`turn_preparing`, :meth:`turn_started`, :meth:`message_started`, :meth:`turn_aborted`,
-:meth:`turn_ended`), the runtime calls :meth:`flush_one` after a safe settle and :meth:`tick` when
-:meth:`next_deadline` comes, and the local user calls :meth:`resume`. Time comes from an injected
+:meth:`Admission.admit` and :meth:`Admission.status` for wire frames, the runtime calls
+:meth:`flush_one` after a safe settle and :meth:`tick` when :meth:`next_deadline` comes, and the
+local user calls :meth:`resume`. What the host's turns are doing it reads from the session's
+:class:`~pi_cross_session.security.turns.TurnTracker`, which tells it (as its
+:class:`~pi_cross_session.security.turns.TurnObserver`) when our message entered the
+conversation, when a turn was aborted and how a turn settled. Time comes from an injected
 :class:`Clock`, so every rule is testable without waiting.
 
 A message frame is checked in the contract's order (spec §5), and the first failing check answers:
@@ -45,9 +47,10 @@ a row ``accepted`` created) before anything else can happen, and resolved: submi
 when safely idle, queued when busy with a known turn. From that point every message ends in exactly
 one final state (see :data:`FINAL_STATES`), which :meth:`snapshot` shows. Nothing is ever refunded.
 
-**Safely idle** means: no turn, no submission of ours still waiting to start, and the host agrees it
-is idle. **Queueable** means: a turn is running, it was not cancelled, we know who started it, and
-the sender understands ``queued``. Everything else is ``busy``: we never guess.
+**Safely idle** means: the turn tracker has nothing on record (no turn, none announced, no
+submission of ours still waiting to start) and the host agrees. **Queueable** means: a turn is
+running, it was not cancelled, we know who started it, and the sender understands ``queued``.
+Everything else is ``busy``: we never guess.
 
 **The abort latch.** An abort, an aborted or otherwise unsafe end of a turn, a failed submission, or
 a submission that does not start a turn within 5 s closes the inbox: every queued message ends as
@@ -66,7 +69,7 @@ from typing import Final
 
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.bridge import BridgeKind, classify_bridge
-from pi_cross_session.protocol.codes import FINAL_ROW_STATES, Code, refusal_text
+from pi_cross_session.protocol.codes import Code, refusal_text
 from pi_cross_session.protocol.frames import Message, Response, StatusQuery
 from pi_cross_session.protocol.limits import (
     MAX_CACHE_ENTRIES,
@@ -85,45 +88,17 @@ from pi_cross_session.security.limits import (
     RateLimiter,
     TextDedup,
 )
-from pi_cross_session.security.rows import RowKey, RowTable
+from pi_cross_session.security.provenance import PeerClaim
+from pi_cross_session.security.rows import FINAL_STATES, Row, RowKey, RowState, RowTable
+from pi_cross_session.security.turns import Phase, Settle, TurnState, TurnTracker
 
 logger = logging.getLogger(__name__)
-
-#: Row states a message can end in; a row never leaves one of these.
-FINAL_STATES: Final = FINAL_ROW_STATES
-
 
 #: Diagnostics of a ``submitted`` row: whether the host showed the message entering its
 #: conversation (spec §4.1 asks the row to record it).
 NOT_YET_CONFIRMED: Final = "Submitted; the host has not yet confirmed it"
 CONFIRMED: Final = "The host confirmed the message entered the conversation"
 UNCONFIRMED: Final = "The host did not confirm it within 5 s; the inbox was closed"
-
-
-class Phase(StrEnum):
-    """Where the host session is in its turn cycle, as far as we can tell."""
-
-    IDLE = "idle"
-    PREFLIGHT = "preflight"
-    BUSY = "busy"
-
-
-class TurnSource(StrEnum):
-    """Who started the running turn. Only a known source makes a turn queueable."""
-
-    USER = "user"
-    PEER = "peer"
-    UNKNOWN = "unknown"
-
-
-class TurnEnding(StrEnum):
-    """How a turn ended, from the host's last assistant message. Only ``stop`` is safe."""
-
-    STOP = "stop"
-    ABORTED = "aborted"
-    ERROR = "error"
-    OTHER = "other"
-    UNKNOWN = "unknown"
 
 
 class LatchReason(StrEnum):
@@ -155,40 +130,10 @@ class Delivery:
     goal_id: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    """What the receiver knows of one admitted message; ``state`` is one of the row states."""
-
-    sender_instance_id: str
-    sender_name: str
-    message_id: str
-    summary: str
-    state: str
-    admitted_at_ms: int
-    updated_at_ms: int
-    diagnostic: str | None = None
-    goal_id: str | None = None
-    #: The sender's session id as authenticated (with the instance id, its goal membership key).
-    sender_session_id: str = ""
-    #: The host confirmed the message entered its conversation (a ``submitted`` row only).
-    delivered: bool = False
-
-    @property
-    def final(self) -> bool:
-        """True once the message reached a state it never leaves."""
-        return self.state in FINAL_STATES
-
-
 @dataclass(slots=True)
 class _Queued:
     delivery: Delivery
     expires_at: float  # monotonic
-
-
-@dataclass(slots=True)
-class _Turn:
-    source: TurnSource
-    cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +177,7 @@ class Admission:
         identity: LocalIdentity,
         *,
         clock: Clock,
+        turns: TurnTracker,
         submit: Callable[[Delivery], None],
         budget: LifetimeBudget,
         inbound: Callable[[], str] = lambda: "accept",
@@ -251,6 +197,7 @@ class Admission:
     ) -> None:
         self._identity = identity
         self._clock = clock
+        self._turns = turns
         self._submit = submit
         self._budget = budget
         self._inbound = inbound
@@ -268,20 +215,16 @@ class Admission:
         self._on_row = on_row
         self._goals = goals
 
-        self._phase = Phase.IDLE
-        self._turn: _Turn | None = None
-        # A submission of ours that has not started a turn yet: (row key, monotonic deadline).
-        self._awaiting_start: tuple[tuple[str, str], float] | None = None
-        # The row whose submission is in progress, and whether the host confirmed it meanwhile
-        # (a host may start the turn and show the message inside its submit call).
-        self._submitting: tuple[str, str] | None = None
+        # The message whose submission is in progress, and whether the host confirmed it
+        # meanwhile (a host may start the turn and show the message inside its submit call).
+        self._submitting: Delivery | None = None
         self._confirmed_while_submitting = False
         # A safe settle owes the queue one submission; it stays owed until the host is idle.
         self._flush_owed = False
         self._queue: deque[_Queued] = deque()
         # Final rows beyond ``max_rows`` are evicted so that no sender pushes out another's
         # (security/rows.py); pending rows never are.
-        self._rows: RowTable[Row] = RowTable(max_final=max_rows)
+        self._rows = RowTable(max_final=max_rows)
         self._stopped = False
         self._latch_reason: str | None = None
         self._shut_down = False
@@ -363,7 +306,7 @@ class Admission:
                 sender_name=sender.name,
                 message_id=message.message_id,
                 summary=message.summary,
-                state=Code.ACCEPTED,
+                state=RowState.ACCEPTED,
                 admitted_at_ms=now_ms,
                 updated_at_ms=now_ms,
                 goal_id=message.goal_id,
@@ -372,7 +315,7 @@ class Admission:
         )
         if can_submit:
             state = self._deliver(delivery)
-            if state == Code.SUBMITTED:
+            if state is RowState.SUBMITTED:
                 return self._ok(message.request_id, Code.SUBMITTED)
             # Admitted and accounted for (its row says injection_failed), so not counted as a
             # refusal; the wire still says the host could not take it.
@@ -381,7 +324,7 @@ class Admission:
             self._queue_ttl, max(0.0, (message.sent_at - now_ms) / 1000 + self._queue_ttl)
         )
         self._queue.append(_Queued(delivery, expires_at=now + ttl_left))
-        self._set_state(delivery, Code.QUEUED)
+        self._set_state(delivery, RowState.QUEUED)
         return self._ok(message.request_id, Code.QUEUED)
 
     def status(self, caller: Caller, query: StatusQuery) -> Response:
@@ -399,102 +342,46 @@ class Admission:
     # -- gates -----------------------------------------------------------------------------------
 
     def can_submit(self) -> bool:
-        """Safely idle: no turn, nothing of ours waiting to start, and the host agrees."""
-        return (
-            self._phase is Phase.IDLE
-            and self._turn is None
-            and self._awaiting_start is None
-            and self._host_idle()
-        )
+        """Safely idle: the turn tracker has nothing on record (no turn, none announced, nothing
+        of ours waiting to start) and the host agrees."""
+        return self._turns.submittable and self._host_idle()
 
     def can_queue(self) -> bool:
         """Busy with a turn that was not cancelled and whose source we know."""
-        turn = self._turn
-        return (
-            self._phase is Phase.BUSY
-            and turn is not None
-            and not turn.cancelled
-            and turn.source is not TurnSource.UNKNOWN
-        )
+        return self._turns.queueable
 
-    # -- host events -----------------------------------------------------------------------------
+    # -- what the turn tracker tells (TurnObserver) ----------------------------------------------
 
-    def turn_preparing(self) -> None:
-        """The host is about to start a turn (e.g. a prompt arrived): no longer safely idle."""
-        if self._phase is Phase.IDLE:
-            self._phase = Phase.PREFLIGHT
-
-    def turn_not_started(self) -> None:
-        """A turn being prepared will not run after all (the prompt was a slash command, say):
-        back to idle, unless a submission of ours is still waiting for its turn."""
-        if self._phase is Phase.PREFLIGHT and self._turn is None and self._awaiting_start is None:
-            self._phase = Phase.IDLE
-
-    def turn_started(self, source: TurnSource) -> None:
-        """A turn started. A turn that follows our own submission is a peer turn, whatever the
-        host says; a host retry inside a running turn keeps the turn's original source."""
-        if self._turn is not None:
-            return
-        if self._awaiting_start is not None:
-            source = TurnSource.PEER
-            self._awaiting_start = None
-        self._turn = _Turn(source=source)
-        self._phase = Phase.BUSY
-
-    def turn_identified(self, source: TurnSource) -> None:
-        """The host learned who started the running turn after it began (e.g. from the first
-        message of the run). Only an unknown source is replaced, and never by ``unknown``: a
-        turn never loses the provenance it already has."""
-        turn = self._turn
-        if (
-            turn is not None
-            and turn.source is TurnSource.UNKNOWN
-            and source is not TurnSource.UNKNOWN
-        ):
-            turn.source = source
-
-    def message_started(self, message_id: str, sender_instance_id: str) -> None:
-        """The host showed our submitted message entering its conversation."""
+    def message_entered(self, message_id: str, sender_instance_id: str) -> PeerClaim | None:
+        """The host showed a message we submitted entering its conversation: its row records it.
+        Returns what admission submitted as that message (its goal id and authenticated
+        sender), or ``None`` when this incarnation submitted no such message."""
         key = (sender_instance_id, message_id)
-        if key == self._submitting:
+        submitting = self._submitting
+        if submitting is not None and _key(submitting) == key:
             self._confirmed_while_submitting = True
-            return
+            return _claim(submitting.goal_id, submitting.sender.instance_id, submitting.sender.id)
         row = self._rows.get(key)
-        if row is not None and row.state == Code.SUBMITTED:
-            confirmed = replace(
-                row, diagnostic=CONFIRMED, delivered=True, updated_at_ms=self._clock.wall_ms()
-            )
-            self._store(confirmed)
-            self._observe(confirmed)
+        if row is None or row.state is not RowState.SUBMITTED:
+            return None
+        confirmed = replace(
+            row, diagnostic=CONFIRMED, delivered=True, updated_at_ms=self._clock.wall_ms()
+        )
+        self._store(confirmed)
+        self._observe(confirmed)
+        return _claim(row.goal_id, row.sender_instance_id, row.sender_session_id)
 
     def turn_aborted(self) -> None:
         """The running turn was aborted (or its signal fired): latch."""
-        if self._turn is not None:
-            self._turn.cancelled = True
         self._latch(LatchReason.ABORT)
 
-    def turn_ended(self, ending: TurnEnding) -> bool:
-        """A turn ended. Returns True when it ended safely and a queued message should be
-        submitted (call :meth:`flush_one` once, after the host has settled)."""
-        turn = self._turn
-        self._turn = None
-        if self._awaiting_start is None:
-            self._phase = Phase.IDLE
-        safe = (
-            ending is TurnEnding.STOP
-            and turn is not None
-            and not turn.cancelled
-            and turn.source is not TurnSource.UNKNOWN
-        )
-        if not safe:
-            # Fail closed (spec §5.5–5.6): a turn we cannot vouch for — cancelled, of unknown
-            # source, or ended any way but a clean stop — closes the inbox. Only a clean stop with
-            # no turn on record (nothing was running, as far as we know) leaves it open.
-            if turn is not None or ending is not TurnEnding.STOP:
-                self._latch(LatchReason.UNSAFE_END)
-            return False
-        self._flush_owed = bool(self._queue) and not self._stopped
-        return self._flush_owed
+    def turn_settled(self, settle: Settle) -> None:
+        """A turn ended: an unsafe end latches; a safe one owes the queue one submission
+        (see :attr:`flush_owed`), made by :meth:`flush_one` once the host has settled."""
+        if settle is Settle.UNSAFE:
+            self._latch(LatchReason.UNSAFE_END)
+        elif settle is Settle.SAFE:
+            self._flush_owed = bool(self._queue) and not self._stopped
 
     @property
     def flush_owed(self) -> bool:
@@ -532,20 +419,18 @@ class Admission:
     def next_deadline(self) -> float | None:
         """The monotonic time at which :meth:`tick` has something to do, if any."""
         deadlines = [entry.expires_at for entry in self._queue]
-        if self._awaiting_start is not None:
-            deadlines.append(self._awaiting_start[1])
+        if self._turns.deadline is not None:
+            deadlines.append(self._turns.deadline)
         return min(deadlines, default=None)
 
     def tick(self) -> None:
         """Expire queued messages past their TTL; latch if a submission never started a turn."""
         now = self._clock.monotonic()
         self._expire(now)
-        if self._awaiting_start is not None and now >= self._awaiting_start[1]:
-            key, _ = self._awaiting_start
-            self._awaiting_start = None
-            self._phase = Phase.IDLE if self._turn is None else self._phase
+        key = self._turns.expire(now)
+        if key is not None:
             row = self._rows.get(key)
-            if row is not None and row.state == Code.SUBMITTED:
+            if row is not None and row.state is RowState.SUBMITTED:
                 self._store(
                     replace(row, diagnostic=UNCONFIRMED, updated_at_ms=self._clock.wall_ms())
                 )
@@ -557,10 +442,10 @@ class Admission:
         """``/cross-session-resume``: reopen the inbox, only when nothing is running."""
         if self._shut_down:
             return ResumeOutcome(False, 0, "this incarnation has shut down")
-        if self._turn is not None or self._awaiting_start is not None or not self._host_idle():
+        if self._turns.state not in _RESUMABLE or not self._host_idle():
             return ResumeOutcome(False, 0, "a turn is still running; wait until it has settled")
-        dropped = self._drop_all(Code.DROPPED_USER_RESET, "Dropped when the user resumed")
-        self._phase = Phase.IDLE
+        dropped = self._drop_all(RowState.DROPPED_USER_RESET, "Dropped when the user resumed")
+        self._turns.reset()
         self._stopped = False
         self._latch_reason = None
         return ResumeOutcome(True, dropped)
@@ -589,16 +474,16 @@ class Admission:
         """The incarnation ends (``reason``: shutdown or reload): the goal is revoked, its queued
         messages end ``dropped_goal_revoked`` and every other pending one ``dropped_shutdown``."""
         self._shut_down = True
-        self._awaiting_start = None
+        self._turns.withdraw()
         self.end_goal(reason)
-        return self._drop_all(Code.DROPPED_SHUTDOWN, "Dropped because the session shut down")
+        return self._drop_all(RowState.DROPPED_SHUTDOWN, "Dropped because the session shut down")
 
     # -- inspection ------------------------------------------------------------------------------
 
     @property
     def phase(self) -> Phase:
         """The current phase."""
-        return self._phase
+        return self._turns.phase
 
     @property
     def stopped(self) -> bool:
@@ -615,7 +500,7 @@ class Admission:
         if recent is not None:
             rows = rows[-recent:] if recent > 0 else ()
         return Snapshot(
-            phase=self._phase,
+            phase=self._turns.phase,
             stopped=self._stopped,
             latch_reason=self._latch_reason,
             shut_down=self._shut_down,
@@ -631,16 +516,15 @@ class Admission:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _deliver(self, delivery: Delivery) -> str:
+    def _deliver(self, delivery: Delivery) -> RowState:
         """Hand a message to the host; a synchronous failure latches the inbox.
 
         The turn we expect is registered *before* the host is called, because a host may start
         that turn (and show the message) before its submit call returns.
         """
         key = _key(delivery)
-        self._awaiting_start = (key, self._clock.monotonic() + self._grace)
-        self._phase = Phase.PREFLIGHT
-        self._submitting = key
+        self._turns.submitting(key, deadline=self._clock.monotonic() + self._grace)
+        self._submitting = delivery
         self._confirmed_while_submitting = False
         try:
             self._submit(delivery)
@@ -648,19 +532,18 @@ class Admission:
             logger.warning(
                 "submission of %s failed: %s", delivery.message_id, sanitize.line(str(exc))
             )
-            if self._awaiting_start is not None and self._awaiting_start[0] == key:
-                self._awaiting_start = None
-            if self._turn is None:
-                self._phase = Phase.IDLE
-            self._set_state(delivery, Code.INJECTION_FAILED, f"The host refused it: {exc}"[:400])
+            self._turns.submit_failed(key)
+            self._set_state(
+                delivery, RowState.INJECTION_FAILED, f"The host refused it: {exc}"[:400]
+            )
             self._latch(LatchReason.SUBMIT_FAILED)
-            return Code.INJECTION_FAILED
+            return RowState.INJECTION_FAILED
         finally:
             self._submitting = None
         confirmed = self._confirmed_while_submitting
         diagnostic = CONFIRMED if confirmed else NOT_YET_CONFIRMED
-        self._set_state(delivery, Code.SUBMITTED, diagnostic, delivered=confirmed)
-        return Code.SUBMITTED
+        self._set_state(delivery, RowState.SUBMITTED, diagnostic, delivered=confirmed)
+        return RowState.SUBMITTED
 
     def _stale(
         self, sender_id: str, message_id: str, text_key: tuple[str, str, str], now: float
@@ -692,7 +575,7 @@ class Admission:
             self._latch_reason = reason.value
             if self._on_latch is not None:
                 self._on_latch(reason.value)
-        self._drop_all(Code.DROPPED_CANCELLED, f"Dropped: {reason.value}")
+        self._drop_all(RowState.DROPPED_CANCELLED, f"Dropped: {reason.value}")
 
     def _still_member(self, delivery: Delivery) -> bool:
         goals = self._goals
@@ -703,7 +586,7 @@ class Admission:
 
     def _drop_revoked(self, delivery: Delivery) -> None:
         self._set_state(
-            delivery, Code.DROPPED_GOAL_REVOKED, "Dropped because its goal grant was revoked"
+            delivery, RowState.DROPPED_GOAL_REVOKED, "Dropped because its goal grant was revoked"
         )
 
     def _drop_queued(self, doomed: Callable[[Delivery], bool]) -> int:
@@ -720,7 +603,7 @@ class Admission:
             self._flush_owed = False
         return dropped
 
-    def _drop_all(self, state: str, diagnostic: str) -> int:
+    def _drop_all(self, state: RowState, diagnostic: str) -> int:
         dropped = 0
         while self._queue:
             entry = self._queue.popleft()
@@ -734,7 +617,7 @@ class Admission:
         live: deque[_Queued] = deque()
         for entry in self._queue:
             if entry.expires_at <= now:
-                self._set_state(entry.delivery, Code.EXPIRED, "Expired in the queue after 30 s")
+                self._set_state(entry.delivery, RowState.EXPIRED, "Expired in the queue after 30 s")
             else:
                 live.append(entry)
         self._queue = live
@@ -742,7 +625,7 @@ class Admission:
     def _set_state(
         self,
         delivery: Delivery,
-        state: str,
+        state: RowState,
         diagnostic: str | None = None,
         *,
         delivered: bool = False,
@@ -776,7 +659,7 @@ class Admission:
     def _store(self, row: Row) -> None:
         # The submitted row whose turn is still due stays whatever else ends meanwhile: its
         # confirmation (or the lack of one) is recorded on it.
-        due: RowKey | None = None if self._awaiting_start is None else self._awaiting_start[0]
+        due: RowKey | None = self._turns.awaiting
         self._rows.put(row, keep=due)
 
     def _ok(self, request_id: str, status: str, *, error: str | None = None) -> Response:
@@ -800,5 +683,30 @@ class Admission:
         )
 
 
-def _key(delivery: Delivery) -> tuple[str, str]:
+#: Tracker states in which ``/cross-session-resume`` may reopen: no turn on record, nothing of
+#: ours waiting to start (the host must agree it is idle, too).
+_RESUMABLE: Final = frozenset({TurnState.IDLE, TurnState.PREPARING, TurnState.OFF_RECORD})
+
+
+def _key(delivery: Delivery) -> RowKey:
     return (delivery.sender.instance_id, delivery.message_id)
+
+
+def _claim(goal_id: str | None, instance_id: str, session_id: str) -> PeerClaim:
+    return PeerClaim(goal_id, (instance_id, session_id))
+
+
+__all__ = [
+    "CONFIRMED",
+    "FINAL_STATES",
+    "NOT_YET_CONFIRMED",
+    "UNCONFIRMED",
+    "Admission",
+    "Clock",
+    "Delivery",
+    "LatchReason",
+    "Phase",
+    "ResumeOutcome",
+    "Row",
+    "Snapshot",
+]

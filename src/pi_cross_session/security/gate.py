@@ -6,14 +6,13 @@ cannot vouch for, or that was cancelled — may not create or delegate work, spe
 change tools, settings or the agent's own configuration. Everything else (reading, searching,
 editing ordinary files, answering the peer) stays allowed: the peer is a colleague, not a stranger.
 
-Two pure parts, no I/O and no clock:
-
-* :class:`TurnLedger` follows one host session's turns and learns each turn's :class:`Provenance`
-  from the messages that open it (who typed, or whose message started it). A host adapter feeds it
-  events; it never guesses upward: unknown stays unknown, and a peer message among the opening
-  messages makes the whole turn a peer turn.
-* :func:`decide` turns ``(turn authority, tool name, tool input)`` into a :class:`Verdict` under a
-  :class:`GatePolicy` — the configurable set of gated tool names plus a few input-dependent rules.
+Pure, no I/O and no clock: :func:`decide` turns ``(turn authority, tool name, tool input)`` into a
+:class:`Verdict` under a :class:`GatePolicy` — the configurable set of gated tool names plus a few
+input-dependent rules. The turn's authority comes from the session's
+:class:`~pi_cross_session.security.turns.TurnTracker`, which learns each turn's
+:class:`~pi_cross_session.security.provenance.Provenance` from the messages that open it and never
+guesses upward (unknown stays unknown; a peer message among the opening messages makes the whole
+turn a peer turn).
 
 Verdicts by provenance (only *restricted* turns consult the policy at all):
 
@@ -49,6 +48,7 @@ from enum import StrEnum
 from typing import Final
 
 from pi_cross_session.security.goals import TaskHandle
+from pi_cross_session.security.provenance import NO_TURN, Provenance, TurnAuthority
 from pi_cross_session.security.task_rules import (
     DEFAULT_TASK_RULES,
     TaskRules,
@@ -56,15 +56,6 @@ from pi_cross_session.security.task_rules import (
     named_handle,
     rule_for,
 )
-
-
-class Provenance(StrEnum):
-    """Who started a turn, as far as the host's events tell."""
-
-    USER = "user"
-    PEER = "peer"
-    NOTIFICATION = "notification"
-    UNKNOWN = "unknown"
 
 
 class Category(StrEnum):
@@ -79,36 +70,11 @@ class Category(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class TurnAuthority:
-    """What the gate knows of the running turn: who started it, whether it was cancelled, and
-    whether it names a goal (a bound peer's goal id, or notifications of goal-owned tasks)."""
-
-    provenance: Provenance
-    cancelled: bool = False
-    goal_bound: bool = False
-
-    @property
-    def restricted(self) -> bool:
-        """True when gated tools are refused: peer, unknown, any cancelled turn, and any
-        notification turn that names goal-owned tasks (it gets the goal's grant at most)."""
-        if self.cancelled:
-            return True
-        if self.provenance is Provenance.NOTIFICATION and self.goal_bound:
-            return True
-        return self.provenance in (Provenance.PEER, Provenance.UNKNOWN)
-
-
-@dataclass(frozen=True, slots=True)
 class GoalGrant:
     """The grant a goal-scoped turn holds: the goal's id and who owns each task handle."""
 
     goal_id: str
     owner_of: Callable[[TaskHandle], str | None]
-
-
-#: Outside any turn (a call made by a background sub-agent while the session is idle, say) there
-#: is no provenance to vouch for: such calls are judged as an unknown turn.
-NO_TURN: Final = TurnAuthority(Provenance.UNKNOWN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,149 +313,6 @@ def decide(
     return Verdict(False, block_reason(turn, tool_name, category), category)
 
 
-# -- provenance of the running turn ----------------------------------------------------------------
-
-#: Which opening message says most about a turn. A peer message among the opening messages makes
-#: a peer turn whatever else opened it (a user prompt that raced our submission, spec §7.3: while
-#: a submission of ours is in flight, user input does not claim the turn).
-_RANK: Final = {
-    Provenance.UNKNOWN: 0,
-    Provenance.NOTIFICATION: 1,
-    Provenance.USER: 2,
-    Provenance.PEER: 3,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class PeerClaim:
-    """A peer message that opened a turn, as admission submitted it: its goal id (if scoped)
-    and the sender's (instance id, session id)."""
-
-    goal_id: str | None
-    sender: tuple[str, str]
-
-
-@dataclass(slots=True)
-class _LedgerTurn:
-    provenance: Provenance = Provenance.UNKNOWN
-    opening: bool = True
-    cancelled: bool = False
-    claims: set[PeerClaim] = field(default_factory=set)
-    handles: set[TaskHandle] = field(default_factory=set)
-
-
-@dataclass(frozen=True, slots=True)
-class TurnFacts:
-    """What the opening of the running turn said, for goal decisions (see :mod:`.goals`)."""
-
-    provenance: Provenance
-    cancelled: bool
-    #: The peer messages that opened it (a peer turn has at least one).
-    claims: frozenset[PeerClaim]
-    #: Task handles named by the notifications that opened it.
-    handles: frozenset[TaskHandle]
-
-
-class TurnLedger:
-    """The provenance of one host session's running turn, learned from its opening messages.
-
-    Feed it, in order: :meth:`start` when a turn begins; :meth:`observe` for each message that
-    opens it (before the model's first reply); :meth:`close_opening` at the model's first reply,
-    after which the provenance never changes (a message steered in mid-turn, a retry or a
-    continuation cannot relabel a turn); :meth:`cancel` when it is aborted; :meth:`end` when it
-    ends. :attr:`authority` is what the gate judges by.
-    """
-
-    def __init__(self) -> None:
-        self._turn: _LedgerTurn | None = None
-        self._last = Provenance.UNKNOWN
-
-    @property
-    def running(self) -> bool:
-        """True between :meth:`start` and :meth:`end`."""
-        return self._turn is not None
-
-    @property
-    def authority(self) -> TurnAuthority:
-        """The running turn's authority; :data:`NO_TURN` outside a turn."""
-        turn = self._turn
-        if turn is None:
-            return NO_TURN
-        return TurnAuthority(turn.provenance, turn.cancelled)
-
-    def authority_for_call(self, *, own_loop: bool) -> TurnAuthority:
-        """The authority a tool call is judged by.
-
-        A call from the session's own loop belongs to the running turn (outside one it is
-        unknown). A call from elsewhere — a sub-agent of a workflow, checked through the host's
-        gate — belongs to whatever work started it, which we cannot see: while a turn runs it is
-        judged by that turn (the more restrictive reading when both are possible), between turns
-        by the provenance of the last turn, the one that most plausibly started it. That last
-        turn's cancellation is not carried over: an abort stops a turn, not work it started.
-        """
-        if self._turn is not None or own_loop:
-            return self.authority
-        return TurnAuthority(self._last)
-
-    def start(self, *, peer: bool = False) -> None:
-        """A turn began; its provenance is unknown until an opening message says otherwise.
-
-        ``peer``: a submission of ours was in flight when it began, so our message will land in
-        it whatever else opened it (spec §7.3: user input does not claim a turn while a peer
-        submission is pending); the turn is a peer turn from the start.
-        """
-        self._turn = _LedgerTurn(Provenance.PEER if peer else Provenance.UNKNOWN)
-
-    def observe(
-        self,
-        provenance: Provenance,
-        *,
-        claim: PeerClaim | None = None,
-        handles: Iterable[TaskHandle] = (),
-    ) -> bool:
-        """An opening message of the given provenance; returns True when the turn's changed.
-
-        ``claim`` describes a peer message; ``handles`` are the tasks a notification names.
-        Both are only taken from the opening: later messages never change what a turn is for.
-        """
-        turn = self._turn
-        if turn is None or not turn.opening:
-            return False
-        if claim is not None:
-            turn.claims.add(claim)
-        turn.handles.update(handles)
-        if _RANK[provenance] <= _RANK[turn.provenance]:
-            return False
-        turn.provenance = provenance
-        return True
-
-    @property
-    def facts(self) -> TurnFacts | None:
-        """The running turn's opening facts, or ``None`` outside a turn."""
-        turn = self._turn
-        if turn is None:
-            return None
-        return TurnFacts(
-            turn.provenance, turn.cancelled, frozenset(turn.claims), frozenset(turn.handles)
-        )
-
-    def close_opening(self) -> None:
-        """The model replied: the provenance is settled for the rest of the turn."""
-        if self._turn is not None:
-            self._turn.opening = False
-
-    def cancel(self) -> None:
-        """The turn was aborted: restricted for whatever it still tries."""
-        if self._turn is not None:
-            self._turn.cancelled = True
-
-    def end(self) -> None:
-        """The turn ended; its provenance is kept for calls made on its behalf afterwards."""
-        if self._turn is not None:
-            self._last = self._turn.provenance
-        self._turn = None
-
-
 __all__ = [
     "ALLOW",
     "DEFAULT_FILE_TOOLS",
@@ -503,11 +326,8 @@ __all__ = [
     "Category",
     "GatePolicy",
     "GoalGrant",
-    "PeerClaim",
     "Provenance",
     "TurnAuthority",
-    "TurnFacts",
-    "TurnLedger",
     "Verdict",
     "block_reason",
     "decide",

@@ -1,6 +1,6 @@
 """The goal view of a turn: from what opened it to the authority :mod:`.goals` and the gate use.
 
-:class:`~pi_cross_session.security.gate.TurnLedger` learns what opened the running turn (the peer
+:class:`~pi_cross_session.security.turns.TurnTracker` learns what opened the running turn (the peer
 messages admission submitted, the notifications of this session's own extensions and the task
 handles they name). This module turns those facts into
 
@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from typing import Final
 
-from pi_cross_session.security.gate import GoalGrant, Provenance, TurnFacts
+from pi_cross_session.security.gate import GoalGrant
 from pi_cross_session.security.goals import (
     Authority,
     AuthorityClass,
     AuthorityKind,
     Goals,
 )
+from pi_cross_session.security.provenance import Provenance, TurnFacts
 
 #: Stands for "a goal we cannot name": never a valid goal id, so it never matches the active goal.
 UNKNOWN_GOAL: Final = ""
@@ -35,7 +36,7 @@ def authority_of(
     facts: TurnFacts | None, goals: Goals | None, *, aborted: bool = False
 ) -> Authority:
     """The authority of the running turn (``facts``) for goal actions; ``aborted`` adds what
-    the host knows beyond the ledger (the tool call's own abort signal)."""
+    the host knows beyond the tracker (the tool call's own abort signal)."""
     if facts is None:
         return Authority(AuthorityKind.UNKNOWN, cancelled=aborted)
     cancelled = facts.cancelled or aborted

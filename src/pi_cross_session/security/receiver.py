@@ -38,10 +38,6 @@ class SessionReceiver:
     ) -> tuple[Response, Caller | None]:
         """Authenticate the caller (reads the sender's registration when it claims one, and holds
         it to the connecting pid when ``peer`` carries one)."""
-        if peer is None:
-            # Nothing to add; calling without the keyword also serves authenticator stand-ins
-            # written before peer credentials existed.
-            return await self.authenticator.on_hello(hello)
         return await self.authenticator.on_hello(hello, peer=peer)
 
     def on_request(self, session: Caller, request: Message | StatusQuery) -> Response:

@@ -21,7 +21,9 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.security.admission import Delivery, TurnEnding, TurnSource
+from pi_cross_session.security.admission import Delivery
+from pi_cross_session.security.provenance import Provenance
+from pi_cross_session.security.turns import OurMessageStarted, TurnEnded, TurnEnding, TurnStarted
 
 logger = logging.getLogger(__name__)
 
@@ -125,13 +127,13 @@ class HeadlessHost:
         self._busy = True
         try:
             if runtime is not None:
-                runtime.on_turn_started(TurnSource.PEER)
+                runtime.on_turn(TurnStarted(by=Provenance.PEER))
             # Shown first, then confirmed: a watcher sees the message before it is "delivered",
             # as a real host shows a message when it enters the conversation.
             self.delivered.append(delivery)
             self._emit(HostEvent(kind="message", text=delivery.text, delivery=delivery))
             if runtime is not None:
-                runtime.on_message_started(delivery.message_id, delivery.sender.instance_id)
+                runtime.on_turn(OurMessageStarted(delivery.message_id, delivery.sender.instance_id))
             self._turn_over = anyio.Event()
             with anyio.move_on_after(self._busy_s):
                 await self._turn_over.wait()
@@ -139,7 +141,7 @@ class HeadlessHost:
             self._turn_over = None
             self._busy = False
             if runtime is not None:
-                runtime.on_turn_ended(TurnEnding.STOP)
+                runtime.on_turn(TurnEnded(TurnEnding.STOP))
 
     def _emit(self, event: HostEvent) -> None:
         if self._on_event is None:

@@ -16,18 +16,24 @@ What it wires, and why each way (the host's gaps are numbered as in ``spec/host-
   killed by a signal runs neither; its registration stays until a listing proves its pid dead and
   reaps it (spec §1.5). Loading the extension again into a running session (the host sends no
   second ``session_start``) replaces the old incarnation with a new one at once.
-* **Idle or busy** (gap 2). Busy from ``agent_start`` to ``agent_end`` of a real run; the synthetic
-  runs of slash commands (``run_id == ""``) are not turns but keep us busy while they last, since a
-  message injected then would be stranded in the host's steer queue. A turn barrier (awaited right
-  after the host leaves idle) and ``before_agent_start`` both mark a turn as being prepared.
-* **Provenance.** Learned from the messages that open a run, before the model's first reply: a
-  ``user`` message means the user; our own ``custom`` message (``customType == "cross-session"``)
-  means a peer, and wins over anything else in the opening; another extension's ``custom`` message
-  means a notification turn (trusted in-process code; for queueing it counts like the user's own
-  turn, because the admission state machine only distinguishes known from unknown sources).
+* **Turns.** The hooks translate pi-python's events into the turn vocabulary of
+  :mod:`pi_cross_session.security.turns` and hand them to the runtime's one
+  :class:`~pi_cross_session.security.turns.TurnTracker`; admission and the gate read it. The
+  translation (gap 2): a turn barrier (awaited right after the host leaves idle) and
+  ``before_agent_start`` are :class:`TurnPreparing`; ``agent_start`` of a real run is
+  :class:`TurnStarted`; the synthetic runs of slash commands (``run_id == ""``) are not turns — the
+  preparation they interrupt is :class:`TurnAbandoned` — but keep us busy while they last, since a
+  message injected then would be stranded in the host's steer queue (the one piece of state this
+  adapter keeps, ``_command_run``).
+* **Provenance.** The messages that open a run, before the model's first reply
+  (:class:`ModelReplied`): a ``user`` message is :class:`TurnOpened` by the user; our own
+  ``custom`` message (``customType == "cross-session"``) is :class:`OurMessageStarted`, a peer; any
+  other extension's ``custom`` message is a notification (trusted in-process code), with the task
+  handles it names.
 * **How a turn ended** (gap 1): the last assistant message of ``agent_end.messages``: ``stop`` is
   safe; ``aborted`` reports the abort, then the end; ``error``, any other reason, or no assistant
-  message at all are unsafe and close the inbox (fail closed).
+  message at all are unsafe and close the inbox (fail closed). An assistant ``message_end`` with
+  ``stopReason == "aborted"`` reports the abort at once (spec §5.6).
 * **Submission** (gap 3): ``api._require_bridge().trigger_message("cross-session", text,
   details=...)``, the host's only way for an extension to start a turn; it is looked up with
   ``getattr`` and its absence raises, so admission reports ``injection_failed`` — never a silent
@@ -88,23 +94,34 @@ from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import PublicPeer
 from pi_cross_session.security import goal_turns
-from pi_cross_session.security.admission import Delivery, TurnEnding, TurnSource
+from pi_cross_session.security.admission import Delivery
 from pi_cross_session.security.gate import (
     DEFAULT_POLICY,
     PEER_GOAL_READ_ONLY_ACTIONS,
     Category,
     GatePolicy,
-    PeerClaim,
-    Provenance,
-    TurnLedger,
     block_reason,
     decide,
 )
 from pi_cross_session.security.goals import Authority
+from pi_cross_session.security.provenance import Provenance
 from pi_cross_session.security.task_rules import (
     created_handle,
     notification_handles,
     rule_for,
+)
+from pi_cross_session.security.turns import (
+    ModelReplied,
+    OurMessageStarted,
+    TurnAbandoned,
+    TurnAborted,
+    TurnEnded,
+    TurnEnding,
+    TurnEvent,
+    TurnOpened,
+    TurnPreparing,
+    TurnStarted,
+    TurnTracker,
 )
 
 logger = logging.getLogger(__name__)
@@ -281,15 +298,10 @@ class PiPythonSession:
         self.policy: GatePolicy = DEFAULT_POLICY.with_tools(
             self.options.gated_tools_add, self.options.gated_tools_remove
         ).with_protected_roots(str(api.home), self.locations.agent_dir, cwd=self._cwd)
-        self.ledger = TurnLedger()
         self.problems: deque[str] = deque(maxlen=MAX_PROBLEMS)
         self._told: set[str] = set()  # kinds of failure the user was already told about
-        # Turn state, from the host's events.
-        self._run: str | None = None
+        # A slash command's synthetic run is under way: not a turn, but not idle either.
         self._command_run = False
-        self._preparing = False
-        self._opening = False
-        self._submission_pending = False
         # Tasks this object owns: the runtime, and a start scheduled outside session_start.
         self._task: asyncio.Task[None] | None = None
         self._starter: asyncio.Task[None] | None = None
@@ -374,7 +386,7 @@ class PiPythonSession:
 
     def is_idle(self) -> bool:
         """No run, no slash-command run, and no turn being prepared."""
-        return self._run is None and not self._command_run and not self._preparing
+        return not self._command_run and not self.turns.host_active
 
     def submit(self, delivery: Delivery, content: str) -> None:
         """Start a turn with the peer's message (the host's ``trigger_message``); raise if the
@@ -386,7 +398,6 @@ class PiPythonSession:
         if not callable(trigger):
             raise RuntimeError("this pi-python version cannot start a turn for an extension")
         trigger(CUSTOM_TYPE, content, details=message_details(delivery))
-        self._submission_pending = True
         self.notify(render.message_preview(delivery))
 
     def notify(self, text: str) -> None:
@@ -548,95 +559,79 @@ class PiPythonSession:
         except Exception as exc:
             self._problem("preparing a turn", exc)
 
-    def _preparing_turn(self) -> None:
-        if self._run is None and not self._command_run:
-            self._preparing = True
-            self.runtime.on_turn_preparing()
+    @property
+    def turns(self) -> TurnTracker:
+        """The session's turn tracker (the runtime's), which the hooks below feed."""
+        return self.runtime.turns
 
-    def _abandon_preparation(self) -> None:
+    def _report(self, event: TurnEvent) -> None:
+        self.runtime.on_turn(event)
+
+    def _preparing_turn(self) -> None:
+        # A command's synthetic run prepares no turn (the tracker ignores it during a turn).
+        if not self._command_run:
+            self._report(TurnPreparing())
+
+    def _command_started(self) -> None:
         # The ACP agent awaits the turn barriers before it knows a prompt is a slash command, so
         # the barrier may have announced a turn that never comes: take it back. The command run
         # itself still keeps the host non-idle (see is_idle), so nothing is submitted meanwhile.
-        if self._preparing:
-            self._preparing = False
-            self.runtime.on_turn_not_started()
+        self._command_run = True
+        self._report(TurnAbandoned())
 
     def _on_agent_start(self, event: object) -> None:
         try:
             run_id = _field(event, "run_id") or ""
             if not run_id:
                 # A slash command's synthetic run (commands only run while idle): not a turn.
-                if self._run is None:
-                    self._command_run = True
-                    self._abandon_preparation()
+                if not self.turns.turn_running:
+                    self._command_started()
                 return
-            self._run = run_id
-            self._preparing = False
-            self._opening = True
             # A submission of ours still in flight lands in this turn, whoever opened it (the
-            # host steers it in when a user prompt won the race): a peer turn, for both.
-            ours = self._submission_pending
-            self._submission_pending = False
-            self.ledger.start(peer=ours)
-            self.runtime.on_turn_started(TurnSource.PEER if ours else TurnSource.UNKNOWN)
+            # host steers it in when a user prompt won the race): the tracker makes it a peer
+            # turn.
+            self._report(TurnStarted())
         except Exception as exc:
             self._problem("tracking the start of a turn", exc)
 
     def _on_message_start(self, event: object) -> None:
         try:
-            if self._command_run or self._run is None:
+            if self._command_run or not self.turns.turn_running:
                 return
             message = _field(event, "message")
             role = _field(message, "role")
             if role == "assistant":
-                if self._opening:
-                    self._opening = False
-                    self.ledger.close_opening()
-                return
-            if role == "custom" and _field(message, "customType") == CUSTOM_TYPE:
-                claim = self._message_of_ours(message)
-                if self._opening:
-                    self._identify(Provenance.PEER, claim=claim)
-            elif self._opening and role == "user":
-                self._identify(Provenance.USER)
-            elif self._opening and role == "custom":
+                self._report(ModelReplied())
+            elif role == "custom" and _field(message, "customType") == CUSTOM_TYPE:
+                self._report(self._message_of_ours(message))
+            elif role == "user":
+                self._report(TurnOpened(Provenance.USER))
+            elif role == "custom":
                 handles = notification_handles(_field(message, "details"))
-                self._identify(Provenance.NOTIFICATION, handles=handles)
+                self._report(TurnOpened(Provenance.NOTIFICATION, handles))
         except Exception as exc:
             self._problem("tracking a message", exc)
 
-    def _identify(
-        self,
-        provenance: Provenance,
-        *,
-        claim: PeerClaim | None = None,
-        handles: tuple[Any, ...] = (),
-    ) -> None:
-        self.ledger.observe(provenance, claim=claim, handles=handles)
-        # Admission knows user, peer and unknown; a notification turn is the user's own code.
-        source = TurnSource.PEER if provenance is Provenance.PEER else TurnSource.USER
-        self.runtime.on_turn_identified(source)
-
-    def _message_of_ours(self, message: object) -> PeerClaim | None:
-        # The goal and sender of a peer turn come from admission's record of what it submitted,
-        # never from the message's details: only the id pair is read from those.
+    @staticmethod
+    def _message_of_ours(message: object) -> TurnEvent:
+        # Only the id pair is read from the details: the goal and sender of a peer turn come
+        # from admission's record of what it submitted, never from the message itself.
         details = _field(message, "details")
         message_id = _field(details, "messageId")
         sender = _field(_field(details, "from"), "instanceId")
         if isinstance(message_id, str) and isinstance(sender, str):
-            self.runtime.on_message_started(message_id, sender)
-            return self.runtime.peer_claim(message_id, sender)
-        return None
+            return OurMessageStarted(message_id, sender)
+        return TurnOpened(Provenance.PEER)
 
     def _on_message_end(self, event: object) -> None:
         try:
             message = _field(event, "message")
             if (
-                self._run is not None
+                self.turns.turn_running
                 and _field(message, "role") == "assistant"
                 and _field(message, "stopReason") == "aborted"
             ):
-                self.ledger.cancel()
+                self._report(TurnAborted())
         except Exception as exc:
             self._problem("tracking an abort", exc)
 
@@ -645,20 +640,16 @@ class PiPythonSession:
             run_id = _field(event, "run_id") or ""
             if not run_id and self._command_run:
                 self._command_run = False
-                self._abandon_preparation()
+                self._report(TurnAbandoned())
                 return
             # Otherwise this ends the running turn. A run that failed by an exception ends with
             # events the host synthesises without a run id, so an empty one counts too; an end
             # with no start on record (the run failed before agent_start) still settles the turn
             # being prepared — as unsafe, since nothing vouches for it.
-            self._run = None
-            self._opening = False
-            self._preparing = False
-            self.ledger.end()
             ending = ending_of(_field(event, "messages"))
             if ending is TurnEnding.ABORTED:
-                self.runtime.on_turn_aborted()
-            self.runtime.on_turn_ended(ending)
+                self._report(TurnAborted())
+            self._report(TurnEnded(ending))
         except Exception as exc:
             self._problem("tracking the end of a turn", exc)
 
@@ -675,7 +666,7 @@ class PiPythonSession:
         # A call from outside this session's own loop (a workflow's sub-agent) is judged by the
         # running turn, or between turns by the last one, which most plausibly started that work.
         own_loop = _field(event, "origin") is None
-        authority = self.ledger.authority_for_call(own_loop=own_loop)
+        authority = self.turns.authority_for_call(own_loop=own_loop)
         try:
             if (
                 not own_loop
@@ -688,7 +679,7 @@ class PiPythonSession:
             goals = self.runtime.goals
             # The goal view of the running turn (calls between turns have none), computed anew
             # for every call: a goal that ended earlier in this turn grants nothing any more.
-            facts = self.ledger.facts
+            facts = self.turns.facts
             goal_authority = goal_turns.authority_of(facts, goals)
             grant = None if facts is None else goal_turns.grant_for(goal_authority, goals)
             if facts is not None and goal_turns.names_goal(goal_authority):
@@ -744,7 +735,7 @@ class PiPythonSession:
 
     def _goal_authority(self, signal: object) -> Authority:
         return goal_turns.authority_of(
-            self.ledger.facts, self.runtime.goals, aborted=bool(getattr(signal, "aborted", False))
+            self.turns.facts, self.runtime.goals, aborted=bool(getattr(signal, "aborted", False))
         )
 
     # -- tools -----------------------------------------------------------------------------------
@@ -812,9 +803,8 @@ class PiPythonSession:
         async def handler(args: object = "") -> None:
             # The host runs a command only from a prompt, and then emits the command's synthetic
             # run; from here on this prompt is a command, not a turn being prepared.
-            if self._run is None:
-                self._command_run = True
-                self._abandon_preparation()
+            if not self.turns.turn_running:
+                self._command_started()
             try:
                 result = run(args if isinstance(args, str) else "")
                 text = await result if inspect.isawaitable(result) else result

@@ -1,13 +1,10 @@
-"""A first receiver: authenticated messages kept in memory, in order, with their states.
+"""A minimal receiver for socket tests: authenticated messages kept in memory, with their states.
 
-This is the handler the endpoint calls when no agent host is attached (tests, the command-line
-inbox). It answers probes, refuses messages on probe-only connections, refuses blank texts and
-repeated message ids, and keeps every admitted message with a state a status query can read.
-It is bounded by the lifetime budget: after ``LIFETIME_BUDGET`` admissions it refuses with
-``budget_exhausted`` rather than grow.
-
-The full admission pipeline (rate, dedup window, queue, abort latch) replaces this for sessions
-attached to a host; the endpoint does not change, because both implement the same two calls.
+The endpoint tests need a handler that is not the full admission pipeline, so that what they
+check is the endpoint alone. This one answers probes, refuses messages on probe-only connections,
+refuses blank texts and repeated message ids, and keeps every admitted message with a state a
+status query can read; after ``LIFETIME_BUDGET`` admissions it refuses with ``budget_exhausted``.
+Production sessions always run :class:`~pi_cross_session.security.receiver.SessionReceiver`.
 """
 
 from __future__ import annotations
