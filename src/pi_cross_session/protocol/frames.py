@@ -210,11 +210,6 @@ class Hello(_Frame):
     sender: Sender | None = Field(default=None, alias="from")
     capabilities: Capabilities | None = None
 
-    @property
-    def authenticated_claim(self) -> bool:
-        """True when the hello names a sender (the receiver still has to verify it)."""
-        return self.sender is not None
-
     def to_wire(self) -> dict[str, Any]:
         """Keys in the reference's order; absent optionals are omitted."""
         body: dict[str, Any] = {"v": WIRE_VERSION, "type": "hello"}
