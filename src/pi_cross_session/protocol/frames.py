@@ -41,12 +41,14 @@ from pydantic import (
 
 from pi_cross_session.protocol import jsonwire
 from pi_cross_session.protocol.capabilities import ADVERTISED
+from pi_cross_session.protocol.codec import encode_frame
 from pi_cross_session.protocol.codes import Code, is_retryable, wire_next
 from pi_cross_session.protocol.errors import FrameValidationError
 from pi_cross_session.protocol.limits import (
     MAX_CAPABILITIES,
     MAX_CAPABILITY_UNITS,
     MAX_ERROR_UNITS,
+    MAX_FRAME_BYTES,
     MAX_ID_CHARS,
     MAX_NEXT_UNITS,
     MAX_SAFE_INTEGER,
@@ -383,6 +385,7 @@ class Response(_Frame):
 
 
 _FrameT = TypeVar("_FrameT", bound=_Frame)
+_ParsedT = TypeVar("_ParsedT")
 
 ClientFrame: TypeAlias = Hello | Message | StatusQuery
 AnyFrame: TypeAlias = Hello | Message | StatusQuery | Response
@@ -430,3 +433,21 @@ def loads_frame(text: str) -> Any:
 def dumps_frame(frame: AnyFrame) -> str:
     """Serialise a frame to its compact JSON text, without the LF (the codec adds it)."""
     return jsonwire.dumps(frame.to_wire())
+
+
+def frame_from_text(text: str, parse: Callable[[object], _ParsedT]) -> _ParsedT:
+    """The one way in: a frame's text (a decoded line) → JSON → the frame ``parse`` validates
+    (:func:`parse_hello`, :func:`parse_request` or :func:`parse_response`).
+
+    Raises :class:`~pi_cross_session.protocol.errors.FrameError` for text that is not JSON and
+    :class:`~pi_cross_session.protocol.errors.FrameValidationError` for JSON that is not that
+    frame, each with the code ``parse`` gives it.
+    """
+    return parse(jsonwire.loads(text))
+
+
+def frame_to_bytes(frame: AnyFrame, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> bytes:
+    """The one way out: a frame → compact JSON in the reference's key order → UTF-8 and its LF,
+    ready to write. Raises :class:`~pi_cross_session.protocol.errors.FrameTooLargeError` when the
+    line would exceed ``max_frame_bytes`` (checked before anything is written)."""
+    return encode_frame(jsonwire.dumps(frame.to_wire()), max_frame_bytes=max_frame_bytes)
