@@ -111,6 +111,10 @@ BRIDGE_MAX_BUDGET: Final = 256
 # -- sockets ---------------------------------------------------------------------------------------
 #: Bytes asked of a socket per read, by the endpoint and the exchange alike.
 READ_CHUNK_BYTES: Final = 65_536
+#: Connections the kernel may queue for the endpoint before it accepts them (the kernel caps it
+#: at ``net.core.somaxconn``): anyio's default, which the endpoint used before it listened itself.
+#: A full queue makes a sender's connect wait (within its own deadline), not fail.
+LISTEN_BACKLOG: Final = 65_536
 #: First pause after a failed ``accept`` that no shed connection could make good (out of file
 #: descriptors with nothing to shed, or any other error), so the accept loop cannot spin on a
 #: listener that stays readable. Each further failure in a row doubles it...
