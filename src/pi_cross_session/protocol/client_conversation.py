@@ -20,8 +20,9 @@ it::
             raise ...
 
 A *probe* has no request: its exchange settles on ``ready``. Both frames are encoded when the
-conversation is made, so a frame over the cap fails before anything is connected
-(:class:`~pi_cross_session.protocol.errors.FrameTooLargeError`).
+conversation is made (or the hello comes encoded, from a
+:class:`~pi_cross_session.protocol.frames.HelloTemplate`), so a frame over the cap fails before
+anything is connected (:class:`~pi_cross_session.protocol.errors.FrameTooLargeError`).
 
 Replies are judged in the contract's order, the first failure deciding:
 
@@ -56,15 +57,20 @@ from pi_cross_session.protocol.capabilities import can_queue, can_scope_to_goal
 from pi_cross_session.protocol.codec import ConnectionClosed, Fault, Frame, FrameDecoder
 from pi_cross_session.protocol.codes import OK_RECEIPTS, Code
 from pi_cross_session.protocol.conversation import NEED_DATA, PAUSED, Idle, NeedData
-from pi_cross_session.protocol.errors import FrameError, FrameValidationError, LocalProtocolError
+from pi_cross_session.protocol.errors import (
+    FrameError,
+    FrameTooLargeError,
+    FrameValidationError,
+    LocalProtocolError,
+)
 from pi_cross_session.protocol.frames import (
+    Encoded,
     Hello,
     Message,
-    Response,
+    ReceivedResponse,
     StatusQuery,
-    frame_from_text,
     frame_to_bytes,
-    parse_response,
+    response_from_text,
 )
 from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
 
@@ -152,15 +158,15 @@ def client_transition(state: ClientState, event: ClientInput) -> ClientState:
 class ReadyReceived:
     """A good ``ready`` before a request: the driver writes the request next."""
 
-    ready: Response
+    ready: ReceivedResponse
 
 
 @dataclass(frozen=True, slots=True)
 class Settled:
     """A good ending: the ``ready``, and the receipt when there was a request."""
 
-    ready: Response
-    reply: Response | None
+    ready: ReceivedResponse
+    reply: ReceivedResponse | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +208,7 @@ class ClientConversation:
 
     def __init__(
         self,
-        hello: Hello,
+        hello: Hello | Encoded,
         request: Message | StatusQuery | None,
         *,
         peer_id: str,
@@ -212,7 +218,15 @@ class ClientConversation:
         max_frame_bytes: int = MAX_FRAME_BYTES,
     ) -> None:
         # Both frames are encoded first: one over the cap fails here, before any connection.
-        self._hello_bytes = frame_to_bytes(hello, max_frame_bytes=max_frame_bytes)
+        if isinstance(hello, Encoded):
+            if len(hello.data) > max_frame_bytes:
+                raise FrameTooLargeError(
+                    f"the hello would be {len(hello.data)} bytes with its newline; the limit is "
+                    f"{max_frame_bytes}"
+                )
+            self._hello_bytes = hello.data
+        else:
+            self._hello_bytes = frame_to_bytes(hello, max_frame_bytes=max_frame_bytes)
         self._request_bytes = (
             b"" if request is None else frame_to_bytes(request, max_frame_bytes=max_frame_bytes)
         )
@@ -224,7 +238,7 @@ class ClientConversation:
         self.deadline = started_at + deadline_s
         self._decoder = FrameDecoder(max_frame_bytes=max_frame_bytes)
         self._state = ClientState.START
-        self._ready: Response | None = None
+        self._ready: ReceivedResponse | None = None
         self._final: Settled | Failed | None = None
 
     @property
@@ -282,7 +296,7 @@ class ClientConversation:
 
     def _judge(self, text: str) -> Settled | ReadyReceived | Failed:
         try:
-            reply = frame_from_text(text, parse_response)
+            reply = response_from_text(text)
         except (FrameError, FrameValidationError) as exc:
             return self._fail(Code.INVALID_RESPONSE, f"the reply is not a valid response: {exc}")
         awaiting_ready = self._state is ClientState.AWAIT_READY
@@ -296,7 +310,7 @@ class ClientConversation:
             return self._judge_ready(reply)
         return self._judge_receipt(reply)
 
-    def _judge_ready(self, reply: Response) -> Settled | ReadyReceived | Failed:
+    def _judge_ready(self, reply: ReceivedResponse) -> Settled | ReadyReceived | Failed:
         if reply.status != Code.READY or not self._same_peer(reply):
             return self._fail(
                 Code.WRONG_ENDPOINT, "the socket did not answer as the registered session"
@@ -320,7 +334,7 @@ class ClientConversation:
         self._ready = reply
         return ReadyReceived(reply)
 
-    def _judge_receipt(self, reply: Response) -> Settled | Failed:
+    def _judge_receipt(self, reply: ReceivedResponse) -> Settled | Failed:
         if not self._same_peer(reply):
             return self._fail(Code.INVALID_RECEIPT, "the receipt names another session")
         if isinstance(self._request, Message) and reply.status not in OK_RECEIPTS:
@@ -330,9 +344,8 @@ class ClientConversation:
         self._final = Settled(self._ready, reply)
         return self._final
 
-    def _same_peer(self, reply: Response) -> bool:
-        identity = reply.peer_identity()
-        return identity is not None and (identity.id, identity.instance_id) == self._peer
+    def _same_peer(self, reply: ReceivedResponse) -> bool:
+        return reply.names_peer(*self._peer)
 
     # -- inside ----------------------------------------------------------------------------------
 

@@ -42,11 +42,17 @@ from pi_cross_session.protocol.client_conversation import (
 )
 from pi_cross_session.protocol.codes import Classification, Code, classify
 from pi_cross_session.protocol.conversation import NEED_DATA
-from pi_cross_session.protocol.errors import CrossSessionError, FrameTooLargeError
+from pi_cross_session.protocol.errors import (
+    CrossSessionError,
+    FrameTooLargeError,
+    LocalProtocolError,
+)
 from pi_cross_session.protocol.frames import (
     WIRE_VERSION,
-    Hello,
+    Encoded,
+    HelloTemplate,
     Message,
+    ReceivedResponse,
     Response,
     Sender,
     StatusQuery,
@@ -55,6 +61,7 @@ from pi_cross_session.protocol.io import sockets
 from pi_cross_session.protocol.io.offload import Offload
 from pi_cross_session.protocol.limits import (
     MAX_FRAME_BYTES,
+    MAX_FRAME_TEMPLATES,
     PROBE_DEADLINE_S,
     PROBE_GUARD_MARGIN_S,
     READ_CHUNK_BYTES,
@@ -107,23 +114,40 @@ class ExchangeError(CrossSessionError):
         return classify(self.code)
 
 
-@dataclass(frozen=True, slots=True)
 class Receipt:
     """A good ending: the ``ready`` reply, and the receipt when a second frame was sent."""
 
-    ready: Response
-    reply: Response | None
-    frames_written: int
+    __slots__ = ("_ready", "_reply", "frames_written")
+
+    def __init__(
+        self, ready: ReceivedResponse, reply: ReceivedResponse | None, frames_written: int
+    ) -> None:
+        self._ready = ready
+        self._reply = reply
+        self.frames_written = frames_written
+
+    @property
+    def ready(self) -> Response:
+        """The receiver's ``ready``."""
+        return self._ready.model()
+
+    @property
+    def reply(self) -> Response | None:
+        """The receipt (or status answer), when a second frame was sent."""
+        return None if self._reply is None else self._reply.model()
 
     @property
     def status(self) -> str:
         """``ready`` for a probe, the receipt's status (or the message's row state) otherwise."""
-        return (self.reply or self.ready).status
+        return (self._reply or self._ready).status
 
     @property
     def peer_capabilities(self) -> tuple[str, ...]:
         """What the receiver advertised in its ``ready``."""
-        return tuple(self.ready.capabilities or ())
+        return self._ready.capabilities or ()
+
+    def __repr__(self) -> str:
+        return f"Receipt(status={self.status!r}, frames_written={self.frames_written})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +190,8 @@ class Exchanger:
         self._config = config or ExchangeConfig()
         self._connect = connect
         self._new_request_id = new_request_id or _uuid4
+        # Hellos by peer and sender (oldest dropped first), see ``_hello``.
+        self._hellos: dict[tuple[str, str, str, Sender | None], HelloTemplate] = {}
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -224,27 +250,34 @@ class Exchanger:
 
     # -- the exchange ----------------------------------------------------------------------------
 
-    def _hello(self, peer: Registration, *, sender: Sender | None) -> Hello:
-        fields: dict[str, object] = {
-            "v": WIRE_VERSION,
-            "type": "hello",
-            "capabilities": list(self._config.capabilities),
-            "request_id": self._new_request_id(),
-            "token": peer.token,
-            "target": {"id": peer.id, "instanceId": peer.instance_id},
-        }
-        if sender is not None:
-            fields["sender"] = sender
-        try:
-            return Hello.model_validate(fields)
-        except ValidationError as exc:
-            # Only a registration built around validation can get here; never connect to it.
-            raise ExchangeError(Code.UNSAFE_ENDPOINT, "the peer cannot be addressed") from exc
+    def _hello(self, peer: Registration, *, sender: Sender | None) -> Encoded:
+        """A hello to ``peer``, written out: from a template per peer and sender, since a listing
+        says hello to the same peers again and again."""
+        key = (peer.token, peer.id, peer.instance_id, sender)
+        template = self._hellos.get(key)
+        if template is None:
+            try:
+                template = HelloTemplate(
+                    token=peer.token,
+                    target_id=peer.id,
+                    target_instance_id=peer.instance_id,
+                    sender=sender,
+                    capabilities=self._config.capabilities,
+                )
+            except FrameTooLargeError as exc:
+                raise ExchangeError(Code.MESSAGE_TOO_LARGE, str(exc)) from exc
+            except (ValidationError, LocalProtocolError) as exc:
+                # Only a registration built around validation can get here; never connect to it.
+                raise ExchangeError(Code.UNSAFE_ENDPOINT, "the peer cannot be addressed") from exc
+            if len(self._hellos) >= MAX_FRAME_TEMPLATES:
+                del self._hellos[next(iter(self._hellos))]
+            self._hellos[key] = template
+        return template.encode(self._new_request_id())
 
     async def _exchange(
         self,
         peer: Registration,
-        hello: Hello,
+        hello: Encoded,
         second: Message | StatusQuery | None,
         deadline_s: float,
         progress: Progress,

@@ -6,9 +6,11 @@ exchange is a few hundred bytes each way, and what it costs beyond the kernel's 
 overhead per call, so a call that can complete at once does:
 
 * :meth:`UnixStream.receive` and :meth:`UnixStream.send` try the socket first and wait for
-  readiness only when it would block; they are cancellation points, but yield to the event loop
-  only when they wait, or after a read that filled the whole buffer (more is probably waiting,
-  and the other connections get their turn);
+  readiness only when it would block. Only then are they cancellation points (a cancelled caller
+  is stopped at its next wait, which comes within one frame: the drivers' work between waits is
+  bounded by the frame cap) and yield to the event loop; a read that filled the whole buffer also
+  yields, without a cancellation point (more is probably waiting, and the other connections get
+  their turn);
 * :meth:`UnixStream.aclose` closes at once (anyio's ``aclose_forcefully`` opens a cancel scope
   whose ``cancel()`` formats the task's ``repr``, socket addresses included, on every close);
 * readiness is waited for by file descriptor number (anyio registers the socket object itself,
@@ -50,7 +52,6 @@ class UnixStream(anyio.abc.ByteStream):
 
     async def receive(self, max_bytes: int = READ_CHUNK_BYTES) -> bytes:
         """The next bytes, as soon as there are some; :class:`anyio.EndOfStream` at EOF."""
-        await anyio.lowlevel.checkpoint_if_cancelled()
         while True:
             try:
                 data = self.socket.recv(max_bytes)
@@ -69,7 +70,6 @@ class UnixStream(anyio.abc.ByteStream):
 
     async def send(self, item: bytes) -> None:
         """Write all of ``item``, waiting for room in the socket buffer if it is full."""
-        await anyio.lowlevel.checkpoint_if_cancelled()
         view = memoryview(item)
         while view:
             try:
