@@ -44,7 +44,7 @@ from pi_cross_session.protocol import jsonwire
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codec import encode_frame
 from pi_cross_session.protocol.codes import Code, is_retryable, wire_next
-from pi_cross_session.protocol.errors import FrameValidationError
+from pi_cross_session.protocol.errors import FrameTooLargeError, FrameValidationError
 from pi_cross_session.protocol.limits import (
     MAX_CAPABILITIES,
     MAX_CAPABILITY_UNITS,
@@ -687,4 +687,63 @@ def frame_to_bytes(frame: AnyFrame, *, max_frame_bytes: int = MAX_FRAME_BYTES) -
     """The one way out: a frame → compact JSON in the reference's key order → UTF-8 and its LF,
     ready to write. Raises :class:`~pi_cross_session.protocol.errors.FrameTooLargeError` when the
     line would exceed ``max_frame_bytes`` (checked before anything is written)."""
+    if isinstance(frame, Response):
+        data = _response_bytes(frame)
+        if len(data) > max_frame_bytes:
+            raise FrameTooLargeError(
+                f"the frame would be {len(data)} bytes with its newline; the limit is "
+                f"{max_frame_bytes}"
+            )
+        return data
     return encode_frame(jsonwire.dumps(frame.to_wire()), max_frame_bytes=max_frame_bytes)
+
+
+#: The bytes of replies around their requestId, by everything else they hold (oldest dropped
+#: first): a receiver writes the same few replies again and again, with only a new id.
+_REPLY_BYTES: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
+
+
+def _response_bytes(reply: Response) -> bytes:
+    """A reply's line, from the bytes of an earlier reply that differed only in its id."""
+    peer = reply.peer
+    request_id = reply.request_id
+    if (peer is not None and (type(peer) is not dict or len(peer) > _PLAIN_PEER_KEYS)) or (
+        ID_RE.fullmatch(request_id) is None  # a copy made around validation
+    ):
+        return encode_frame(jsonwire.dumps(reply.to_wire()), max_frame_bytes=MAX_FRAME_BYTES)
+    key = (
+        reply.ok,
+        reply.status,
+        reply.capabilities,
+        reply.code,
+        reply.state,
+        reply.retryable,
+        reply.next,
+        reply.error,
+        None if peer is None else tuple(peer.items()),
+    )
+    try:
+        parts = _REPLY_BYTES.get(key)
+    except TypeError:  # a peer holding lists or objects: written the plain way
+        return encode_frame(jsonwire.dumps(reply.to_wire()), max_frame_bytes=MAX_FRAME_BYTES)
+    if parts is None:
+        wire = reply.to_wire()
+        keys = list(wire)
+        cut = keys.index("requestId")
+        before = jsonwire.dumps({name: wire[name] for name in keys[:cut]})
+        after = jsonwire.dumps({name: wire[name] for name in keys[cut + 1 :]})
+        # An object's text is its members joined by commas inside braces: the members before
+        # the id, the id, then the members after (the encoder checks all but the id).
+        head, tail = before[:-1] + ',"requestId":', "," + after[1:]
+        encode_frame(head + '"x"' + tail, max_frame_bytes=MAX_FRAME_BYTES)
+        parts = (head.encode(), tail.encode() + b"\n")
+        if len(_REPLY_BYTES) >= MAX_FRAME_TEMPLATES:
+            del _REPLY_BYTES[next(iter(_REPLY_BYTES))]
+        _REPLY_BYTES[key] = parts
+    # A valid requestId is 1-128 of [A-Za-z0-9_-]: its JSON is itself in quotes.
+    return b"".join((parts[0], b'"', request_id.encode(), b'"', parts[1]))
+
+
+#: A reply's ``peer`` is taken into the key as it is only when it looks like an identity (at
+#: most this many members); anything larger is written the plain way, and not kept.
+_PLAIN_PEER_KEYS: Final = 3

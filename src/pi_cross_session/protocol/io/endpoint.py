@@ -635,7 +635,9 @@ class Endpoint(Generic[SessionT]):
     async def _read(self, conn: _Connection[SessionT]) -> tuple[bytes, float]:
         """The next bytes (``b""`` at EOF) and when they came, once the connecting process's
         read budget allows."""
-        wait = self._reads.delay(conn.pid, anyio.current_time())
+        reads = self._reads
+        # Not in debt: no need to ask the clock (most reads).
+        wait = reads.delay(conn.pid, anyio.current_time()) if reads.owes(conn.pid) else 0.0
         if wait > 0:
             # Its process has had more read than its share: its bytes wait in the kernel (and
             # its writes block), while every other process is read at once.

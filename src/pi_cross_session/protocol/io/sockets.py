@@ -25,7 +25,7 @@ meaning: :class:`anyio.EndOfStream` at EOF, :class:`anyio.BrokenResourceError` (
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -34,6 +34,9 @@ import anyio.lowlevel
 from pi_cross_session.protocol.limits import LISTEN_BACKLOG, READ_CHUNK_BYTES
 
 __all__ = ["UnixListener", "UnixStream", "connect_unix", "listen_unix"]
+
+#: Linux creates a socket non-blocking in the same call; elsewhere it is made so just after.
+_SOCK_NONBLOCK: Final[int] = getattr(socket, "SOCK_NONBLOCK", 0)
 
 
 class UnixStream(anyio.abc.ByteStream):
@@ -188,9 +191,10 @@ async def connect_unix(path: str) -> UnixStream:
     ``InvalidStateError`` out of the loop (seen when a session stopped mid-send). Here the wait
     is ``anyio.wait_writable``, which tolerates cancellation.
     """
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | _SOCK_NONBLOCK)
     try:
-        sock.setblocking(False)
+        if not _SOCK_NONBLOCK:
+            sock.setblocking(False)
         while True:
             try:
                 sock.connect(path)
