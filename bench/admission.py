@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 
 from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
@@ -65,7 +66,6 @@ from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
 from pi_cross_session.protocol.codes import refusal_text
 from pi_cross_session.protocol.frames import WIRE_VERSION, Message, Response, Sender
 from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.io.endpoint import _Connection
 from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
@@ -691,7 +691,7 @@ def _tables(runtime: SessionRuntime) -> dict[str, int]:
     }
 
 
-class ReplayStream:
+class ReplayStream(anyio.abc.ByteStream):
     """One connection played to the endpoint in memory: all its bytes in one read, then EOF."""
 
     def __init__(self, data: bytes) -> None:
@@ -723,9 +723,9 @@ async def _flood_in_process(
 ) -> dict[str, Any]:
     """``count`` connections through the endpoint's own connection handler, no kernel socket.
 
-    The endpoint's accept loop is the only step skipped (its open-connection counter is kept
-    balanced here); decoding, hello authentication (with its registration file read), admission
-    and reply encoding all run as for a socket.
+    The endpoint's accept loop is the only step skipped (``Endpoint.serve_stream``); decoding,
+    hello authentication (with its registration file read), admission and reply encoding all run
+    as for a socket.
     """
     current = runtime._current  # the bench drives the endpoint's per-connection handler
     assert current is not None
@@ -736,9 +736,7 @@ async def _flood_in_process(
         for index in range(slot, count, workers):
             kind, data = _flood_frames(plan, phase, index)
             stream = ReplayStream(data)
-            endpoint._counters.open += 1  # what the accept loop does before serving
-            state: _Connection[object] = _Connection(stream=stream)  # type: ignore[arg-type]
-            await endpoint._serve_connection(state)
+            await endpoint.serve_stream(stream)
             seen[(kind, stream.status())] += 1
             # A real connection waits on its socket, so the event loop turns between them and
             # drops the cancelled deadline timers; replayed bytes never wait, so let it turn here.

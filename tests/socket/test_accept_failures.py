@@ -23,9 +23,10 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
-import anyio.abc
+import anyio.lowlevel
 import pytest
 
+from pi_cross_session.protocol.io import sockets
 from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.socket.test_shedding import holder, probe_ok, wait_open
@@ -45,7 +46,8 @@ CONFIG = EndpointConfig(
 
 
 def wrapped(number: int) -> BaseException:
-    """What anyio's listener raises when ``accept(2)`` fails with ``number``."""
+    """What anyio's listener raises when ``accept(2)`` fails with ``number`` (ours raises the
+    bare ``OSError``; the endpoint takes either)."""
     try:
         try:
             raise OSError(number, "injected")
@@ -55,23 +57,22 @@ def wrapped(number: int) -> BaseException:
         return caught
 
 
-class FlakyListener(anyio.abc.SocketListener):
+class FlakyListener:
     """The real listener, whose ``accept`` fails as armed while a connection is pending.
 
     Like the kernel out of descriptors: the connection waits in the queue, each ``accept`` raises
     the next armed failure, and once none is left the pending connection is returned.
     """
 
-    def __init__(self, real: anyio.abc.SocketListener) -> None:
+    def __init__(self, real: sockets.UnixListener) -> None:
         self.real = real
         self.failures: list[BaseException] = []
-        self.pending: anyio.abc.SocketStream | None = None
+        self.pending: sockets.UnixStream | None = None
 
-    @property
-    def extra_attributes(self) -> Any:
-        return self.real.extra_attributes
+    def fileno(self) -> int:
+        return self.real.fileno()
 
-    async def accept(self) -> anyio.abc.SocketStream:
+    async def accept(self) -> sockets.UnixStream:
         if self.pending is None:
             self.pending = await self.real.accept()
         if self.failures:
@@ -80,10 +81,10 @@ class FlakyListener(anyio.abc.SocketListener):
         stream, self.pending = self.pending, None
         return stream
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         if self.pending is not None:
-            await anyio.aclose_forcefully(self.pending)
-        await self.real.aclose()
+            self.pending.close()
+        self.real.close()
 
 
 @asynccontextmanager
@@ -91,14 +92,14 @@ async def flaky_peer(
     locations: Locations, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[PeerHandle, FlakyListener]]:
     listeners: list[FlakyListener] = []
-    real_create: Callable[..., Any] = anyio.create_unix_listener
+    real_listen: Callable[..., sockets.UnixListener] = sockets.listen_unix
 
-    async def create(path: str, *args: Any, **kwargs: Any) -> FlakyListener:
-        listener = FlakyListener(await real_create(path, *args, **kwargs))
+    def listen(path: str, *args: Any, **kwargs: Any) -> FlakyListener:
+        listener = FlakyListener(real_listen(path, *args, **kwargs))
         listeners.append(listener)
         return listener
 
-    monkeypatch.setattr(anyio, "create_unix_listener", create)
+    monkeypatch.setattr(sockets, "listen_unix", listen)
     async with running_peer(locations, "beta", config=CONFIG) as beta:
         yield beta, listeners[0]
 

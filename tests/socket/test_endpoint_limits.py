@@ -2,6 +2,9 @@
 
 Most bounds are injected small through :class:`EndpointConfig` so the suite stays fast; the 1 MiB
 frame cap is also checked at its real value (spec §10 items 1–3), because that one is cheap.
+Which bound cut a connection is read from the endpoint's counters; *when* each cut comes is
+asserted exactly, at the contract's real values, on a virtual clock in
+``tests/drivers/test_endpoint_driver.py``.
 """
 
 from __future__ import annotations
@@ -211,10 +214,7 @@ async def test_silent_connection_is_cut_at_the_connection_deadline_without_a_rep
     config = EndpointConfig(connection_deadline_s=DEADLINE_S, idle_after_hello_s=0.1)
     async with settled_peer(locations, "beta", config=config) as beta:
         async with RawClient.connect(beta.registration.socket_path) as client:
-            started = anyio.current_time()
             assert await client.read_to_eof() == b""
-            elapsed = anyio.current_time() - started
-        assert DEADLINE_S - 0.05 <= elapsed < DEADLINE_S + 1.5
         stats = beta.endpoint.statistics()
         assert (stats.deadline_cuts, stats.idle_cuts) == (1, 0)
         await assert_still_serving(locations, beta.registration)
@@ -244,10 +244,7 @@ async def test_silent_client_after_hello_is_cut_after_the_idle_bound(
         async with RawClient.connect(reg.socket_path) as client:
             await client.send(line(hello(reg, sender=alpha)))
             assert (await client.read_reply()).status == "ready"
-            started = anyio.current_time()
             assert await client.read_to_eof() == b""
-            elapsed = anyio.current_time() - started
-        assert IDLE_S - 0.05 <= elapsed < IDLE_S + 1.5
         stats = beta.endpoint.statistics()
         assert (stats.idle_cuts, stats.deadline_cuts) == (1, 0)
         assert beta.inbox.entries == []
@@ -263,7 +260,6 @@ async def test_idle_bound_is_inactivity_and_the_connection_deadline_is_absolute(
     async with settled_peer(locations, "beta", config=config) as beta:
         reg = beta.registration
         async with RawClient.connect(reg.socket_path) as client:
-            started = anyio.current_time()
             await client.send(line(hello(reg)))
             assert (await client.read_reply()).status == "ready"
 
@@ -280,9 +276,7 @@ async def test_idle_bound_is_inactivity_and_the_connection_deadline_is_absolute(
                 tg.start_soon(trickle)
                 client.limit_s = deadline + 3
                 assert await client.read_to_eof() == b""
-                elapsed = anyio.current_time() - started
                 tg.cancel_scope.cancel()
-        assert deadline - 0.05 <= elapsed < deadline + 1.5
         stats = beta.endpoint.statistics()
         assert (stats.deadline_cuts, stats.idle_cuts) == (1, 0)
         await assert_still_serving(locations, reg)
@@ -303,7 +297,6 @@ async def test_a_request_trickled_after_ready_is_cut_at_the_request_deadline(
         async with RawClient.connect(reg.socket_path) as client:
             await client.send(line(hello(reg, sender=alpha)))
             assert (await client.read_reply()).status == "ready"
-            started = anyio.current_time()
             frame = line(message())
 
             async def trickle() -> None:
@@ -319,9 +312,7 @@ async def test_a_request_trickled_after_ready_is_cut_at_the_request_deadline(
                 tg.start_soon(trickle)
                 client.limit_s = REQUEST_S + 3
                 assert await client.read_to_eof() == b""
-                elapsed = anyio.current_time() - started
                 tg.cancel_scope.cancel()
-        assert REQUEST_S - 0.05 <= elapsed < REQUEST_S + 1.5
         stats = beta.endpoint.statistics()
         assert (stats.request_deadline_cuts, stats.idle_cuts, stats.deadline_cuts) == (1, 0, 0)
         assert beta.inbox.entries == []

@@ -162,15 +162,12 @@ async def test_silent_receiver_after_the_hello_is_timeout_before_any_message(
     locations: Locations,
 ) -> None:
     target = make_registration(locations, "mute")
-    started = anyio.current_time()
     error, fake = await failed_send(
         locations, [SILENT], target=target, send_deadline_s=SHORT_DEADLINE_S
     )
-    elapsed = anyio.current_time() - started
     assert error.code == "timeout"
     assert_receipt_unknown(error)
     assert (error.frames_written, error.message_written) == (1, False)
-    assert SHORT_DEADLINE_S - 0.05 <= elapsed < SHORT_DEADLINE_S + 1.5
     assert fake.count("message") == 0
 
 
@@ -178,15 +175,12 @@ async def test_item16_silent_receiver_after_the_message_is_timeout_with_one_mess
     locations: Locations,
 ) -> None:
     target = make_registration(locations, "mute")
-    started = anyio.current_time()
     error, fake = await failed_send(
         locations, [ready(target), SILENT], target=target, send_deadline_s=SHORT_DEADLINE_S
     )
-    elapsed = anyio.current_time() - started
     assert error.code == "timeout"
     assert_receipt_unknown(error)
     assert (error.frames_written, error.message_written) == (2, True)
-    assert SHORT_DEADLINE_S - 0.05 <= elapsed < SHORT_DEADLINE_S + 1.5
     assert fake.count("message") == 1
     assert fake.connections == 1
 

@@ -346,7 +346,6 @@ async def test_item18_stalled_vetting_times_out_and_the_late_answer_never_connec
     async with settled_peer(locations, "beta") as beta:
         vetting = StalledVetting(max_stall_s=3.0)
         connect = CountingConnect()
-        deadline = SHORT_DEADLINE_S if kind == "send" else 0.3
         ex = exchanger(
             locations,
             connect=connect,
@@ -361,13 +360,10 @@ async def test_item18_stalled_vetting_times_out_and_the_late_answer_never_connec
                 return await ex.send(beta.registration, sender=as_sender(alpha), message=message)
             return await ex.probe(beta.registration)
 
-        started = anyio.current_time()
         with pytest.raises(ExchangeError) as caught:
             await attempt()
-        elapsed = anyio.current_time() - started
         error = caught.value
         assert error.code == "timeout"
-        assert deadline - 0.05 <= elapsed < deadline + 1.0
         assert error.verdict.state == SenderState.RECEIPT_UNKNOWN
         assert (error.frames_written, error.message_written) == (0, False)
         assert not vetting.returned.is_set(), "the exchange gave up while vetting still stalled"

@@ -21,7 +21,7 @@ from pi_cross_session.protocol.codec import (
     encode_frame,
 )
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.errors import FrameError, FrameTooLargeError, LocalProtocolError
+from pi_cross_session.protocol.errors import FrameTooLargeError, LocalProtocolError
 from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
 
 CAP = MAX_FRAME_BYTES
@@ -116,15 +116,6 @@ def test_event_types_are_frozen_and_slotted() -> None:
         frame.text = "y"  # type: ignore[misc]
     for event in (frame, ConnectionClosed(partial=False), Fault(INVALID, "x")):
         assert not hasattr(event, "__dict__")
-
-
-def test_fault_as_error_carries_the_code() -> None:
-    too_large = Fault(TOO_LARGE, "big").as_error()
-    assert isinstance(too_large, FrameTooLargeError)
-    assert too_large.code == TOO_LARGE
-    invalid = Fault(INVALID, "bad").as_error()
-    assert type(invalid) is FrameError
-    assert invalid.code == INVALID
 
 
 def test_the_cap_must_be_positive() -> None:

@@ -101,14 +101,12 @@ def test_a_full_hello_parses_with_python_names() -> None:
     assert parsed.sender is not None
     assert parsed.sender.instance_id == OTHER_INSTANCE
     assert parsed.capabilities == ("cancel-safe-queue-v1",)
-    assert parsed.authenticated_claim
 
 
 def test_a_probe_hello_has_no_sender_and_may_omit_capabilities() -> None:
     parsed = wire.parse_hello(without(without(hello(), "from"), "capabilities"))
     assert parsed.sender is None
     assert parsed.capabilities is None
-    assert not parsed.authenticated_claim
 
 
 @pytest.mark.parametrize(

@@ -166,10 +166,6 @@ def test_resolve_bundles_every_location() -> None:
     )
     assert loc.socket_path(INSTANCE) == f"/tmp/pi-peers-0-0012f3d496fe/{INSTANCE}.sock"
     assert loc.registration_path(INSTANCE) == f"/tmp/xs-fixture/agent/peers/{INSTANCE}.json"
-    assert (
-        loc.temp_registration_path(INSTANCE, "6f1c")
-        == f"/tmp/xs-fixture/agent/peers/.{INSTANCE}.6f1c.tmp"
-    )
 
 
 def test_runtime_dir_ignores_tmpdir() -> None:
@@ -207,13 +203,6 @@ def test_endpoint_names_refuse_a_malformed_instance_id(bad: str) -> None:
     for method in (loc.socket_path, loc.registration_path, loc.pipe_name):
         with pytest.raises(ValueError, match="32 lowercase hex"):
             method(bad)
-
-
-def test_temp_path_refuses_a_nonce_that_leaves_the_dir() -> None:
-    loc = environment.resolve(env={paths.AGENT_DIR_ENV: FIXTURE_AGENT_DIR}, uid=0)
-    for nonce in ("", "a/b", "\ud800"):
-        with pytest.raises(ValueError, match="nonce"):
-            loc.temp_registration_path(INSTANCE, nonce)
 
 
 def test_instance_id_checks() -> None:

@@ -43,10 +43,9 @@ from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.addressing import AddressError, resolve_target
 from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
 from pi_cross_session.protocol.capabilities import can_report_delivery
-from pi_cross_session.protocol.codec import encode_frame
 from pi_cross_session.protocol.codes import Code, classify, sender_code, status_answer
 from pi_cross_session.protocol.errors import CrossSessionError, FrameTooLargeError
-from pi_cross_session.protocol.frames import ID_RE, WIRE_VERSION, Message, Sender, dumps_frame
+from pi_cross_session.protocol.frames import ID_RE, WIRE_VERSION, Message, Sender, frame_to_bytes
 from pi_cross_session.protocol.io.discovery import Listing
 from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger, Progress, Receipt
 from pi_cross_session.protocol.limits import (
@@ -259,7 +258,7 @@ async def send(
         goal_id=goal_id,
     )
     try:
-        encode_frame(dumps_frame(message), max_frame_bytes=MAX_FRAME_BYTES)
+        frame_to_bytes(message, max_frame_bytes=MAX_FRAME_BYTES)
     except FrameTooLargeError as exc:
         return local_failure(Code.MESSAGE_TOO_LARGE, str(exc), target=peer)
     reservation = _reserve(outbox, peer, goal_id)

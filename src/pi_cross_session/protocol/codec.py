@@ -66,7 +66,7 @@ from enum import Enum
 from typing import Final, TypeAlias
 
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.errors import FrameError, FrameTooLargeError, LocalProtocolError
+from pi_cross_session.protocol.errors import FrameTooLargeError, LocalProtocolError
 from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
 
 __all__ = [
@@ -131,12 +131,6 @@ class Fault:
 
     code: Code
     detail: str
-
-    def as_error(self) -> FrameError:
-        """The exception that carries this fault, for callers that prefer raising."""
-        if self.code == Code.MESSAGE_TOO_LARGE:
-            return FrameTooLargeError(self.detail)
-        return FrameError(self.detail, code=self.code)
 
 
 #: Everything :meth:`FrameDecoder.next_event` can return.

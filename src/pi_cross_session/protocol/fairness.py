@@ -131,6 +131,12 @@ class ReadBudget:
             return float(self.burst)
         return min(float(self.burst), bucket.tokens + (now - bucket.at) * self.per_s)
 
+    def owes(self, pid: int | None) -> bool:
+        """Whether ``pid`` was in debt after its last read (else it may read at once, whenever:
+        its budget only grows with time)."""
+        bucket = self._buckets.get(pid)
+        return bucket is not None and bucket.tokens < 0
+
     def delay(self, pid: int | None, now: float) -> float:
         """Seconds before ``pid``'s connections may read again (0: at once)."""
         tokens = self.tokens(pid, now)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, TypeVar
 
 from pydantic import (
@@ -41,12 +42,15 @@ from pydantic import (
 
 from pi_cross_session.protocol import jsonwire
 from pi_cross_session.protocol.capabilities import ADVERTISED
+from pi_cross_session.protocol.codec import encode_frame
 from pi_cross_session.protocol.codes import Code, is_retryable, wire_next
-from pi_cross_session.protocol.errors import FrameValidationError
+from pi_cross_session.protocol.errors import FrameTooLargeError, FrameValidationError
 from pi_cross_session.protocol.limits import (
     MAX_CAPABILITIES,
     MAX_CAPABILITY_UNITS,
     MAX_ERROR_UNITS,
+    MAX_FRAME_BYTES,
+    MAX_FRAME_TEMPLATES,
     MAX_ID_CHARS,
     MAX_NEXT_UNITS,
     MAX_SAFE_INTEGER,
@@ -210,11 +214,6 @@ class Hello(_Frame):
     sender: Sender | None = Field(default=None, alias="from")
     capabilities: Capabilities | None = None
 
-    @property
-    def authenticated_claim(self) -> bool:
-        """True when the hello names a sender (the receiver still has to verify it)."""
-        return self.sender is not None
-
     def to_wire(self) -> dict[str, Any]:
         """Keys in the reference's order; absent optionals are omitted."""
         body: dict[str, Any] = {"v": WIRE_VERSION, "type": "hello"}
@@ -331,6 +330,20 @@ class Response(_Frame):
         except ValidationError:
             return None
 
+    def names_peer(self, session_id: str, instance_id: str) -> bool:
+        """Whether ``peer`` is a well-formed identity (as :meth:`peer_identity` reads one) of this
+        session and incarnation. Every reply a sender reads asks this, so it reads the raw value
+        rather than building the identity."""
+        peer = self.peer
+        return (
+            type(peer) is dict
+            and peer.get("id") == session_id
+            and peer.get("instanceId") == instance_id
+            and type(peer.get("pid")) is int
+            and type(session_id) is str
+            and type(instance_id) is str
+        )
+
     @classmethod
     def build(
         cls,
@@ -343,25 +356,34 @@ class Response(_Frame):
         capabilities: Iterable[str] = ADVERTISED,
     ) -> Response:
         """A reply as a receiver writes it: ``code`` and ``state`` equal ``status``, ``retryable``
-        only for load refusals, ``next`` from our guidance texts, ``peer`` only with ``ok``."""
+        only for load refusals, ``next`` from our guidance texts, ``peer`` only with ``ok``.
+
+        Replies that differ only in their ``requestId`` (every ``ready`` of a session, its
+        receipts, its refusals) are validated once."""
         status = str(status)
-        fields: dict[str, Any] = {
-            "v": WIRE_VERSION,
-            "type": "response",
-            "request_id": request_id,
-            "ok": ok,
-            "status": status,
-            "capabilities": list(capabilities),
-            "code": status,
-            "state": status,
-            "retryable": (not ok) and is_retryable(status),
-            "next": wire_next(ok=ok, status=status),
-        }
-        if error is not None:
-            fields["error"] = error
-        if ok and peer is not None:
-            fields["peer"] = peer.to_wire()
-        return cls(**fields)
+        caps = tuple(capabilities)
+        shown_peer = peer if ok else None
+
+        def fields() -> dict[str, Any]:
+            body: dict[str, Any] = {
+                "v": WIRE_VERSION,
+                "type": "response",
+                "request_id": request_id,
+                "ok": ok,
+                "status": status,
+                "capabilities": list(caps),
+                "code": status,
+                "state": status,
+                "retryable": (not ok) and is_retryable(status),
+                "next": wire_next(ok=ok, status=status),
+            }
+            if error is not None:
+                body["error"] = error
+            if shown_peer is not None:
+                body["peer"] = shown_peer.to_wire()
+            return body
+
+        return _from_template(cls, (ok, status, error, shown_peer, caps), request_id, fields)
 
     def to_wire(self) -> dict[str, Any]:
         """Keys in the reference's order; absent optionals are omitted."""
@@ -388,9 +410,96 @@ class Response(_Frame):
 
 
 _FrameT = TypeVar("_FrameT", bound=_Frame)
+_ParsedT = TypeVar("_ParsedT")
 
 ClientFrame: TypeAlias = Hello | Message | StatusQuery
 AnyFrame: TypeAlias = Hello | Message | StatusQuery | Response
+
+
+# -- templates: frames we write again and again --------------------------------------------------
+
+#: Validated frames we write, by everything but their requestId (oldest dropped first).
+_TEMPLATES: dict[tuple[Any, ...], _Frame] = {}
+
+
+def _from_template(
+    model: type[_FrameT],
+    key: tuple[Any, ...],
+    request_id: str,
+    fields: Callable[[], dict[str, Any]],
+) -> _FrameT:
+    """The frame ``fields()`` describes, with ``request_id``.
+
+    The first frame of a kind (``key``: everything but the requestId) is validated in full and
+    kept. The next ones are copies of it with their own id, after the id alone is checked (the
+    only field that differs). An id that fails the check is validated in full, and refused.
+    """
+    full_key = (model, *key)
+    template = _TEMPLATES.get(full_key)
+    if template is not None and type(request_id) is str and ID_RE.fullmatch(request_id):
+        assert isinstance(template, model)
+        return template.model_copy(update={"request_id": request_id})
+    frame = model(**fields())
+    if len(_TEMPLATES) >= MAX_FRAME_TEMPLATES:
+        del _TEMPLATES[next(iter(_TEMPLATES))]
+    _TEMPLATES[full_key] = frame
+    return frame
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A frame written out already: its ``requestId``, and its bytes with the LF."""
+
+    request_id: str
+    data: bytes
+
+
+class HelloTemplate:
+    """The hellos one sender writes to one peer, which differ only in their ``requestId``:
+    validated once, and written as the template's bytes around each new id."""
+
+    __slots__ = ("_head", "_tail")
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        target_id: str,
+        target_instance_id: str,
+        sender: Sender | None,
+        capabilities: tuple[str, ...],
+    ) -> None:
+        """Raises pydantic's ``ValidationError`` when these make no valid hello, and the
+        encoder's errors when it could not be written."""
+        fields: dict[str, Any] = {
+            "v": WIRE_VERSION,
+            "type": "hello",
+            "capabilities": list(capabilities),
+            "request_id": "template",
+            "token": token,
+            "target": {"id": target_id, "instanceId": target_instance_id},
+        }
+        if sender is not None:
+            fields["sender"] = sender
+        wire = Hello(**fields).to_wire()
+        keys = list(wire)
+        cut = keys.index("requestId")
+        before = jsonwire.dumps({key: wire[key] for key in keys[:cut]})
+        after = jsonwire.dumps({key: wire[key] for key in keys[cut + 1 :]})
+        # An object's text is its members joined by commas inside braces, so the hello is the
+        # members before its id, the id, then the members after.
+        head = before[:-1] + ',"requestId":'
+        tail = "," + after[1:]
+        encode_frame(head + '"x"' + tail)  # the encoder's checks, on everything but the id
+        self._head = head.encode()
+        self._tail = tail.encode() + b"\n"
+
+    def encode(self, request_id: str) -> Encoded:
+        """The hello with ``request_id`` (which must be a valid id), as bytes."""
+        if type(request_id) is not str or ID_RE.fullmatch(request_id) is None:
+            raise ValueError("a requestId is 1-128 of [A-Za-z0-9_-]")
+        data = b"".join((self._head, b'"', request_id.encode(), b'"', self._tail))
+        return Encoded(request_id, data)
 
 
 # -- parsing and encoding --------------------------------------------------------------------------
@@ -435,3 +544,206 @@ def loads_frame(text: str) -> Any:
 def dumps_frame(frame: AnyFrame) -> str:
     """Serialise a frame to its compact JSON text, without the LF (the codec adds it)."""
     return jsonwire.dumps(frame.to_wire())
+
+
+class ReceivedResponse:
+    """A receiver's reply as a sender reads it: every rule of :class:`Response` checked, the
+    fields a sender judges at hand, and the model itself built only when someone asks for it
+    (:meth:`model`). A listing probes every peer every time and reads nothing of a ``ready`` but
+    its id, status, sender and capabilities; building the model would be most of that cost."""
+
+    __slots__ = ("_data", "_model")
+
+    def __init__(self, data: Mapping[str, Any], model: Response | None = None) -> None:
+        self._data = data
+        self._model = model
+
+    @property
+    def request_id(self) -> str:
+        return str(self._data["requestId"])
+
+    @property
+    def ok(self) -> bool:
+        return bool(self._data["ok"])
+
+    @property
+    def status(self) -> str:
+        return str(self._data["status"])
+
+    @property
+    def error(self) -> str | None:
+        error = self._data.get("error")
+        return None if error is None else str(error)
+
+    @property
+    def capabilities(self) -> tuple[str, ...] | None:
+        capabilities = self._data.get("capabilities")
+        return None if capabilities is None else tuple(capabilities)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ReceivedResponse):
+            return NotImplemented
+        return self._data == other._data
+
+    __hash__ = None  # type: ignore[assignment]  # equal by content, which may change nothing
+
+    def __repr__(self) -> str:
+        return f"ReceivedResponse({self._data!r})"
+
+    def names_peer(self, session_id: str, instance_id: str) -> bool:
+        """Whether ``peer`` is a well-formed identity (as :meth:`Response.peer_identity` reads one)
+        of this session and incarnation."""
+        peer = self._data.get("peer")
+        return (
+            type(peer) is dict
+            and type(peer.get("pid")) is int
+            and type(session_id) is str
+            and type(instance_id) is str
+            and peer.get("id") == session_id
+            and peer.get("instanceId") == instance_id
+        )
+
+    def model(self) -> Response:
+        """The reply as a :class:`Response` (built once; it is valid, that was checked)."""
+        if self._model is None:
+            self._model = parse_response(self._data)
+        return self._model
+
+
+def _plain_text(value: object, limit: int) -> bool:
+    # ASCII, so well-formed and as long in UTF-16 units as in characters.
+    return type(value) is str and value.isascii() and len(value) <= limit
+
+
+#: A key's absence, told apart from a ``null`` (which every optional field of a reply refuses).
+_ABSENT: Final = object()
+#: A reply's optional texts and their bounds (UTF-16 units).
+_REPLY_TEXTS: Final = (
+    ("code", MAX_STATUS_UNITS),
+    ("state", MAX_STATUS_UNITS),
+    ("next", MAX_NEXT_UNITS),
+    ("error", MAX_ERROR_UNITS),
+)
+
+
+def _plainly_a_response(data: object) -> bool:
+    """True when ``data`` is a valid response on rules simpler than the model's: exact types and
+    ASCII texts within their bounds. Whatever passes here, :func:`parse_response` takes as it is;
+    whatever does not (non-ASCII text, or anything wrong) is left to the model to judge."""
+    if type(data) is not dict:
+        return False
+    get = data.get
+    v = get("v")
+    request_id = get("requestId")
+    if not (
+        type(v) is int
+        and v == WIRE_VERSION
+        and get("type") == "response"
+        and type(get("ok")) is bool
+        and type(request_id) is str
+        and ID_RE.fullmatch(request_id) is not None
+        and _plain_text(get("status"), MAX_STATUS_UNITS)
+    ):
+        return False
+    capabilities = get("capabilities", _ABSENT)
+    if capabilities is not _ABSENT and not (
+        type(capabilities) is list
+        and len(capabilities) <= MAX_CAPABILITIES
+        and all(_plain_text(item, MAX_CAPABILITY_UNITS) for item in capabilities)
+    ):
+        return False
+    retryable = get("retryable", _ABSENT)
+    if retryable is not _ABSENT and type(retryable) is not bool:
+        return False
+    for key, limit in _REPLY_TEXTS:
+        value = get(key, _ABSENT)
+        if value is not _ABSENT and not _plain_text(value, limit):
+            return False
+    return True
+
+
+def response_from_text(text: str) -> ReceivedResponse:
+    """The sender's way in: a reply's text → JSON → a :class:`ReceivedResponse`, judged by the
+    rules of :func:`parse_response` and failing as it does (``invalid_response``)."""
+    data = jsonwire.loads(text)
+    if _plainly_a_response(data):
+        return ReceivedResponse(data)
+    model = parse_response(data)  # raises for anything invalid
+    return ReceivedResponse(data, model)
+
+
+def frame_from_text(text: str, parse: Callable[[object], _ParsedT]) -> _ParsedT:
+    """The one way in: a frame's text (a decoded line) → JSON → the frame ``parse`` validates
+    (:func:`parse_hello`, :func:`parse_request` or :func:`parse_response`).
+
+    Raises :class:`~pi_cross_session.protocol.errors.FrameError` for text that is not JSON and
+    :class:`~pi_cross_session.protocol.errors.FrameValidationError` for JSON that is not that
+    frame, each with the code ``parse`` gives it.
+    """
+    return parse(jsonwire.loads(text))
+
+
+def frame_to_bytes(frame: AnyFrame, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> bytes:
+    """The one way out: a frame → compact JSON in the reference's key order → UTF-8 and its LF,
+    ready to write. Raises :class:`~pi_cross_session.protocol.errors.FrameTooLargeError` when the
+    line would exceed ``max_frame_bytes`` (checked before anything is written)."""
+    if isinstance(frame, Response):
+        data = _response_bytes(frame)
+        if len(data) > max_frame_bytes:
+            raise FrameTooLargeError(
+                f"the frame would be {len(data)} bytes with its newline; the limit is "
+                f"{max_frame_bytes}"
+            )
+        return data
+    return encode_frame(jsonwire.dumps(frame.to_wire()), max_frame_bytes=max_frame_bytes)
+
+
+#: The bytes of replies around their requestId, by everything else they hold (oldest dropped
+#: first): a receiver writes the same few replies again and again, with only a new id.
+_REPLY_BYTES: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
+
+
+def _response_bytes(reply: Response) -> bytes:
+    """A reply's line, from the bytes of an earlier reply that differed only in its id."""
+    peer = reply.peer
+    request_id = reply.request_id
+    if (peer is not None and (type(peer) is not dict or len(peer) > _PLAIN_PEER_KEYS)) or (
+        ID_RE.fullmatch(request_id) is None  # a copy made around validation
+    ):
+        return encode_frame(jsonwire.dumps(reply.to_wire()), max_frame_bytes=MAX_FRAME_BYTES)
+    key = (
+        reply.ok,
+        reply.status,
+        reply.capabilities,
+        reply.code,
+        reply.state,
+        reply.retryable,
+        reply.next,
+        reply.error,
+        None if peer is None else tuple(peer.items()),
+    )
+    try:
+        parts = _REPLY_BYTES.get(key)
+    except TypeError:  # a peer holding lists or objects: written the plain way
+        return encode_frame(jsonwire.dumps(reply.to_wire()), max_frame_bytes=MAX_FRAME_BYTES)
+    if parts is None:
+        wire = reply.to_wire()
+        keys = list(wire)
+        cut = keys.index("requestId")
+        before = jsonwire.dumps({name: wire[name] for name in keys[:cut]})
+        after = jsonwire.dumps({name: wire[name] for name in keys[cut + 1 :]})
+        # An object's text is its members joined by commas inside braces: the members before
+        # the id, the id, then the members after (the encoder checks all but the id).
+        head, tail = before[:-1] + ',"requestId":', "," + after[1:]
+        encode_frame(head + '"x"' + tail, max_frame_bytes=MAX_FRAME_BYTES)
+        parts = (head.encode(), tail.encode() + b"\n")
+        if len(_REPLY_BYTES) >= MAX_FRAME_TEMPLATES:
+            del _REPLY_BYTES[next(iter(_REPLY_BYTES))]
+        _REPLY_BYTES[key] = parts
+    # A valid requestId is 1-128 of [A-Za-z0-9_-]: its JSON is itself in quotes.
+    return b"".join((parts[0], b'"', request_id.encode(), b'"', parts[1]))
+
+
+#: A reply's ``peer`` is taken into the key as it is only when it looks like an identity (at
+#: most this many members); anything larger is written the plain way, and not kept.
+_PLAIN_PEER_KEYS: Final = 3

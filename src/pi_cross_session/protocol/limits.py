@@ -12,6 +12,14 @@ from typing import Final
 #: Raw bytes one frame may occupy, counting its LF, a first-frame BOM and incomplete UTF-8 tails.
 MAX_FRAME_BYTES: Final = 1_048_576
 
+#: Frames kept as templates, because they are written again and again with only a new
+#: ``requestId``: the replies a process builds (a session's ``ready``, receipts and refusals), and
+#: each exchanger's hellos (one per peer and sender). Each is validated once and copied (or
+#: written around each new id). Status answers carry varied texts, so the bound keeps those from
+#: growing the table: past it, the oldest template is dropped. A listing probes at most 512
+#: peers, so each of its hellos stays a template between two listings.
+MAX_FRAME_TEMPLATES: Final = 1_024
+
 # -- identifiers and field lengths (units noted: utf16 = UTF-16 code units, cp = code points) ----
 #: requestId / messageId / goalId: ``[A-Za-z0-9_-]{1,128}``.
 MAX_ID_CHARS: Final = 128
@@ -111,6 +119,10 @@ BRIDGE_MAX_BUDGET: Final = 256
 # -- sockets ---------------------------------------------------------------------------------------
 #: Bytes asked of a socket per read, by the endpoint and the exchange alike.
 READ_CHUNK_BYTES: Final = 65_536
+#: Connections the kernel may queue for the endpoint before it accepts them (the kernel caps it
+#: at ``net.core.somaxconn``): anyio's default, which the endpoint used before it listened itself.
+#: A full queue makes a sender's connect wait (within its own deadline), not fail.
+LISTEN_BACKLOG: Final = 65_536
 #: First pause after a failed ``accept`` that no shed connection could make good (out of file
 #: descriptors with nothing to shed, or any other error), so the accept loop cannot spin on a
 #: listener that stays readable. Each further failure in a row doubles it...

@@ -163,16 +163,6 @@ class Locations:
         _require_instance_id(instance_id)
         return node_join(self.peers_dir, f"{instance_id}.json")
 
-    def temp_registration_path(self, instance_id: str, nonce: str) -> str:
-        """Temp file a registration is written to before its rename (spec §1.4).
-
-        The leading dot keeps it out of every listing. ``nonce`` is a fresh random UUID string.
-        """
-        _require_instance_id(instance_id)
-        if not nonce or "/" in nonce or not is_well_formed(nonce):
-            raise ValueError("the nonce must be a non-empty file-name fragment")
-        return node_join(self.peers_dir, f".{instance_id}.{nonce}.tmp")
-
     def pipe_name(self, instance_id: str) -> str:
         r"""Windows named pipe of an incarnation: ``\\.\pipe\pi-peer-<namespace>-<instanceId>``.
 

@@ -220,14 +220,8 @@ class Registrar:
         self._token: str | None = None
         self._last_error: BaseException | None = None
         self._writes = 0
-        self._last_written_at: int | float | None = None
 
     # -- status ------------------------------------------------------------------------------------
-
-    @property
-    def is_stopped(self) -> bool:
-        """True once the registrar is fenced: it will not write again."""
-        return self._stopped
 
     @property
     def last_error(self) -> BaseException | None:
@@ -254,11 +248,6 @@ class Registrar:
     def writes(self) -> int:
         """How many writes reached the registration file."""
         return self._writes
-
-    @property
-    def last_written_at(self) -> int | float | None:
-        """The ``updatedAt`` (epoch ms) of the last write that reached the file."""
-        return self._last_written_at
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -335,7 +324,6 @@ class Registrar:
             self._lock.release()
         if written:
             self._writes += 1
-            self._last_written_at = registration.updated_at
         return written
 
     async def register(self) -> None:

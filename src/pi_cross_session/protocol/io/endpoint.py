@@ -1,20 +1,27 @@
-"""The receiving side of the data plane: a Unix-socket listener that speaks wire v1.
+"""The receiving side of the data plane: a Unix-socket listener that drives wire v1.
 
-The endpoint owns bytes, deadlines and connection counts; it decides nothing about who may talk or
-what is admitted. For each connection it
+The endpoint is a driver: it owns the socket, the clock and the connection counts, and decides
+nothing itself. What a connection may say, in which order, with which fixed replies and under which
+deadlines is the pure :class:`~pi_cross_session.protocol.server_conversation.ServerConversation`;
+who may talk and what is admitted is the injected :class:`InboundHandler`; who gives way at
+capacity and how much each process may have read are the pure policies of
+:mod:`~pi_cross_session.protocol.fairness`. For each connection the endpoint
 
-1. refuses at once (closes without a reply) when ``max_connections`` are already open;
-2. feeds what it reads into a :class:`~pi_cross_session.protocol.codec.FrameDecoder`;
-3. hands the first frame, if it is a hello, to :meth:`InboundHandler.on_hello`;
-4. hands the second frame, if it is a message or status query, to
-   :meth:`InboundHandler.on_request`, writes the reply and half-closes;
-5. answers a frame it cannot even parse (bad UTF-8, too large, not JSON, not the expected kind) with
-   the fixed fault reply of the contract, built from the code alone and never from the input.
+1. refuses at once (closes without a reply) when ``max_connections`` are already open and nobody
+   should give way;
+2. feeds what it reads to the conversation, under the conversation's deadline (one cancel scope
+   per connection, moved when the deadline moves);
+3. hands a hello to :meth:`InboundHandler.on_hello` and a message or status query to
+   :meth:`InboundHandler.on_request`, and writes what the conversation makes of their replies
+   (half-closing after the request's);
+4. writes the fixed reply the conversation gives a frame that broke the rules, and closes.
 
 Frames are handled strictly in order and one at a time, so a fault that arrives after a message can
 never undo that message's admission (spec §3.1). A connection lives at most
 ``connection_deadline_s`` from accept, and after its hello at most ``idle_after_hello_s`` without
 receiving anything and ``request_deadline_s`` in all until its second frame is complete.
+:meth:`Endpoint.serve_stream` serves one connection over any byte stream (tests drive the
+endpoint in memory, under a mock clock, with it).
 
 What one hostile process of the same user can make it spend is bounded too (``docs/security.md``,
 "Under attack"):
@@ -61,23 +68,16 @@ import anyio
 import anyio.abc
 
 from pi_cross_session.protocol.capabilities import ADVERTISED
-from pi_cross_session.protocol.codec import NEED_DATA, Fault, Frame, FrameDecoder, encode_frame
-from pi_cross_session.protocol.codes import Code, refusal_text
+from pi_cross_session.protocol.conversation import NEED_DATA
 from pi_cross_session.protocol.credentials import PeerCredentials
-from pi_cross_session.protocol.errors import FrameError, FrameValidationError
 from pi_cross_session.protocol.fairness import ReadBudget, SheddingPolicy, Slot
 from pi_cross_session.protocol.frames import (
-    UNKNOWN_REQUEST_ID,
     Hello,
     Message,
     Response,
     StatusQuery,
-    dumps_frame,
-    loads_frame,
-    parse_hello,
-    parse_request,
 )
-from pi_cross_session.protocol.io import memory
+from pi_cross_session.protocol.io import memory, sockets
 from pi_cross_session.protocol.io.peercred import PeerCredentialsReader, read_peer_credentials
 from pi_cross_session.protocol.limits import (
     ACCEPT_BACKOFF_MAX_S,
@@ -97,7 +97,16 @@ from pi_cross_session.protocol.limits import (
     SHED_AFTER_S,
 )
 from pi_cross_session.protocol.pressure import Backoff, Headroom, failure_name, shortage
-from pi_cross_session.protocol.shape import RECEIVER_BOUNDS, ShapeBounds, affordable
+from pi_cross_session.protocol.server_conversation import (
+    Ending,
+    HelloReceived,
+    Rejected,
+    RequestReceived,
+    ServerBounds,
+    ServerConversation,
+    ServerState,
+)
+from pi_cross_session.protocol.shape import RECEIVER_BOUNDS, ShapeBounds
 
 logger = logging.getLogger(__name__)
 
@@ -237,24 +246,18 @@ class _Counters:
 
 @dataclass(slots=True)
 class _Connection(Generic[SessionT]):
-    """Per-connection progress: how many frames were handled and what the hello produced."""
+    """One open connection: its stream, who the kernel says is on it, and its conversation."""
 
-    peer: PeerCredentials | None = None
-    frames: int = 0
+    stream: anyio.abc.ByteStream
+    peer: PeerCredentials | None
+    conversation: ServerConversation
+    #: The connection's one cancel scope: its deadline follows the conversation's, and shedding
+    #: cancels it.
+    scope: anyio.CancelScope
+    opened_at: float
+    #: What the hello produced (the handler's session), once ``ready`` was sent.
     session: SessionT | None = None
-    finished: bool = False
-    #: Why the endpoint cut it short, if it did: ``"idle"`` or ``"request"`` (after ``ready``).
-    cut: str | None = None
-    opened_at: float = 0.0
-    #: When ``ready`` was written (the request deadline runs from there).
-    ready_at: float | None = None
-    #: When bytes last arrived, or ``ready`` was written if later (the idle bound runs from there).
-    heard_at: float = 0.0
-    #: Its request was admitted and the reply is being written: it never gives way.
-    answering: bool = False
     bytes_read: int = 0
-    stream: anyio.abc.SocketStream | None = None
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     #: Closed by the endpoint to make room (its slot was released then).
     shed: bool = False
 
@@ -264,8 +267,10 @@ class _Connection(Generic[SessionT]):
         return None if self.peer is None else self.peer.pid
 
     def slot(self) -> Slot:
-        """How the shedding policy sees this connection."""
-        return Slot(id(self), self.pid, self.opened_at, self.answering)
+        """How the shedding policy sees this connection: a request being answered never gives
+        way."""
+        answering = self.conversation.state is ServerState.ANSWERING
+        return Slot(id(self), self.pid, self.opened_at, answering)
 
 
 class Endpoint(Generic[SessionT]):
@@ -295,6 +300,14 @@ class Endpoint(Generic[SessionT]):
         # The effective uid is what the kernel compares file modes against, so it is the uid
         # that owns our 0700 dir and 0600 socket: the only one allowed to talk to us.
         self._uid = os.geteuid()
+        self._bounds = ServerBounds(
+            max_frame_bytes=config.max_frame_bytes,
+            shape_bounds=config.shape_bounds,
+            connection_deadline_s=config.connection_deadline_s,
+            idle_after_hello_s=config.idle_after_hello_s,
+            request_deadline_s=config.request_deadline_s,
+            capabilities=config.capabilities,
+        )
         self._counters = _Counters()
         # Every open connection, oldest first (insertion order): what the shedding policy sees.
         self._open: dict[int, _Connection[SessionT]] = {}
@@ -347,7 +360,7 @@ class Endpoint(Generic[SessionT]):
         runtime_dir = self.path.rsplit("/", 1)[0] or "/"
         await anyio.to_thread.run_sync(self._files.ensure_private_dir, runtime_dir)
         await anyio.to_thread.run_sync(self._files.remove_file, self.path)
-        listener = await anyio.create_unix_listener(self.path)
+        listener = sockets.listen_unix(self.path)
         try:
             await anyio.to_thread.run_sync(self._files.make_socket_private, self.path)
             # A process whose open-file limit cannot hold every connection and the reserve (a
@@ -362,19 +375,26 @@ class Endpoint(Generic[SessionT]):
                 task_status.started()
                 await self._accept_loop(listener, connections)
         finally:
-            with anyio.CancelScope(shield=True):
-                await listener.aclose()
+            listener.close()
+
+    async def serve_stream(
+        self, stream: anyio.abc.ByteStream, *, peer: PeerCredentials | None = None
+    ) -> None:
+        """Serve one connection over any byte stream, to its end, as the accept loop serves each
+        socket (counted as accepted and open meanwhile; no capacity check, no kernel check).
+
+        Tests drive the endpoint over in-memory streams with it, and benches replay bytes."""
+        await self._serve(self._admit(stream, peer))
 
     async def _accept_loop(
-        self, listener: anyio.abc.SocketListener, connections: anyio.abc.TaskGroup
+        self, listener: sockets.UnixListener, connections: anyio.abc.TaskGroup
     ) -> None:
         counters = self._counters
         while True:
             try:
                 stream = await listener.accept()
             except (OSError, anyio.BrokenResourceError) as exc:
-                # anyio raises BrokenResourceError *from* the OSError; ClosedResourceError (we
-                # closed the listener) is not caught: serving is over then.
+                # ClosedResourceError (we closed the listener) is not caught: serving is over.
                 await self._accept_failed(exc)
                 continue
             self._backoff.reset()
@@ -382,26 +402,20 @@ class Endpoint(Generic[SessionT]):
             # as a connection of ours.
             admitted, peer = self._vet_peer(stream)
             if not admitted:
-                await anyio.aclose_forcefully(stream)
+                stream.close()
                 continue
-            state: _Connection[SessionT] = _Connection(
-                peer=peer, opened_at=anyio.current_time(), stream=stream
-            )
             if counters.open >= self._headroom.capacity:
-                victim = self._victim(newcomer_pid=state.pid, known=True)
+                newcomer_pid = None if peer is None else peer.pid
+                victim = self._victim(newcomer_pid=newcomer_pid, known=True)
                 if victim is None:
                     # The contract's rule: the 65th is destroyed with no reply.
                     counters.refused += 1
-                    await anyio.aclose_forcefully(stream)
+                    stream.close()
                     continue
                 await self._shed(victim)
-            counters.open += 1
-            counters.accepted += 1
-            counters.peak = max(counters.peak, counters.open)
             if peer is None:
                 counters.unverified += 1
-            self._open[id(state)] = state
-            connections.start_soon(self._serve_connection, state)
+            connections.start_soon(self._serve, self._admit(stream, peer))
 
     async def _accept_failed(self, exc: BaseException) -> None:
         """Count a failed ``accept``; make descriptors come back, or pause before the next one.
@@ -446,7 +460,7 @@ class Endpoint(Generic[SessionT]):
         with anyio.move_on_after(delay):
             await self._freed.wait()
 
-    async def _recount_descriptors(self, listener: anyio.abc.SocketListener) -> None:
+    async def _recount_descriptors(self, listener: sockets.UnixListener) -> None:
         """While descriptors are short, count them every ``descriptor_check_s`` (the accept loop
         may be waiting for a connection meanwhile, with a cap that no longer holds)."""
         while True:
@@ -466,10 +480,10 @@ class Endpoint(Generic[SessionT]):
             memory.give_back()
             self._counters.given_back += 1
 
-    def _count_descriptors(self, listener: anyio.abc.SocketListener) -> None:
+    def _count_descriptors(self, listener: sockets.UnixListener) -> None:
         """Count the free descriptors (duplicating the listener's, then closing the copies) and
         let the connections have what is free beyond the reserve."""
-        fd = listener.extra(anyio.abc.SocketAttribute.raw_socket).fileno()
+        fd = listener.fileno()
         copies: list[int] = []
         try:
             for _ in range(self._headroom.wanted(self._counters.open)):
@@ -508,13 +522,12 @@ class Endpoint(Generic[SessionT]):
         self._counters.open -= 1
         self._counters.shed += 1
         victim.scope.cancel()
-        if victim.stream is not None:
-            await anyio.aclose_forcefully(victim.stream)
+        await _close(victim.stream)
 
-    def _vet_peer(self, stream: anyio.abc.SocketStream) -> tuple[bool, PeerCredentials | None]:
+    def _vet_peer(self, stream: sockets.UnixStream) -> tuple[bool, PeerCredentials | None]:
         """Whether the connection may be served at all, and who the kernel says is on it."""
         try:
-            peer = self._peer_credentials(stream.extra(anyio.abc.SocketAttribute.raw_socket))
+            peer = self._peer_credentials(stream.socket)
         except OSError as exc:
             # The platform has credentials but would not give them (typically the peer is
             # already gone): refuse rather than serve someone we could not check.
@@ -533,156 +546,116 @@ class Endpoint(Generic[SessionT]):
             return False, None
         return True, peer
 
-    async def _serve_connection(self, state: _Connection[SessionT]) -> None:
-        stream = state.stream
-        assert stream is not None
+    # -- one connection ----------------------------------------------------------------------------
+
+    def _admit(
+        self, stream: anyio.abc.ByteStream, peer: PeerCredentials | None
+    ) -> _Connection[SessionT]:
+        """Open a connection's accounts: counted, visible to shedding, its deadline running."""
+        now = anyio.current_time()
+        conversation = ServerConversation(opened_at=now, bounds=self._bounds)
+        conn: _Connection[SessionT] = _Connection(
+            stream=stream,
+            peer=peer,
+            conversation=conversation,
+            scope=anyio.CancelScope(deadline=conversation.deadline.at),
+            opened_at=now,
+        )
+        counters = self._counters
+        counters.open += 1
+        counters.accepted += 1
+        counters.peak = max(counters.peak, counters.open)
+        self._open[id(conn)] = conn
+        return conn
+
+    async def _serve(self, conn: _Connection[SessionT]) -> None:
+        conversation = conn.conversation
         try:
-            with state.scope, anyio.move_on_after(self._config.connection_deadline_s) as deadline:
-                await self._converse(stream, state)
-            if deadline.cancelled_caught:
-                self._counters.deadline_cuts += 1
+            with conn.scope:
+                await self._converse(conn)
+            if conn.scope.cancelled_caught and not conn.shed:
+                conversation.expire()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass  # the peer went away (or was shed); there is nobody left to answer
         finally:
-            self._open.pop(id(state), None)
-            if not state.shed:
-                self._counters.open -= 1
-            if state.cut == "idle":
-                self._counters.idle_cuts += 1
-            elif state.cut == "request":
-                self._counters.request_cuts += 1
-            await anyio.aclose_forcefully(stream)
+            self._open.pop(id(conn), None)
+            counters = self._counters
+            if not conn.shed:
+                counters.open -= 1
+            ending = conversation.ending
+            if ending is Ending.FAULT:
+                counters.faults += 1
+            elif ending is Ending.CUT_IDLE:
+                counters.idle_cuts += 1
+            elif ending is Ending.CUT_REQUEST:
+                counters.request_cuts += 1
+            elif ending is Ending.CUT_AT_DEADLINE:
+                counters.deadline_cuts += 1
+            await _close(conn.stream)
             self._freed.set()
-            if state.bytes_read > self._config.give_back_after_bytes:
+            if conn.bytes_read > self._config.give_back_after_bytes:
                 self._released.set()
 
-    async def _converse(self, stream: anyio.abc.SocketStream, state: _Connection[SessionT]) -> None:
-        decoder = FrameDecoder(max_frame_bytes=self._config.max_frame_bytes)
+    async def _converse(self, conn: _Connection[SessionT]) -> None:
+        """Drive the conversation: read when it needs bytes, ask the handler for each decision,
+        write what it says. Its deadline is the connection's cancel scope's."""
+        conversation = conn.conversation
+        stream = conn.stream
+        scope = conn.scope
         while True:
-            *frames, last = decoder.events()
-            for frame in frames:
-                assert isinstance(frame, Frame)  # events() ends with its one non-frame event
-                await self._handle_frame(stream, state, frame)
-                if state.finished:
+            deadline = conversation.deadline.at
+            if scope.deadline != deadline:
+                scope.deadline = deadline
+            event = conversation.next_event()
+            if event is NEED_DATA:
+                data, now = await self._read(conn)
+                conversation.receive_data(data, now)
+            elif type(event) is HelloReceived:
+                reply, session = await self._handler.on_hello(event.hello, peer=conn.peer)
+                if session is None:
+                    await stream.send(conversation.refuse_hello(reply))
                     return
-            if isinstance(last, Fault):
-                self._counters.faults += 1
-                await self._send_fault(stream, last.code)
+                conn.session = session
+                await stream.send(conversation.accept_hello(reply, anyio.current_time()))
+            elif type(event) is RequestReceived:
+                assert conn.session is not None  # a refused hello ends the conversation
+                # Synchronous, so admission is atomic; from here on the connection is never shed.
+                reply = self._handler.on_request(conn.session, event.request)
+                await stream.send(conversation.answer(reply))
+                await stream.send_eof()
                 return
-            if last is not NEED_DATA:
-                return  # the peer closed (ConnectionClosed)
-            data = await self._read(stream, state)
-            if data is None:
-                return  # cut: silent too long, or its request came too late
-            decoder.receive_data(data)
+            elif type(event) is Rejected:
+                if event.costly:
+                    self._counters.costly += 1
+                await stream.send(event.reply)
+                return
+            else:
+                return  # the peer closed first: nobody to answer
 
-    async def _read(
-        self, stream: anyio.abc.SocketStream, state: _Connection[SessionT]
-    ) -> bytes | None:
-        """The next bytes (``b""`` at EOF), once this process's read budget allows; ``None`` when
-        the connection is cut instead (``state.cut`` says why)."""
-        wait = self._reads.delay(state.pid, anyio.current_time())
+    async def _read(self, conn: _Connection[SessionT]) -> tuple[bytes, float]:
+        """The next bytes (``b""`` at EOF) and when they came, once the connecting process's
+        read budget allows."""
+        reads = self._reads
+        # Not in debt: no need to ask the clock (most reads).
+        wait = reads.delay(conn.pid, anyio.current_time()) if reads.owes(conn.pid) else 0.0
         if wait > 0:
             # Its process has had more read than its share: its bytes wait in the kernel (and
             # its writes block), while every other process is read at once.
             self._counters.throttled += 1
             await anyio.sleep(wait)
-        if state.ready_at is None:
-            # Before the hello only the connection deadline applies (the contract's rule).
-            data = await _receive(stream)
-        else:
-            # After it: 5 s of silence at most (from the last bytes, or from ``ready``), and the
-            # whole request by its deadline; a silent client meets both at once and is idle.
-            idle_at = state.heard_at + self._config.idle_after_hello_s
-            request_at = state.ready_at + self._config.request_deadline_s
-            cause = "request" if request_at < idle_at else "idle"
-            with anyio.CancelScope(deadline=min(idle_at, request_at)) as cut:
-                data = await _receive(stream)
-            if cut.cancelled_caught:
-                state.cut = cause
-                return None
-        now = anyio.current_time()
-        state.heard_at = now
-        state.bytes_read += len(data)
-        self._reads.charge(state.pid, len(data), now)
-        return data
-
-    async def _handle_frame(
-        self, stream: anyio.abc.SocketStream, state: _Connection[SessionT], frame: Frame
-    ) -> None:
-        state.frames += 1
-        if state.frames == 1:
-            await self._first_frame(stream, state, frame)
-        else:
-            await self._second_frame(stream, state, frame)
-
-    def _affordable(self, frame: Frame) -> bool:
-        if affordable(frame.text, self._config.shape_bounds):
-            return True
-        self._counters.costly += 1
-        return False
-
-    async def _first_frame(
-        self, stream: anyio.abc.SocketStream, state: _Connection[SessionT], frame: Frame
-    ) -> None:
-        # A frame that would cost more to parse than any hello can is not a hello: the reply
-        # is the one every other not-a-hello gets, and nothing is built.
-        code: Code | None = None if self._affordable(frame) else Code.AUTHENTICATION_FAILED
-        if code is None:
-            try:
-                hello = parse_hello(loads_frame(frame.text))
-            except FrameError:
-                code = Code.INVALID_FRAME
-            except FrameValidationError:
-                code = Code.AUTHENTICATION_FAILED
-        if code is not None:
-            self._counters.faults += 1
-            await self._send_fault(stream, code)
-            state.finished = True
-            return
-        reply, session = await self._handler.on_hello(hello, peer=state.peer)
-        await self._send(stream, reply)
-        if session is None:
-            state.finished = True
-            return
-        state.session = session
-        state.ready_at = state.heard_at = anyio.current_time()
-
-    async def _second_frame(
-        self, stream: anyio.abc.SocketStream, state: _Connection[SessionT], frame: Frame
-    ) -> None:
-        state.finished = True
         try:
-            if not self._affordable(frame):
-                raise FrameValidationError("the frame would cost more than a request can")
-            request = parse_request(loads_frame(frame.text))
-        except (FrameError, FrameValidationError):
-            self._counters.faults += 1
-            await self._send_fault(stream, Code.INVALID_FRAME)
-            return
-        assert state.session is not None  # a refused hello finishes the connection
-        state.answering = True  # admitted from here on: it must get its reply, never shed
-        reply = self._handler.on_request(state.session, request)
-        await self._send(stream, reply)
-        await stream.send_eof()
-
-    async def _send_fault(self, stream: anyio.abc.SocketStream, code: Code) -> None:
-        reply = Response.build(
-            request_id=UNKNOWN_REQUEST_ID,
-            ok=False,
-            status=code,
-            error=refusal_text(code),
-            capabilities=self._config.capabilities,
-        )
-        await self._send(stream, reply)
-
-    async def _send(self, stream: anyio.abc.SocketStream, reply: Response) -> None:
-        await stream.send(encode_frame(dumps_frame(reply)))
+            data = await conn.stream.receive(READ_CHUNK_BYTES)
+        except anyio.EndOfStream:
+            data = b""
+        now = anyio.current_time()
+        conn.bytes_read += len(data)
+        self._reads.charge(conn.pid, len(data), now)
+        return data, now
 
 
-async def _receive(stream: anyio.abc.SocketStream) -> bytes:
-    """The next bytes from the peer; ``b""`` once it has closed its side."""
-    try:
-        return await stream.receive(READ_CHUNK_BYTES)
-    except anyio.EndOfStream:
-        return b""
+async def _close(stream: anyio.abc.ByteStream) -> None:
+    """Close a connection's stream now, whatever is pending on it."""
+    if isinstance(stream, sockets.UnixStream):
+        stream.close()  # never waits, so it needs no protection from cancellation
+    else:
+        await anyio.aclose_forcefully(stream)

@@ -3,17 +3,12 @@
 An exchange vets the peer's endpoint, connects, says hello, and then either stops (a *probe*),
 writes one message, or writes one status query, and reads the receipt. Everything, vetting
 included, runs under a single absolute monotonic deadline (5 s for sends and status queries,
-350 ms for probes). The rules, in the order they are applied (spec §3.7):
-
-* the registered ``socketPath`` must be the path we compute for that instance id, and the socket
-  must be a real socket of ours with no group/other bits — else ``unsafe_endpoint`` or the errno
-  name, and no connection. A vetting answer that arrives after the deadline never connects;
-* a reply whose ``requestId`` is not the current phase's is ``invalid_receipt`` — checked before
-  ``ok``, so a refusal we cannot attribute is never mistaken for a refusal of *our* frame;
-* a ``ready`` must come from the peer we meant (``wrong_endpoint`` otherwise) and, for a message,
-  advertise ``cancel-safe-queue-v1`` (``unsupported`` otherwise, and the message is never written);
-  a goal-scoped message also needs ``goal-scoped-peer-v1``;
-* a receipt must be ``submitted``, ``queued`` or ``accepted`` from the same peer.
+350 ms for probes). This module is the driver: it vets and connects itself — the registered
+``socketPath`` must be the path we compute for that instance id, and the socket a real socket of
+ours with no group/other bits, else ``unsafe_endpoint`` or the errno name and no connection (a
+vetting answer that arrives after the deadline never connects) — and then moves bytes for the
+pure :class:`~pi_cross_session.protocol.client_conversation.ClientConversation`, which judges
+every reply in the contract's order (spec §3.7) and owns the deadline as a value.
 
 Every other ending raises :class:`ExchangeError` with a code that
 :func:`~pi_cross_session.protocol.codes.classify` turns into an honest verdict. This process
@@ -29,46 +24,44 @@ from __future__ import annotations
 
 import errno
 import logging
-import socket
-import uuid
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 import anyio
 import anyio.abc
 from pydantic import ValidationError
 
-from pi_cross_session.protocol.capabilities import ADVERTISED, can_queue, can_scope_to_goal
-from pi_cross_session.protocol.codec import (
-    NEED_DATA,
-    ConnectionClosed,
-    Fault,
-    Frame,
-    FrameDecoder,
-    encode_frame,
+from pi_cross_session.protocol.capabilities import ADVERTISED
+from pi_cross_session.protocol.client_conversation import (
+    ClientConversation,
+    Failed,
+    ReadyReceived,
+    Settled,
 )
-from pi_cross_session.protocol.codes import OK_RECEIPTS, Classification, Code, classify
+from pi_cross_session.protocol.codes import Classification, Code, classify
+from pi_cross_session.protocol.conversation import NEED_DATA
 from pi_cross_session.protocol.errors import (
     CrossSessionError,
-    FrameError,
     FrameTooLargeError,
-    FrameValidationError,
+    LocalProtocolError,
 )
 from pi_cross_session.protocol.frames import (
     WIRE_VERSION,
-    Hello,
+    Encoded,
+    HelloTemplate,
     Message,
+    ReceivedResponse,
     Response,
     Sender,
     StatusQuery,
-    dumps_frame,
-    loads_frame,
-    parse_response,
 )
+from pi_cross_session.protocol.io import sockets
 from pi_cross_session.protocol.io.offload import Offload
 from pi_cross_session.protocol.limits import (
     MAX_FRAME_BYTES,
+    MAX_FRAME_TEMPLATES,
     PROBE_DEADLINE_S,
     PROBE_GUARD_MARGIN_S,
     READ_CHUNK_BYTES,
@@ -121,23 +114,40 @@ class ExchangeError(CrossSessionError):
         return classify(self.code)
 
 
-@dataclass(frozen=True, slots=True)
 class Receipt:
     """A good ending: the ``ready`` reply, and the receipt when a second frame was sent."""
 
-    ready: Response
-    reply: Response | None
-    frames_written: int
+    __slots__ = ("_ready", "_reply", "frames_written")
+
+    def __init__(
+        self, ready: ReceivedResponse, reply: ReceivedResponse | None, frames_written: int
+    ) -> None:
+        self._ready = ready
+        self._reply = reply
+        self.frames_written = frames_written
+
+    @property
+    def ready(self) -> Response:
+        """The receiver's ``ready``."""
+        return self._ready.model()
+
+    @property
+    def reply(self) -> Response | None:
+        """The receipt (or status answer), when a second frame was sent."""
+        return None if self._reply is None else self._reply.model()
 
     @property
     def status(self) -> str:
         """``ready`` for a probe, the receipt's status (or the message's row state) otherwise."""
-        return (self.reply or self.ready).status
+        return (self._reply or self._ready).status
 
     @property
     def peer_capabilities(self) -> tuple[str, ...]:
         """What the receiver advertised in its ``ready``."""
-        return tuple(self.ready.capabilities or ())
+        return self._ready.capabilities or ()
+
+    def __repr__(self) -> str:
+        return f"Receipt(status={self.status!r}, frames_written={self.frames_written})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,29 +160,8 @@ class ExchangeConfig:
     capabilities: tuple[str, ...] = ADVERTISED
 
 
-async def _connect_unix(path: str) -> anyio.abc.ByteStream:
-    """Connect to a Unix socket, cancel-safe.
-
-    anyio's own ``connect_unix`` (on asyncio) waits for a listener with a full backlog on a plain
-    future that the event loop may still try to resolve after a cancellation, which raises
-    ``InvalidStateError`` out of the loop (seen when a session stopped mid-send). Here the wait
-    is ``anyio.wait_writable``, which tolerates cancellation.
-    """
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.setblocking(False)
-    try:
-        while True:
-            try:
-                sock.connect(path)
-            except BlockingIOError:
-                # A Unix stream connect that would block was not started: wait, then try again.
-                await anyio.wait_writable(sock)
-                continue
-            break
-    except BaseException:
-        sock.close()
-        raise
-    return await anyio.abc.UNIXSocketStream.from_socket(sock)
+#: Kept under its old name for callers that import it from here.
+_connect_unix: Final = sockets.connect_unix
 
 
 @dataclass(slots=True)
@@ -200,7 +189,9 @@ class Exchanger:
         self._vet_runner = Offload(vetting, locations.runtime_dir)
         self._config = config or ExchangeConfig()
         self._connect = connect
-        self._new_request_id = new_request_id or _uuid4
+        self._new_request_id = new_request_id or _random_id
+        # Hellos by peer and sender (oldest dropped first), see ``_hello``.
+        self._hellos: dict[tuple[str, str, str, Sender | None], HelloTemplate] = {}
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -259,57 +250,59 @@ class Exchanger:
 
     # -- the exchange ----------------------------------------------------------------------------
 
-    def _hello(self, peer: Registration, *, sender: Sender | None) -> Hello:
-        fields: dict[str, object] = {
-            "v": WIRE_VERSION,
-            "type": "hello",
-            "capabilities": list(self._config.capabilities),
-            "request_id": self._new_request_id(),
-            "token": peer.token,
-            "target": {"id": peer.id, "instanceId": peer.instance_id},
-        }
-        if sender is not None:
-            fields["sender"] = sender
-        try:
-            return Hello.model_validate(fields)
-        except ValidationError as exc:
-            # Only a registration built around validation can get here; never connect to it.
-            raise ExchangeError(Code.UNSAFE_ENDPOINT, "the peer cannot be addressed") from exc
+    def _hello(self, peer: Registration, *, sender: Sender | None) -> Encoded:
+        """A hello to ``peer``, written out: from a template per peer and sender, since a listing
+        says hello to the same peers again and again."""
+        key = (peer.token, peer.id, peer.instance_id, sender)
+        template = self._hellos.get(key)
+        if template is None:
+            try:
+                template = HelloTemplate(
+                    token=peer.token,
+                    target_id=peer.id,
+                    target_instance_id=peer.instance_id,
+                    sender=sender,
+                    capabilities=self._config.capabilities,
+                )
+            except FrameTooLargeError as exc:
+                raise ExchangeError(Code.MESSAGE_TOO_LARGE, str(exc)) from exc
+            except (ValidationError, LocalProtocolError) as exc:
+                # Only a registration built around validation can get here; never connect to it.
+                raise ExchangeError(Code.UNSAFE_ENDPOINT, "the peer cannot be addressed") from exc
+            if len(self._hellos) >= MAX_FRAME_TEMPLATES:
+                del self._hellos[next(iter(self._hellos))]
+            self._hellos[key] = template
+        return template.encode(self._new_request_id())
 
     async def _exchange(
         self,
         peer: Registration,
-        hello: Hello,
+        hello: Encoded,
         second: Message | StatusQuery | None,
         deadline_s: float,
         progress: Progress,
     ) -> Receipt:
-        # Both frames are encoded before anything else happens: an oversized message fails here,
-        # locally, with no connection made.
         try:
-            hello_bytes = encode_frame(
-                dumps_frame(hello), max_frame_bytes=self._config.max_frame_bytes
-            )
-            second_bytes = (
-                b""
-                if second is None
-                else encode_frame(dumps_frame(second), max_frame_bytes=self._config.max_frame_bytes)
+            # Both frames are encoded here: an oversized message fails locally, unconnected.
+            conversation = ClientConversation(
+                hello,
+                second,
+                peer_id=peer.id,
+                peer_instance_id=peer.instance_id,
+                started_at=anyio.current_time(),
+                deadline_s=deadline_s,
+                max_frame_bytes=self._config.max_frame_bytes,
             )
         except FrameTooLargeError as exc:
             raise ExchangeError(Code.MESSAGE_TOO_LARGE, str(exc)) from exc
-        with anyio.move_on_after(deadline_s) as deadline:
-            return await self._run(peer, hello, second, hello_bytes, second_bytes, progress)
-        assert deadline.cancelled_caught
-        raise _failure(progress, Code.TIMEOUT, f"no complete answer within {deadline_s:g} s")
+        # One absolute deadline for everything, vetting included.
+        with anyio.CancelScope(deadline=conversation.deadline):
+            return await self._run(peer, conversation, progress)
+        timeout = conversation.expire()
+        raise _failure(progress, timeout.code, timeout.detail)
 
     async def _run(
-        self,
-        peer: Registration,
-        hello: Hello,
-        second: Message | StatusQuery | None,
-        hello_bytes: bytes,
-        second_bytes: bytes,
-        progress: Progress,
+        self, peer: Registration, conversation: ClientConversation, progress: Progress
     ) -> Receipt:
         path = await self._vet(peer)
         try:
@@ -317,15 +310,16 @@ class Exchanger:
         except OSError as exc:
             raise ExchangeError(Code.TRANSPORT_ERROR, _describe_os_error(exc)) from exc
         try:
-            return await self._converse(
-                stream, peer, hello, second, hello_bytes, second_bytes, progress
-            )
+            return await self._converse(stream, conversation, progress)
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             detail = _describe_os_error(exc) if isinstance(exc, OSError) else "the connection broke"
             raise _failure(progress, Code.TRANSPORT_ERROR, detail) from exc
         finally:
             # Done either way: close at once, without waiting for the receiver's half-close.
-            await anyio.aclose_forcefully(stream)
+            if isinstance(stream, sockets.UnixStream):
+                stream.close()
+            else:
+                await anyio.aclose_forcefully(stream)
 
     async def _vet(self, peer: Registration) -> str:
         try:
@@ -347,91 +341,30 @@ class Exchanger:
             raise ExchangeError(refusal, "the peer's socket failed the safety check")
         return expected
 
+    @staticmethod
     async def _converse(
-        self,
-        stream: anyio.abc.ByteStream,
-        peer: Registration,
-        hello: Hello,
-        second: Message | StatusQuery | None,
-        hello_bytes: bytes,
-        second_bytes: bytes,
-        progress: Progress,
+        stream: anyio.abc.ByteStream, conversation: ClientConversation, progress: Progress
     ) -> Receipt:
-        def fail(code: str, detail: str) -> ExchangeError:
-            return _failure(progress, code, detail)
-
-        await stream.send(hello_bytes)
+        """Drive the conversation: write what it says, read when it needs bytes."""
+        await stream.send(conversation.send_hello())
         progress.frames_written = 1
-        decoder = FrameDecoder(max_frame_bytes=self._config.max_frame_bytes)
-        ready: Response | None = None
         while True:
-            try:
-                data = await stream.receive(READ_CHUNK_BYTES)
-            except anyio.EndOfStream:
-                data = b""
-            decoder.receive_data(data)
-            *frames, last = decoder.events()
-            for frame in frames:
-                assert isinstance(frame, Frame)
-                # At most two replies are ever read: the first ends in a failure or leads to the
-                # second frame, the second settles the exchange either way.
-                reply = _parse_reply(frame, fail)
-                expected_id = hello.request_id if ready is None else _request_id(second)
-                if reply.request_id != expected_id:
-                    raise fail(Code.INVALID_RECEIPT, "a reply for another request (or for none)")
-                if not reply.ok:
-                    raise _failure(progress, reply.status, "the receiver refused", reply.error)
-                if ready is None:
-                    ready = self._check_ready(reply, peer, second, fail)
-                    if second is None:
-                        return Receipt(ready=ready, reply=None, frames_written=1)
-                    await stream.send(second_bytes)
-                    progress.frames_written = 2
-                    progress.message_written = isinstance(second, Message)
-                    continue
-                self._check_receipt(reply, peer, second, fail)
-                return Receipt(ready=ready, reply=reply, frames_written=2)
-            if isinstance(last, Fault):
-                raise fail(Code.INVALID_RESPONSE, f"the reply is not a frame: {last.detail}")
-            if isinstance(last, ConnectionClosed):
-                raise fail(Code.CONNECTION_CLOSED, "the receiver closed before answering")
-            assert last is NEED_DATA
-
-    @staticmethod
-    def _check_ready(
-        reply: Response,
-        peer: Registration,
-        second: Message | StatusQuery | None,
-        fail: Callable[[str, str], ExchangeError],
-    ) -> Response:
-        if reply.status != Code.READY or not _same_peer(reply, peer):
-            raise fail(Code.WRONG_ENDPOINT, "the socket did not answer as the registered session")
-        if second is None:
-            return reply
-        if not can_queue(reply.capabilities):
-            raise fail(
-                Code.UNSUPPORTED,
-                "the receiver lacks cancel-safe-queue-v1; nothing was sent (upgrade it)",
-            )
-        scoped = isinstance(second, Message) and second.goal_id is not None
-        if scoped and not can_scope_to_goal(reply.capabilities):
-            raise fail(
-                Code.UNSUPPORTED,
-                "the receiver cannot scope messages to a goal; nothing was sent",
-            )
-        return reply
-
-    @staticmethod
-    def _check_receipt(
-        reply: Response,
-        peer: Registration,
-        second: Message | StatusQuery | None,
-        fail: Callable[[str, str], ExchangeError],
-    ) -> None:
-        if not _same_peer(reply, peer):
-            raise fail(Code.INVALID_RECEIPT, "the receipt names another session")
-        if isinstance(second, Message) and reply.status not in OK_RECEIPTS:
-            raise fail(Code.INVALID_RECEIPT, f"{reply.status!r} is not a delivery receipt")
+            event = conversation.next_event()
+            if event is NEED_DATA:
+                try:
+                    data = await stream.receive(READ_CHUNK_BYTES)
+                except anyio.EndOfStream:
+                    data = b""
+                conversation.receive_data(data)
+            elif type(event) is ReadyReceived:
+                await stream.send(conversation.send_request())
+                progress.frames_written = 2
+                progress.message_written = conversation.sends_message
+            elif type(event) is Settled:
+                return Receipt(event.ready, event.reply, progress.frames_written)
+            else:
+                assert type(event) is Failed
+                raise _failure(progress, event.code, event.detail, event.remote_error)
 
 
 def _failure(
@@ -446,26 +379,10 @@ def _failure(
     )
 
 
-def _request_id(frame: Message | StatusQuery | None) -> str | None:
-    return None if frame is None else frame.request_id
-
-
-def _same_peer(reply: Response, peer: Registration) -> bool:
-    identity = reply.peer_identity()
-    return (
-        identity is not None and identity.id == peer.id and identity.instance_id == peer.instance_id
-    )
-
-
-def _parse_reply(frame: Frame, fail: Callable[[str, str], ExchangeError]) -> Response:
-    try:
-        return parse_response(loads_frame(frame.text))
-    except (FrameError, FrameValidationError) as exc:
-        raise fail(Code.INVALID_RESPONSE, f"the reply is not a valid response: {exc}") from exc
-
-
-def _uuid4() -> str:
-    return str(uuid.uuid4())
+def _random_id() -> str:
+    """A fresh requestId: 128 random bits in hex (the reference uses a UUID; any 1-128 of
+    ``[A-Za-z0-9_-]`` will do, and this is a tenth of the cost)."""
+    return os.urandom(16).hex()
 
 
 def _describe_os_error(exc: OSError) -> str:
