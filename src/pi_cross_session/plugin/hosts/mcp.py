@@ -548,15 +548,19 @@ class McpServer:
 # -- one process, one peer -----------------------------------------------------------------------
 
 
-async def serve(
+async def serve_streams(
     options: McpOptions,
+    read_stream: Any,
+    write_stream: Any,
     *,
     locations: Locations | None = None,
     runtime_options: RuntimeOptions | None = None,
     stop: anyio.Event | None = None,
+    task_status: anyio.abc.TaskStatus[SessionRuntime] = anyio.TASK_STATUS_IGNORED,
 ) -> SessionRuntime:
-    """Serve MCP on this process's stdin and stdout until the host closes stdin (or ``stop`` is
-    set); the registration is withdrawn before this returns. Returns the runtime (for its
+    """Run one peer that talks MCP over ``read_stream`` / ``write_stream`` (the SDK's transport
+    streams) until the host closes its side (or ``stop`` is set); the registration is withdrawn
+    before this returns. Reports the runtime once it is registered; returns it (for its
     ``last_error``). Raises the runtime's error if the inbox cannot start."""
     host = McpHost(options)
     runtime = SessionRuntime(
@@ -566,30 +570,50 @@ async def serve(
         on_row=host.observe_row,
     )
     seat = host.attach(runtime)
-    async with stdio_server() as (read_stream, write_stream):
-        mcp_server = McpServer(host)
-        async with anyio.create_task_group() as group:
-            await group.start(runtime.run)
-            seat.open()
-            await group.start(host.run_pushes, write_stream)
+    mcp_server = McpServer(host)
+    async with anyio.create_task_group() as group:
+        await group.start(runtime.run)
+        seat.open()
+        await group.start(host.run_pushes, write_stream)
 
-            async def stop_when_asked() -> None:
-                if stop is not None:
-                    await stop.wait()
-                    group.cancel_scope.cancel()
-
-            group.start_soon(stop_when_asked)
-            try:
-                await mcp_server.server.run(
-                    read_stream, write_stream, mcp_server.initialization_options()
-                )
-            finally:
-                host.close()
-                with anyio.CancelScope(shield=True), anyio.move_on_after(MCP_STOP_TIMEOUT_S):
-                    await runtime.stop()
-                runtime.emergency_cleanup()  # a no-op once the incarnation closed itself
+        async def stop_when_asked() -> None:
+            if stop is not None:
+                await stop.wait()
                 group.cancel_scope.cancel()
+
+        group.start_soon(stop_when_asked)
+        task_status.started(runtime)
+        try:
+            await mcp_server.server.run(
+                read_stream, write_stream, mcp_server.initialization_options()
+            )
+        finally:
+            host.close()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(MCP_STOP_TIMEOUT_S):
+                await runtime.stop()
+            runtime.emergency_cleanup()  # a no-op once the incarnation closed itself
+            group.cancel_scope.cancel()
     return runtime
+
+
+async def serve(
+    options: McpOptions,
+    *,
+    locations: Locations | None = None,
+    runtime_options: RuntimeOptions | None = None,
+    stop: anyio.Event | None = None,
+) -> SessionRuntime:
+    """:func:`serve_streams` on this process's stdin and stdout. While it serves, the SDK's
+    transport points descriptor 1 at stderr, so nothing but MCP messages reaches stdout."""
+    async with stdio_server() as (read_stream, write_stream):
+        return await serve_streams(
+            options,
+            read_stream,
+            write_stream,
+            locations=locations,
+            runtime_options=runtime_options,
+            stop=stop,
+        )
 
 
 def default_name(cwd: str, environ: Mapping[str, str] | None = None) -> str:
@@ -618,4 +642,5 @@ __all__ = [
     "WaitPiMessageParams",
     "default_name",
     "serve",
+    "serve_streams",
 ]
