@@ -18,6 +18,8 @@ import argparse
 import importlib.util
 import os
 import signal
+import sys
+from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
@@ -28,6 +30,7 @@ from pi_cross_session.plugin.options import INBOUND_ENV, parse_inbound, parse_na
 
 if TYPE_CHECKING:
     from pi_cross_session.plugin.hosts.mcp import McpOptions
+    from pi_cross_session.plugin.runtime import SessionRuntime
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -59,17 +62,32 @@ async def _serve(options: McpOptions, console: Console) -> int:
     from pi_cross_session.plugin.hosts.mcp import serve
 
     stop = anyio.Event()
+    finished = anyio.Event()
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
         async with anyio.create_task_group() as group:
+            listening = anyio.CancelScope()
 
             async def on_signal() -> None:
-                async for _ in received:
-                    stop.set()
-                    return
+                with listening:
+                    async for _ in received:
+                        stop.set()
+                        return
 
             group.start_soon(on_signal)
-            runtime = await serve(options, stop=stop)
-            group.cancel_scope.cancel()
+            runtime = await group.start(partial(serve, options, stop=stop, finished=finished))
+            await finished.wait()
+            code = _exit_code(runtime, console)
+            if stop.is_set():
+                # Signalled: the peer has withdrawn, but the SDK's transport still waits in a
+                # thread for a line on stdin that may never come; nothing is left to do.
+                console.done()
+                sys.stderr.flush()
+                os._exit(code)
+            listening.cancel()  # the host closed stdin: the transport ends by itself
+    return code
+
+
+def _exit_code(runtime: SessionRuntime, console: Console) -> int:
     failure = runtime.last_error
     if failure is not None:
         console.problem(words.mcp_stopped(str(failure)))

@@ -556,12 +556,14 @@ async def serve_streams(
     locations: Locations | None = None,
     runtime_options: RuntimeOptions | None = None,
     stop: anyio.Event | None = None,
+    finished: anyio.Event | None = None,
     task_status: anyio.abc.TaskStatus[SessionRuntime] = anyio.TASK_STATUS_IGNORED,
 ) -> SessionRuntime:
     """Run one peer that talks MCP over ``read_stream`` / ``write_stream`` (the SDK's transport
     streams) until the host closes its side (or ``stop`` is set); the registration is withdrawn
-    before this returns. Reports the runtime once it is registered; returns it (for its
-    ``last_error``). Raises the runtime's error if the inbox cannot start."""
+    before this returns, and ``finished`` is set once it is. Reports the runtime once it is
+    registered; returns it (for its ``last_error``). Raises the runtime's error if the inbox
+    cannot start."""
     host = McpHost(options)
     runtime = SessionRuntime(
         host,
@@ -592,6 +594,8 @@ async def serve_streams(
             with anyio.CancelScope(shield=True), anyio.move_on_after(MCP_STOP_TIMEOUT_S):
                 await runtime.stop()
             runtime.emergency_cleanup()  # a no-op once the incarnation closed itself
+            if finished is not None:
+                finished.set()
             group.cancel_scope.cancel()
     return runtime
 
@@ -602,9 +606,16 @@ async def serve(
     locations: Locations | None = None,
     runtime_options: RuntimeOptions | None = None,
     stop: anyio.Event | None = None,
+    finished: anyio.Event | None = None,
+    task_status: anyio.abc.TaskStatus[SessionRuntime] = anyio.TASK_STATUS_IGNORED,
 ) -> SessionRuntime:
     """:func:`serve_streams` on this process's stdin and stdout. While it serves, the SDK's
-    transport points descriptor 1 at stderr, so nothing but MCP messages reaches stdout."""
+    transport points descriptor 1 at stderr, so nothing but MCP messages reaches stdout.
+
+    The transport reads stdin in a worker thread that nothing can interrupt: after ``stop``, this
+    returns only once the host closes stdin. ``finished`` says when the peer has withdrawn, which
+    is what a signalled process waits for before it exits.
+    """
     async with stdio_server() as (read_stream, write_stream):
         return await serve_streams(
             options,
@@ -613,6 +624,8 @@ async def serve(
             locations=locations,
             runtime_options=runtime_options,
             stop=stop,
+            finished=finished,
+            task_status=task_status,
         )
 
 
