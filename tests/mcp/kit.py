@@ -122,10 +122,13 @@ async def mcp_peer(
     mode: DeliveryMode = DeliveryMode.PULL,
     name: str = "mcp-peer",
     clock: FakeClock | None = None,
+    system_clock: bool = False,
     **overrides: Any,
 ) -> AsyncIterator[McpPeer]:
     """Run an MCP peer and its initialized client until the block ends; then the client closes
-    its side, as a host closing the server's stdin, and the peer withdraws."""
+    its side, as a host closing the server's stdin, and the peer withdraws. Its admission runs
+    on ``clock`` (a fresh fake one by default), or on the real clock with ``system_clock``, to
+    talk to sessions that use it."""
     clock = clock or FakeClock()
     options = McpOptions(name=name, cwd=str(cwd), delivery=mode)
     channel: list[ChannelParams] = []
@@ -146,7 +149,7 @@ async def mcp_peer(
                 options,
                 *server_streams,
                 locations=locations,
-                runtime_options=runtime_options(clock, **overrides),
+                runtime_options=runtime_options(None if system_clock else clock, **overrides),
             )
         )
         async with ClientSession(*client_streams, notification_bindings=[binding]) as session:
