@@ -17,19 +17,19 @@ PYTEST_ARGS ?=
 # Python processes that import the package, and two workers each import every test module.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 
-.PHONY: demo demo-cli test test-long lint typecheck pytest bench clean fuzz soak
+.PHONY: demo demo-cli demo-mcp test test-long lint typecheck pytest bench clean fuzz soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[pi-python]'
+	$(BIN)/python -m pip install --quiet -e '.[pi-python,mcp]'
 	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,pi-python]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,pi-python,mcp]'
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -80,3 +80,8 @@ demo: $(DEMO_STAMP)
 # The command line and two headless inboxes.
 demo-cli: $(DEMO_STAMP)
 	$(BIN)/python demo/cli_demo.py
+
+# An MCP host (the SDK's stdio client) driving `pi-cross-session mcp`, with a pi-python session
+# and a headless inbox: channel notifications (push) and reads (pull).
+demo-mcp: $(DEMO_STAMP)
+	$(BIN)/python demo/mcp_demo.py

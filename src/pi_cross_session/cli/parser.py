@@ -241,4 +241,35 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     check.add_argument("--json", action="store_true", help="print one JSON object")
+
+    mcp = command(
+        "mcp",
+        help="serve MCP on stdin/stdout: an MCP host (Claude Code, Codex, ...) joins as a peer",
+        description=(
+            "Run a stdio MCP server that is one live session of this agent dir, for an MCP host "
+            "such as Claude Code, Codex CLI, Gemini CLI, Cursor or Zed: the tools list_pi and "
+            "send_pi_message, and either channel notifications (--delivery push, Claude Code "
+            "with channels) or the tools read_pi_messages and wait_pi_message (--delivery pull). "
+            "The host starts it; it ends when the host closes its stdin, or on SIGINT/SIGTERM, "
+            "and removes its files. It writes nothing but MCP to stdout. See docs/mcp.md."
+        ),
+    )
+    mcp.add_argument(
+        "--name",
+        help="the session name others address it by (default: PI_CROSS_SESSION_NAME, else the "
+        "name of the working directory)",
+    )
+    mcp.add_argument("--cwd", help="the working directory it advertises (default: the current)")
+    mcp.add_argument(
+        "--inbound",
+        choices=("accept", "refuse"),
+        help="accept or refuse inbound messages (default: PI_CROSS_SESSION_INBOUND, else accept)",
+    )
+    mcp.add_argument(
+        "--delivery",
+        choices=("pull", "push"),
+        default="pull",
+        help="push: channel notifications (Claude Code with channels enabled); pull (default): "
+        "the model reads with read_pi_messages / wait_pi_message",
+    )
     return parser

@@ -486,3 +486,23 @@ def inbox_stopped(error: str | None) -> str:
     if error is None:
         return "stopped; files removed"
     return f"stopped after an error: {line(error, DISPLAY_DIAGNOSTIC_CODE_POINTS)}"
+
+
+# -- mcp -------------------------------------------------------------------------------------------
+
+MCP_EXTRA_MISSING: Final = (
+    f"{PROG}: the MCP server needs the official MCP SDK: pip install 'pi-cross-session[mcp]'"
+)
+
+
+def mcp_invalid_inbound(value: str) -> str:
+    """``PI_CROSS_SESSION_INBOUND`` holds something else than accept or refuse: fail closed."""
+    return (
+        f"PI_CROSS_SESSION_INBOUND is {line(repr(value), 60)}, neither accept nor refuse: "
+        "inbound messages are refused"
+    )
+
+
+def mcp_stopped(error: str | None) -> str:
+    """The server's last line on stderr when its inbox failed."""
+    return f"{PROG} mcp: {inbox_stopped(error)}"

@@ -16,7 +16,8 @@ control flow that never leaves its module) are left out.
     │   ├── RegistrarStoppedError         protocol.io.discovery: the registrar never writes again
     │   ├── UnpublishableRegistrationError  protocol.registration: our own values would be skipped
     │   ├── RowTransitionError            security.rows: a message row's move the table forbids
-    │   └── TurnEventError                security.turns: a turn event the table says cannot come
+    │   ├── TurnEventError                security.turns: a turn event the table says cannot come
+    │   └── SeatBusyError                 plugin.hosts.mcp_seat: a hand-over nobody could take
     ├── InvalidRegistrationError          protocol.registration: a peer's file breaks the contract
     ├── WriteWaitTimeoutError             protocol.io.discovery: a write waited too long
     ├── AddressError                      protocol.addressing: no single live session matches

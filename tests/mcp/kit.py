@@ -1,0 +1,162 @@
+"""An MCP peer in the test's own process: the real server, runtime and endpoint, driven by the
+SDK's real client over the SDK's in-memory transport.
+
+:func:`mcp_peer` runs :func:`~pi_cross_session.plugin.hosts.mcp.serve_streams` (what
+``pi-cross-session mcp`` runs on stdin and stdout) on a fake clock and connects a
+:class:`mcp.client.ClientSession` to it, with a binding that records every channel notification.
+Senders are ``WireSender``s (tests/support/wire_session.py): published registrations that speak
+the wire byte by byte, so every receipt is shape-checked, into a ``Ledger`` that
+``assert_accounted`` checks the receiver against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.client import ClientSession, NotificationBinding
+from mcp.shared.memory import create_client_server_memory_streams
+from pydantic import BaseModel
+
+from pi_cross_session.plugin.hosts.mcp import CHANNEL_METHOD, McpHost, McpOptions, serve_streams
+from pi_cross_session.plugin.hosts.mcp_seat import DeliveryMode
+from pi_cross_session.plugin.runtime import SessionRuntime
+from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.protocol.registration import Registration
+from pi_cross_session.security.admission import Snapshot
+from tests.support import raw_client
+from tests.support.sessions import published_sender
+from tests.support.wire_session import (
+    FakeClock,
+    Ledger,
+    WireSender,
+    eventually,
+    runtime_options,
+)
+
+
+class ChannelParams(BaseModel):
+    """``notifications/claude/channel`` as Claude Code reads it: content and string meta."""
+
+    content: str
+    meta: dict[str, str] | None = None
+
+
+@dataclass
+class McpPeer:
+    """The peer under test, its MCP client, and what the senders were told."""
+
+    session: ClientSession
+    runtime: SessionRuntime
+    clock: FakeClock
+    locations: Locations
+    ledger: Ledger = field(default_factory=Ledger)
+    channel: list[ChannelParams] = field(default_factory=list)
+
+    @property
+    def host(self) -> McpHost:
+        host = self.runtime.host
+        assert isinstance(host, McpHost)
+        return host
+
+    @property
+    def registration(self) -> Registration:
+        registration = self.runtime.registration()
+        assert registration is not None, "the MCP peer is not registered"
+        return registration
+
+    def snapshot(self) -> Snapshot:
+        snapshot = self.runtime.snapshot()
+        assert snapshot is not None
+        return snapshot
+
+    def sender(
+        self, name: str, *, capabilities: Iterable[str] | None = raw_client.CAPABILITIES
+    ) -> WireSender:
+        return WireSender(
+            published_sender(self.locations, name),
+            lambda: self.registration,
+            ledger=self.ledger,
+            wall_ms=self.clock.wall_ms,
+            capabilities=capabilities,
+        )
+
+    def state(self, sender: WireSender, message_id: str) -> str | None:
+        for row in self.snapshot().rows:
+            if (row.sender_instance_id, row.message_id) == (sender.instance_id, message_id):
+                return row.state
+        return None
+
+    def advance(self, seconds: float) -> None:
+        """Move admission time forward and wake the runtime's maintenance loop."""
+        self.clock.advance(seconds)
+        self.runtime.on_session_info_changed()
+
+    async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> tuple[str, bool]:
+        """Call a tool as a host would; returns its text and whether it is an error."""
+        result = await self.session.call_tool(tool, arguments or {})
+        [block] = result.content
+        assert block.type == "text", block
+        return block.text, result.is_error
+
+    async def channel_count(self, count: int) -> None:
+        await eventually(lambda: len(self.channel) >= count)
+
+    async def endpoint_idle(self) -> None:
+        current = self.runtime._current  # no public handle on the endpoint's counters
+        if current is not None:
+            endpoint = current.endpoint
+            await eventually(lambda: endpoint.statistics().open_connections == 0)
+
+
+@asynccontextmanager
+async def mcp_peer(
+    locations: Locations,
+    cwd: Path,
+    *,
+    mode: DeliveryMode = DeliveryMode.PULL,
+    name: str = "mcp-peer",
+    clock: FakeClock | None = None,
+    system_clock: bool = False,
+    **overrides: Any,
+) -> AsyncIterator[McpPeer]:
+    """Run an MCP peer and its initialized client until the block ends; then the client closes
+    its side, as a host closing the server's stdin, and the peer withdraws. Its admission runs
+    on ``clock`` (a fresh fake one by default), or on the real clock with ``system_clock``, to
+    talk to sessions that use it."""
+    clock = clock or FakeClock()
+    options = McpOptions(name=name, cwd=str(cwd), delivery=mode)
+    channel: list[ChannelParams] = []
+
+    async def on_channel(params: ChannelParams) -> None:
+        channel.append(params)
+
+    binding = NotificationBinding(
+        method=CHANNEL_METHOD, params_type=ChannelParams, handler=on_channel
+    )
+    async with (
+        create_client_server_memory_streams() as (client_streams, server_streams),
+        anyio.create_task_group() as group,
+    ):
+        runtime = await group.start(
+            partial(
+                serve_streams,
+                options,
+                *server_streams,
+                locations=locations,
+                runtime_options=runtime_options(None if system_clock else clock, **overrides),
+            )
+        )
+        async with ClientSession(*client_streams, notification_bindings=[binding]) as session:
+            await session.initialize()
+            peer = McpPeer(session, runtime, clock, locations, channel=channel)
+            yield peer
+            await peer.endpoint_idle()
+        await client_streams[1].aclose()
+        with anyio.fail_after(10):
+            await runtime.wait_finished()
