@@ -29,7 +29,7 @@ $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,pi-python]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,pi-python,remote]'
 	touch $(STAMP)
 
 test: $(STAMP)
