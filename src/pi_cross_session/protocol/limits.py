@@ -316,3 +316,6 @@ NATS_CONNECT_TIMEOUT_S: Final = 5.0
 NATS_RECONNECT_WAIT_S: Final = 0.5
 #: How often the remote snapshot file for ``peers --remote`` is rewritten, at most.
 REMOTE_SNAPSHOT_EVERY_S: Final = 1.0
+#: Connections open at once across all of a gateway's proxies (each proxy also keeps the
+#: contract's 64): a gateway with 128 proxies must not run out of file descriptors.
+MAX_GATEWAY_CONNECTIONS: Final = 256
