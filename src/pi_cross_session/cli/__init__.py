@@ -8,7 +8,8 @@ pay for the exchange, the receiver or pydantic's models):
 * ``peers`` (:mod:`.peers_cmd`) — the live sessions, read-only;
 * ``send`` (:mod:`.send_cmd`) — send one message and print its receipt, optionally following it;
 * ``status`` (:mod:`.status_cmd`) — ask a session what became of a message sent from here;
-* ``doctor`` (:mod:`.doctor_cmd`) — find what keeps sessions from seeing or reaching each other.
+* ``doctor`` (:mod:`.doctor_cmd`) — find what keeps sessions from seeing or reaching each other;
+* ``gateway`` (:mod:`.gateway_cmd`), ``remote`` (:mod:`.remote_cmd`) — the remote plane.
 
 Shared parts: :mod:`.parser` (arguments and ``--help``), :mod:`.exits` (the exit codes),
 :mod:`.console` (output streams, logging), :mod:`.words` (every text the command line prints).
@@ -36,6 +37,8 @@ _RUNNERS: Final = {
     "send": "send_cmd",
     "status": "status_cmd",
     "doctor": "doctor_cmd",
+    "gateway": "gateway_cmd",
+    "remote": "remote_cmd",
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from pi_cross_session import __version__
@@ -18,6 +18,7 @@ from pi_cross_session.protocol.limits import (
     CLI_IDENTITY_POOL,
     MAX_DELIVERY_WAIT_S,
     MAX_INBOX_BUSY_S,
+    MAX_PROXIES,
     MAX_SUMMARY_CODE_POINTS,
     QUEUE_FATE_MARGIN_S,
     QUEUE_TTL_S,
@@ -81,10 +82,15 @@ class _CommandParser(_Parser):
 
     _intermixed = False
 
+    def _has_actions(self) -> bool:
+        return any(isinstance(action, argparse._SubParsersAction) for action in self._actions)
+
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
-        if self._intermixed:  # the intermixed parse calls back in, twice
+        if self._intermixed or self._has_actions():
+            # The intermixed parse calls back in, twice; and it cannot handle a command with
+            # actions of its own (``remote init``), which parses plainly.
             return super().parse_known_args(args, namespace)
         self._intermixed = True
         try:
@@ -188,6 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     peers.add_argument("--json", action="store_true", help="print one JSON object")
+    peers.add_argument(
+        "--remote",
+        action="store_true",
+        help="list the sessions of other machines this machine's gateway sees (docs/remote.md)",
+    )
 
     send = command(
         "send",
@@ -241,4 +252,82 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     check.add_argument("--json", action="store_true", help="print one JSON object")
+    _remote_commands(command)
     return parser
+
+
+def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """``gateway`` and ``remote``: the remote plane (docs/remote.md; needs the [remote] extra)."""
+    gateway = command(
+        "gateway",
+        help="carry messages between this machine's sessions and other machines over NATS",
+        description=(
+            "Run this machine's gateway: publish its live sessions to the NATS key-value bucket, "
+            "keep a local proxy (a registration and a socket) for each live session of a trusted "
+            "machine, carry messages and status queries sent to a proxy to that machine, and "
+            "deliver the ones other machines send here when remote inbound is on. One gateway per "
+            "agent dir. Set it up first with 'remote init' and 'remote trust'."
+        ),
+    )
+    gateway.add_argument(
+        "--nats",
+        action="append",
+        required=True,
+        metavar="URL",
+        help="a NATS server (nats:// or tls://); repeat or separate with commas for a cluster",
+    )
+    gateway.add_argument("--inbound", choices=("on", "off"), help="override remote inbound")
+    gateway.add_argument("--account", help="the NATS account envelopes are signed for")
+    gateway.add_argument("--tls-ca", metavar="FILE", help="CA that signed the server certificate")
+    gateway.add_argument("--tls-cert", metavar="FILE", help="client certificate (mutual TLS)")
+    gateway.add_argument("--tls-key", metavar="FILE", help="client certificate's key")
+    gateway.add_argument(
+        "--user", help="NATS user name (the password is read from PI_XS_NATS_PASSWORD)"
+    )
+    gateway.add_argument(
+        "--kv-replicas",
+        type=int,
+        default=1,
+        metavar="N",
+        help="replicas of the key-value bucket when this gateway creates it (3 in a cluster)",
+    )
+    gateway.add_argument(
+        "--max-proxies",
+        type=int,
+        default=MAX_PROXIES,
+        metavar="N",
+        help=f"proxies kept at most (default {MAX_PROXIES})",
+    )
+
+    remote = command(
+        "remote",
+        help="this machine's identity and trust for the remote plane",
+        description=(
+            "Make this machine's Ed25519 identity (init), show it (show: the line to paste into "
+            "another machine's 'remote trust'), edit the allow-list (trust, untrust), turn remote "
+            "inbound on or off, or write a private CA and certificates for NATS (pki)."
+        ),
+    )
+    actions = remote.add_subparsers(dest="remote_command", metavar="ACTION")
+    init = actions.add_parser("init", help="create this machine's identity")
+    init.add_argument("--machine", required=True, help="this machine's name (a-z, 0-9, -)")
+    init.add_argument("--replace", action="store_true", help="replace an existing identity")
+    init.add_argument("--inbound", choices=("on", "off"), help="remote inbound (default off)")
+    init.add_argument("--account", help="the NATS account to sign for (default pi-xs)")
+    show_remote = actions.add_parser("show", help="print this machine's name and public key")
+    show_remote.add_argument("--json", action="store_true", help="print one JSON object")
+    trust = actions.add_parser("trust", help="allow a machine (its name and public key)")
+    trust.add_argument("machine")
+    trust.add_argument("key", help="its public key, as 'remote show' prints it (ed25519:…)")
+    untrust = actions.add_parser("untrust", help="remove a machine from the allow-list")
+    untrust.add_argument("machine")
+    inbound = actions.add_parser("inbound", help="turn remote delivery to this machine on or off")
+    inbound.add_argument("state", choices=("on", "off"))
+    pki = actions.add_parser("pki", help="write a private CA and certificates for NATS")
+    pki.add_argument("--out", required=True, metavar="DIR", help="where to write them")
+    pki.add_argument(
+        "--host",
+        action="append",
+        required=True,
+        help="a name or address the NATS server is reached by (repeatable)",
+    )

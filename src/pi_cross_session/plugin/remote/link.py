@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,7 +209,7 @@ class Link:
         except Exception as exc:
             raise UnreachableError(f"the bucket refused a delete: {exc}") from None
 
-    async def watch(self) -> AsyncIterator[Change]:
+    async def watch(self) -> AsyncGenerator[Change, None]:
         """Every record now in the bucket, then every change; ends when the watch breaks."""
         if self._kv is None:
             raise UnreachableError("no bucket")
