@@ -1,0 +1,173 @@
+"""Machines of the remote plane on one host: agent dirs, identities, gateways, inboxes.
+
+A *machine* here is an agent dir with its own Ed25519 identity and its own gateway process, all
+on 127.0.0.1, exactly as docs/remote.md defines a machine. Every process is a real one (the
+``pi-cross-session`` command line), every NATS server a real ``nats-server``; :class:`Fleet`
+stops all of them and removes every runtime dir under ``/tmp`` its agent dirs map to.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+from pi_cross_session.plugin.remote.natsd import NatsServer
+from pi_cross_session.protocol.io import environment
+from tests.support.bounds import MUST_HAPPEN_S
+from tests.support.cli_procs import CLI, InboxProcess, Result, cli_env, run_cli
+from tests.support.watched import WatchedProcess
+
+#: Gateways here scan their local sessions this often (the CLI's default, 2 s, is fine too; a
+#: test only waits for an event, never for a time).
+READY_LINE: Final = r"gateway \S+ ready"
+
+
+class GatewayProcess(WatchedProcess):
+    """A running ``pi-cross-session gateway``."""
+
+    def __init__(self, agent_dir: Path, *args: str, cwd: Path) -> None:
+        self.args = ("gateway", *args)
+        super().__init__([*CLI, "-v", *self.args], env=cli_env(agent_dir), label="gateway", cwd=cwd)
+
+    def stop(self, number: int = signal.SIGTERM, timeout: float = MUST_HAPPEN_S) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(number)
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self._join()
+        return code
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._join()
+
+    def close(self) -> None:
+        self.stop()
+
+
+class Machine:
+    """One agent dir with an identity; starts its gateway and sessions."""
+
+    def __init__(self, fleet: Fleet, name: str) -> None:
+        self.fleet = fleet
+        self.name = name
+        self.agent_dir = fleet.root / name / "agent"
+        self.agent_dir.mkdir(parents=True)
+        self.workdir = fleet.root / name / "work"
+        self.workdir.mkdir()
+        self.locations = environment.resolve(env={"PI_CODING_AGENT_DIR": str(self.agent_dir)})
+        self.gateway: GatewayProcess | None = None
+        result = self.cli("remote", "init", "--machine", name, "--inbound", "on")
+        assert result.returncode == 0, result
+        self.public_key = result.stdout.split()[1]
+
+    def cli(self, *args: str, timeout: float = MUST_HAPPEN_S) -> Result:
+        return run_cli(self.agent_dir, *args, cwd=self.workdir, timeout=timeout)
+
+    def trust(self, *others: Machine) -> None:
+        for other in others:
+            result = self.cli("remote", "trust", other.name, other.public_key)
+            assert result.returncode == 0, result
+
+    def start_gateway(self, *args: str, urls: Sequence[str] | None = None) -> GatewayProcess:
+        servers = list(urls or [self.fleet.url])
+        gateway = GatewayProcess(
+            self.agent_dir, "--nats", ",".join(servers), *args, cwd=self.workdir
+        )
+        self.fleet.processes.append(gateway)
+        gateway.wait_line(READY_LINE, timeout=MUST_HAPPEN_S)
+        self.gateway = gateway
+        return gateway
+
+    def inbox(self, name: str, *args: str) -> InboxProcess:
+        inbox = InboxProcess(self.agent_dir, "--name", name, *args, cwd=self.workdir)
+        self.fleet.processes.append(inbox)
+        inbox.wait_event("ready")
+        return inbox
+
+    def peers(self) -> list[dict[str, Any]]:
+        result = self.cli("peers", "--json")
+        assert result.returncode == 0, result
+        peers: list[dict[str, Any]] = result.json()["peers"]
+        return peers
+
+    def wait_peer(self, name: str, *, present: bool = True, timeout: float = MUST_HAPPEN_S) -> None:
+        """Wait until a listing here shows (or no longer shows) a peer named ``name``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(p["name"] == name for p in self.peers()) == present:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name}: {name} {'never appeared' if present else 'stayed'}")
+
+    def registrations(self) -> list[dict[str, Any]]:
+        peers_dir = self.agent_dir / "peers"
+        if not peers_dir.exists():
+            return []
+        return [json.loads(p.read_text()) for p in sorted(peers_dir.glob("*.json"))]
+
+
+class Fleet:
+    """Machines and NATS servers of one test; :meth:`close` ends every process."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.servers: list[NatsServer] = []
+        self.processes: list[WatchedProcess] = []
+        self.machines: list[Machine] = []
+
+    @property
+    def url(self) -> str:
+        return self.servers[0].url
+
+    def start_server(self, **kwargs: Any) -> NatsServer:
+        server = NatsServer(self.root / "nats", name=f"n{len(self.servers) + 1}", **kwargs)
+        self.servers.append(server)
+        server.start()
+        return server
+
+    def machine(self, name: str) -> Machine:
+        made = Machine(self, name)
+        self.machines.append(made)
+        return made
+
+    def pair(self, *names: str) -> list[Machine]:
+        """Machines that all trust each other."""
+        made = [self.machine(name) for name in names]
+        for machine in made:
+            machine.trust(*(m for m in made if m is not machine))
+        return made
+
+    def close(self) -> None:
+        for process in reversed(self.processes):
+            close: Callable[[], None] = process.close  # type: ignore[attr-defined]
+            try:
+                close()
+            except Exception:  # pragma: no cover - best effort; the next ones still stop
+                if process.process.poll() is None:
+                    process.process.kill()
+        for server in self.servers:
+            server.stop(kill=True)
+        for machine in self.machines:
+            shutil.rmtree(machine.locations.runtime_dir, ignore_errors=True)
+
+
+@contextmanager
+def fleet_at(root: Path) -> Iterator[Fleet]:
+    fleet = Fleet(root)
+    try:
+        yield fleet
+    finally:
+        fleet.close()
