@@ -171,3 +171,87 @@ def fleet_at(root: Path) -> Iterator[Fleet]:
         yield fleet
     finally:
         fleet.close()
+
+
+class RawMachine:
+    """A trusted machine played by the test itself: it signs envelopes and sends them straight to
+    another machine's subject over its own NATS connection, so a test can choose every field
+    (the clock, the nonce, a replay) and see the one reply the gateway gives."""
+
+    def __init__(self, name: str, *, account: str = "pi-xs") -> None:
+        from pi_cross_session.security.remote.identity import MachineKey
+
+        self.name = name
+        self.account = account
+        self.key = MachineKey.generate()
+        self.public_key = self.key.public_text()
+
+    def payload(
+        self,
+        to: str,
+        target: str,
+        text: str,
+        *,
+        message_id: str,
+        at_ms: int | None = None,
+        nonce: str | None = None,
+        sender_id: str = "0" * 32,
+    ) -> tuple[bytes, str]:
+        """A signed ``send`` envelope, and its nonce."""
+        import secrets
+
+        from pi_cross_session.protocol.remote import envelope as env
+
+        # The machine's own clock, skewed or not, stamps both the envelope and the message.
+        now = time.time_ns() // 1_000_000 if at_ms is None else at_ms
+        nonce = nonce or secrets.token_hex(16)
+        body = env.SendBody(
+            target=target,
+            sender=env.RemoteSender(
+                id=f"raw-{sender_id[:8]}",
+                instance_id=sender_id,
+                name="raw",
+                capabilities=["cancel-safe-queue-v1"],
+            ),
+            message=env.RemoteMessage(
+                message_id=message_id, text=text, summary=text[:50], sent_at=now
+            ),
+        )
+        envelope = env.build(
+            kind=env.Kind.SEND,
+            account=self.account,
+            origin=self.name,
+            to=to,
+            nonce=nonce,
+            at_ms=now,
+            body=body,
+        )
+        return self.key.seal(env.encode(envelope)), nonce
+
+
+async def raw_request(
+    url: str, subject: str, payload: bytes, timeout_s: float = 6.0
+) -> bytes | None:
+    """One NATS request; the reply's payload, or ``None`` when none came in time."""
+    import nats
+    import nats.errors
+
+    nc = await nats.connect(url)
+    try:
+        msg = await nc.request(subject, payload, timeout=timeout_s)
+        return bytes(msg.data)
+    except nats.errors.TimeoutError:
+        return None
+    finally:
+        await nc.close()
+
+
+def reply_of(data: bytes | None) -> tuple[str, str] | None:
+    """``(outcome, status)`` of a signed reply (signature not checked: the test only reads it)."""
+    if data is None:
+        return None
+    from pi_cross_session.protocol.remote import envelope as env
+
+    body = env.decode(data[64:]).read_body()
+    assert isinstance(body, env.ReplyBody)
+    return body.outcome.value, body.status
