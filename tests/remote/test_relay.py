@@ -18,8 +18,8 @@ def test_a_session_sends_to_a_session_on_another_machine_and_gets_its_receipt(
     alice = laptop.inbox("alice")
     laptop.start_gateway()
     buildbox.start_gateway()
-    laptop.wait_peer("bob@buildbox")
-    buildbox.wait_peer("alice@laptop")
+    laptop.wait_peer("bob@buildbox", listing=True)
+    buildbox.wait_peer("alice@laptop", listing=True)
 
     # A plain send on laptop, to the proxy: the ordinary exchange, the real receipt.
     sent = laptop.cli("send", "bob@buildbox", "hello from the laptop", "--json")

@@ -69,17 +69,25 @@ class Machine:
         self.workdir.mkdir()
         self.locations = environment.resolve(env={"PI_CODING_AGENT_DIR": str(self.agent_dir)})
         self.gateway: GatewayProcess | None = None
-        result = self.cli("remote", "init", "--machine", name, "--inbound", "on")
-        assert result.returncode == 0, result
-        self.public_key = result.stdout.split()[1]
+        # In process: a command-line start costs a second or two on a loaded machine, and
+        # ``remote init``/``trust`` have tests of their own.
+        from pi_cross_session.plugin.remote import files
+
+        identity = files.init_identity(self.locations, name)
+        files.save_trust(self.locations, files.load_trust(self.locations).with_inbound(True))
+        self.public_key = identity.key.public_text()
 
     def cli(self, *args: str, timeout: float = MUST_HAPPEN_S) -> Result:
         return run_cli(self.agent_dir, *args, cwd=self.workdir, timeout=timeout)
 
-    def trust(self, *others: Machine) -> None:
+    def trust(self, *others: Machine | RawMachine) -> None:
+        from pi_cross_session.plugin.remote import files
+        from pi_cross_session.security.remote.identity import parse_public_key
+
+        trust = files.load_trust(self.locations)
         for other in others:
-            result = self.cli("remote", "trust", other.name, other.public_key)
-            assert result.returncode == 0, result
+            trust = trust.with_machine(other.name, parse_public_key(other.public_key))
+        files.save_trust(self.locations, trust)
 
     def start_gateway(self, *args: str, urls: Sequence[str] | None = None) -> GatewayProcess:
         servers = list(urls or [self.fleet.url])
@@ -103,20 +111,35 @@ class Machine:
         peers: list[dict[str, Any]] = result.json()["peers"]
         return peers
 
-    def wait_peer(self, name: str, *, present: bool = True, timeout: float = MUST_HAPPEN_S) -> None:
-        """Wait until a listing here shows (or no longer shows) a peer named ``name``."""
+    def wait_peer(
+        self,
+        name: str,
+        *,
+        present: bool = True,
+        timeout: float = MUST_HAPPEN_S,
+        listing: bool = False,
+    ) -> None:
+        """Wait until a registration named ``name`` is here (or gone); with ``listing``, until
+        ``peers`` lists it (a probe answered), which costs a command-line run per look."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if any(p["name"] == name for p in self.peers()) == present:
+            names = [p["name"] for p in (self.peers() if listing else self.registrations())]
+            if (name in names) == present:
                 return
-            time.sleep(0.2)
+            time.sleep(0.1)
         raise AssertionError(f"{self.name}: {name} {'never appeared' if present else 'stayed'}")
 
     def registrations(self) -> list[dict[str, Any]]:
         peers_dir = self.agent_dir / "peers"
         if not peers_dir.exists():
             return []
-        return [json.loads(p.read_text()) for p in sorted(peers_dir.glob("*.json"))]
+        found = []
+        for path in sorted(peers_dir.glob("*.json")):
+            try:
+                found.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue  # removed or replaced while we looked
+        return found
 
 
 class Fleet:

@@ -50,6 +50,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             password=os.environ.get(PASSWORD_ENV) if args.user else None,
             name=f"pi-cross-session gateway {identity.machine}",
             kv_replicas=args.kv_replicas,
+            record_ttl_s=args.record_ttl,
         )
     )
     options = GatewayOptions(
@@ -58,6 +59,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         trust=trust,
         inbound=inbound,
         max_proxies=args.max_proxies,
+        record_ttl_s=args.record_ttl,
+        publish_every_s=args.record_ttl / 3,
     )
 
     async def main() -> None:

@@ -19,9 +19,12 @@ from pi_cross_session.protocol.limits import (
     MAX_DELIVERY_WAIT_S,
     MAX_INBOX_BUSY_S,
     MAX_PROXIES,
+    MAX_REMOTE_RECORD_TTL_S,
     MAX_SUMMARY_CODE_POINTS,
+    MIN_REMOTE_RECORD_TTL_S,
     QUEUE_FATE_MARGIN_S,
     QUEUE_TTL_S,
+    REMOTE_RECORD_TTL_S,
 )
 from pi_cross_session.protocol.paths import is_instance_id
 
@@ -62,6 +65,18 @@ def _busy_seconds(value: str) -> float:
         raise argparse.ArgumentTypeError("a number of seconds") from exc
     if not 0 <= seconds <= MAX_INBOX_BUSY_S:
         raise argparse.ArgumentTypeError(f"between 0 and {MAX_INBOX_BUSY_S:g} seconds")
+    return seconds
+
+
+def _record_ttl(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("a number of seconds") from exc
+    if not MIN_REMOTE_RECORD_TTL_S <= seconds <= MAX_REMOTE_RECORD_TTL_S:
+        raise argparse.ArgumentTypeError(
+            f"between {MIN_REMOTE_RECORD_TTL_S:g} and {MAX_REMOTE_RECORD_TTL_S:g} seconds"
+        )
     return seconds
 
 
@@ -290,6 +305,17 @@ def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         default=1,
         metavar="N",
         help="replicas of the key-value bucket when this gateway creates it (3 in a cluster)",
+    )
+    gateway.add_argument(
+        "--record-ttl",
+        type=_record_ttl,
+        default=REMOTE_RECORD_TTL_S,
+        metavar="S",
+        help=(
+            f"how long a published session outlives its last refresh (default "
+            f"{REMOTE_RECORD_TTL_S:g} s; the bucket's max_age when this gateway creates it); "
+            "every gateway of a deployment should use the same"
+        ),
     )
     gateway.add_argument(
         "--max-proxies",

@@ -295,8 +295,13 @@ REMOTE_DELIVERY_DEADLINE_S: Final = 3.0
 #: Published sessions expire from the KV bucket (its ``max_age``) and from every reader's mirror
 #: this long after their last refresh: three refreshes missed.
 REMOTE_RECORD_TTL_S: Final = 30.0
-#: How often a gateway re-puts every live local session (and at once on any change).
-REMOTE_PUBLISH_EVERY_S: Final = 10.0
+#: How often a gateway re-puts every live local session (and at once on any change): a third of
+#: the TTL, whatever TTL a deployment picks (``gateway --record-ttl``).
+REMOTE_PUBLISH_EVERY_S: Final = REMOTE_RECORD_TTL_S / 3
+#: The TTL a deployment may pick: short enough to notice a dead machine sooner, long enough for a
+#: gateway's scans (every 2 s) to keep its records alive.
+MIN_REMOTE_RECORD_TTL_S: Final = 6.0
+MAX_REMOTE_RECORD_TTL_S: Final = 3_600.0
 #: How often a gateway lists its local sessions to notice one appear, change or go.
 REMOTE_SCAN_EVERY_S: Final = 2.0
 #: How often a gateway withdraws proxies whose record stopped being refreshed.

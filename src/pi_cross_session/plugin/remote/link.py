@@ -59,6 +59,8 @@ class LinkConfig:
     password: str | None = None
     name: str = "pi-cross-session gateway"
     kv_replicas: int = 1
+    #: The bucket's ``max_age`` when this gateway creates it.
+    record_ttl_s: float = REMOTE_RECORD_TTL_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +148,7 @@ class Link:
         except nats.js.errors.BucketNotFoundError:
             return await js.create_key_value(
                 bucket=KV_BUCKET,
-                ttl=REMOTE_RECORD_TTL_S,
+                ttl=self._config.record_ttl_s,
                 history=1,
                 replicas=self._config.kv_replicas,
             )
