@@ -317,6 +317,9 @@ MAX_REMOTE_RECORDS: Final = 10_000
 REMOTE_DIAGNOSTICS_KEPT: Final = 20
 #: Connecting to NATS at start, at most; later reconnects go on for as long as the gateway runs.
 NATS_CONNECT_TIMEOUT_S: Final = 5.0
+#: A JetStream cluster that has just started elects its leader within seconds; a gateway waits
+#: this long for the bucket before giving up.
+JETSTREAM_READY_S: Final = 20.0
 #: Pause between reconnect attempts to NATS.
 NATS_RECONNECT_WAIT_S: Final = 0.5
 #: How often the remote snapshot file for ``peers --remote`` is rewritten, at most.

@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import nats
 import nats.errors
 import nats.js.errors
@@ -26,6 +27,7 @@ from nats.js.kv import KeyValue
 
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.limits import (
+    JETSTREAM_READY_S,
     NATS_CONNECT_TIMEOUT_S,
     NATS_RECONNECT_WAIT_S,
     REMOTE_RECORD_TTL_S,
@@ -121,6 +123,8 @@ class Link:
             "reconnect_time_wait": NATS_RECONNECT_WAIT_S,
             "max_reconnect_attempts": -1,
             "allow_reconnect": True,
+            # Servers in the order given: a gateway lists its nearest node first.
+            "dont_randomize": True,
             "error_cb": on_error,
             "disconnected_cb": on_disconnect,
             "reconnected_cb": on_reconnect,
@@ -141,17 +145,29 @@ class Link:
         self._kv = await self._bucket()
 
     async def _bucket(self) -> KeyValue:
+        """Open the bucket, creating it if this is the first gateway; a cluster that has just
+        started may need a few seconds to elect its JetStream leader, so this tries again."""
         assert self._nc is not None
         js = self._nc.jetstream()
-        try:
-            return await js.key_value(KV_BUCKET)
-        except nats.js.errors.BucketNotFoundError:
-            return await js.create_key_value(
-                bucket=KV_BUCKET,
-                ttl=self._config.record_ttl_s,
-                history=1,
-                replicas=self._config.kv_replicas,
-            )
+        deadline = anyio.current_time() + JETSTREAM_READY_S
+        while True:
+            try:
+                try:
+                    return await js.key_value(KV_BUCKET)
+                except nats.js.errors.BucketNotFoundError:
+                    return await js.create_key_value(
+                        bucket=KV_BUCKET,
+                        ttl=self._config.record_ttl_s,
+                        history=1,
+                        replicas=self._config.kv_replicas,
+                    )
+            except Exception as exc:
+                if anyio.current_time() >= deadline:
+                    raise UnreachableError(
+                        f"the JetStream bucket is not available: {exc}"
+                    ) from None
+                logger.info("JetStream not ready (%s); trying again", exc)
+                await anyio.sleep(0.5)
 
     async def close(self) -> None:
         nc, self._nc = self._nc, None
