@@ -137,11 +137,22 @@ class Link:
         if self._config.user is not None:
             options["user"] = self._config.user
             options["password"] = self._config.password
+        # The client would try the first connection for ever (it reconnects without end), so
+        # the first one is bounded here; reconnects later are unbounded, as they should be.
+        client = Client()
+        where = ", ".join(self._config.servers)
         try:
-            self._nc = await nats.connect(**options)
+            with anyio.fail_after(NATS_CONNECT_TIMEOUT_S * max(2, len(self._config.servers))):
+                await client.connect(**options)
         except Exception as exc:
-            where = ", ".join(self._config.servers)
-            raise UnreachableError(f"cannot connect to NATS at {where}: {exc}") from None
+            with anyio.CancelScope(shield=True):
+                try:
+                    await client.close()
+                except Exception as close_exc:  # closing is best effort
+                    logger.info("closing the failed NATS client: %s", close_exc)
+            detail = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
+            raise UnreachableError(f"cannot connect to NATS at {where}: {detail}") from None
+        self._nc = client
         self._kv = await self._bucket()
 
     async def _bucket(self) -> KeyValue:

@@ -96,7 +96,7 @@ class NatsServer:
                 tls.append(f'ca_file: "{self.tls.ca}"')
             if self.tls.verify_clients:
                 tls.append("verify: true")
-            lines.append("tls { " + " ".join(tls) + " }")
+            lines.append("tls {\n  " + "\n  ".join(tls) + "\n}")
         if self.cluster_port is not None:
             routes = ", ".join(f"nats-route://127.0.0.1:{p}" for p in self.routes)
             lines.append(
