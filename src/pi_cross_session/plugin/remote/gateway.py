@@ -55,6 +55,7 @@ from pi_cross_session.protocol.frames import (
     StatusQuery,
 )
 from pi_cross_session.protocol.io.exchange import ExchangeConfig, ExchangeError, Exchanger
+from pi_cross_session.protocol.io.offload import Offload
 from pi_cross_session.protocol.limits import (
     MAX_GATEWAY_CONNECTIONS,
     MAX_PROXIES,
@@ -203,6 +204,8 @@ class Gateway:
         self._budget = ConnectionBudget(cap=MAX_GATEWAY_CONNECTIONS)
         self._exchangers: dict[tuple[str, ...], Exchanger] = {}
         self._probe_exchanger = Exchanger(locations, fs)
+        # Inline on a local filesystem, in a worker thread elsewhere (as sessions read files).
+        self._peers_dir = Offload(fs, locations.peers_dir)
         self._publisher = Publisher(
             locations=locations,
             machine=options.machine,
@@ -643,7 +646,7 @@ class Gateway:
         """The real local session ``instance_id`` (never one of the gateway's own)."""
         try:
             path = self.locations.registration_path(instance_id)
-            raw = await anyio.to_thread.run_sync(fs.read_registration_bytes, path)
+            raw = await self._peers_dir.run(fs.read_registration_bytes, path)
             registration = parse_registration(
                 raw,
                 file_stem=instance_id,
