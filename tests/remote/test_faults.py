@@ -227,7 +227,8 @@ def test_a_flood_from_one_machine_is_bounded_and_another_machine_still_gets_thro
     replies = anyio.run(flood)
     statuses = [r[1] for r in replies if r is not None]
     assert len(statuses) == 300, replies  # every request answered: nothing lost silently
-    assert statuses.count("rate_limited") >= 300 - 120  # the machine's bucket: 120 at once
+    # 16 deliveries in flight per machine at most: the rest of a burst is refused at once.
+    assert statuses.count("rate_limited") >= 300 - 16 * 4
     assert set(statuses) <= {"refused", "rate_limited"}
     sent = laptop.cli("send", "carol@buildbox", "still here", "--json")
     assert sent.returncode == exits.EXIT_OK, sent

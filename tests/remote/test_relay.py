@@ -4,8 +4,10 @@ without knowing the peer is remote (docs/remote.md)."""
 from __future__ import annotations
 
 import json
+import time
 
 from pi_cross_session.cli import exits
+from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.remote import Fleet
 
 
@@ -59,7 +61,13 @@ def test_a_proxy_registration_looks_local_and_names_its_machine(fleet: Fleet) ->
     real = next(r for r in buildbox.registrations() if r["name"] == "bob")
     assert proxy["token"] != real["token"]
     assert proxy["instanceId"] != real["instanceId"]
-    remote = laptop.cli("peers", "--remote", "--json").json()
+    # The gateway's snapshot for ``peers --remote`` follows within a second or so.
+    deadline = time.monotonic() + MUST_HAPPEN_S
+    while True:
+        remote = laptop.cli("peers", "--remote", "--json").json()
+        if remote["peers"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert remote["gateway"] is True
     (seen,) = remote["peers"]
     assert (seen["machine"], seen["name"]) == ("buildbox", "bob")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -162,22 +163,21 @@ def test_a_good_request_passes_once() -> None:
     assert (again.cause, again.answer) == (Cause.REPLAY, None)
 
 
-@pytest.mark.parametrize(
-    ("data", "cause"),
-    [
-        (b"x" * 10, Cause.MALFORMED),
-        (LAPTOP.seal(b"not json"), Cause.MALFORMED),
-        (payload(STRANGER, origin="stranger"), Cause.UNKNOWN_MACHINE),
-        (payload(STRANGER), Cause.BAD_SIGNATURE),
-        (payload(account="other"), Cause.WRONG_ACCOUNT),
-        (payload(to="elsewhere"), Cause.NOT_FOR_US),
-        (payload(kind=Kind.REPLY), Cause.UNEXPECTED_KIND),
-    ],
-)
-def test_an_unverified_or_misaddressed_envelope_is_dropped_unanswered(
-    data: bytes, cause: Cause
-) -> None:
-    verdict = check(verifier(), data)
+UNANSWERED: dict[str, tuple[Callable[[], bytes], Cause]] = {
+    "short": (lambda: b"x" * 10, Cause.MALFORMED),
+    "not-json": (lambda: LAPTOP.seal(b"not json"), Cause.MALFORMED),
+    "unknown-machine": (lambda: payload(STRANGER, origin="stranger"), Cause.UNKNOWN_MACHINE),
+    "bad-signature": (lambda: payload(STRANGER), Cause.BAD_SIGNATURE),
+    "wrong-account": (lambda: payload(account="other"), Cause.WRONG_ACCOUNT),
+    "not-for-us": (lambda: payload(to="elsewhere"), Cause.NOT_FOR_US),
+    "unexpected-kind": (lambda: payload(kind=Kind.REPLY), Cause.UNEXPECTED_KIND),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNANSWERED))
+def test_an_unverified_or_misaddressed_envelope_is_dropped_unanswered(case: str) -> None:
+    make, cause = UNANSWERED[case]
+    verdict = check(verifier(), make())
     assert isinstance(verdict, Rejected)
     assert (verdict.cause, verdict.answer) == (cause, None)
 

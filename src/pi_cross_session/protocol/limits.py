@@ -270,13 +270,15 @@ ENVELOPE_MAX_AGE_S: Final = 30.0
 #: … to this far ahead (the contract's 5 s future skew): machines keep clocks within 5 s.
 ENVELOPE_MAX_AHEAD_S: Final = 5.0
 #: Nonces remembered per origin machine while their envelopes are inside the window; a full table
-#: refuses that machine (``rate_limited``) until entries age out, never forgets one early. 4,096
-#: in 35 s is 117 envelopes a second, six times the machine's sustained rate below.
-REMOTE_NONCES_PER_MACHINE: Final = 4_096
+#: refuses that machine (``rate_limited``) until entries age out, never forgets one early. 8,192
+#: in 35 s is 234 envelopes a second, over twice the machine's sustained rate below.
+REMOTE_NONCES_PER_MACHINE: Final = 8_192
 #: Envelopes one origin machine may have handled at once, then per second: a machine's senders
-#: together, bounding what one machine costs the gateway whatever number of senders it claims.
-REMOTE_MACHINE_RATE_CAPACITY: Final = 120
-REMOTE_MACHINE_REFILL_PER_S: Final = 20.0
+#: together, bounding what one machine costs the gateway (a delivery costs it about a millisecond
+#: of CPU) whatever number of senders it claims. 100/s is three times what its 64 sender
+#: identities could get admitted by one receiver in the long run (0.5/s each).
+REMOTE_MACHINE_RATE_CAPACITY: Final = 600
+REMOTE_MACHINE_REFILL_PER_S: Final = 100.0
 #: Origin machines tracked by that bucket (the allow-list is the real bound; this caps the table).
 MAX_REMOTE_MACHINES: Final = 256
 #: Deliveries to local sessions one origin machine may have in flight at once.
