@@ -18,6 +18,7 @@ from pi_cross_session.protocol.limits import (
     CLI_IDENTITY_POOL,
     MAX_DELIVERY_WAIT_S,
     MAX_INBOX_BUSY_S,
+    MAX_LISTED_REGISTRATIONS,
     MAX_PROXIES,
     MAX_REMOTE_RECORD_TTL_S,
     MAX_SUMMARY_CODE_POINTS,
@@ -78,6 +79,17 @@ def _record_ttl(value: str) -> float:
             f"between {MIN_REMOTE_RECORD_TTL_S:g} and {MAX_REMOTE_RECORD_TTL_S:g} seconds"
         )
     return seconds
+
+
+def _max_proxies(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("a whole number") from exc
+    # Up to half the listing window: local sessions keep the rest (docs/remote.md).
+    if not 0 <= count <= MAX_LISTED_REGISTRATIONS // 2:
+        raise argparse.ArgumentTypeError(f"between 0 and {MAX_LISTED_REGISTRATIONS // 2}")
+    return count
 
 
 class _Parser(argparse.ArgumentParser):
@@ -319,7 +331,7 @@ def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     gateway.add_argument(
         "--max-proxies",
-        type=int,
+        type=_max_proxies,
         default=MAX_PROXIES,
         metavar="N",
         help=f"proxies kept at most (default {MAX_PROXIES})",
