@@ -232,3 +232,20 @@ def test_a_flood_from_one_machine_is_bounded_and_another_machine_still_gets_thro
     assert set(statuses) <= {"refused", "rate_limited"}
     sent = laptop.cli("send", "carol@buildbox", "still here", "--json")
     assert sent.returncode == exits.EXIT_OK, sent
+
+
+def test_no_machine_reaches_a_third_one_through_a_gateway(fleet: Fleet) -> None:
+    fleet.start_server()
+    laptop, buildbox = fleet.pair("laptop", "buildbox")
+    third = RawMachine("third")
+    buildbox.trust(third)
+    alice = laptop.inbox("alice")
+    laptop.start_gateway()
+    buildbox.start_gateway()
+    buildbox.wait_peer("alice@laptop")
+    # "third" asks buildbox to deliver to buildbox's proxy of alice: not a session of buildbox.
+    proxy = _target(buildbox, "alice@laptop")
+    payload, _ = third.payload("buildbox", proxy, "pass this on", message_id="t-1")
+    reply = reply_of(anyio.run(raw_request, fleet.url, request_subject("buildbox"), payload))
+    assert reply == ("refused", "not_found")
+    assert _received(alice, "t-1") == 0
