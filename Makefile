@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 # Python processes that import the package, and two workers each import every test module.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 
-.PHONY: demo demo-cli demo-mcp test test-long lint typecheck pytest bench clean fuzz soak
+.PHONY: demo demo-cli demo-mcp demo-remote test test-long lint typecheck pytest bench clean fuzz soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,pi-python,mcp]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,pi-python,mcp,remote]'
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -76,6 +76,17 @@ clean:
 # Two real pi-python sessions (scripted models) messaging each other, each in its own process.
 demo: $(DEMO_STAMP)
 	$(BIN)/python demo/agents_demo.py
+
+# Two "machines" (agent dirs with their own identities and gateways), a pi-python session on each
+# and a real NATS server on 127.0.0.1: sessions message each other across the gateways.
+REMOTE_STAMP := $(VENV)/.installed-remote
+$(REMOTE_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[pi-python,remote]'
+	touch $(REMOTE_STAMP)
+
+demo-remote: $(REMOTE_STAMP)
+	$(BIN)/python demo/remote_demo.py
 
 # The command line and two headless inboxes.
 demo-cli: $(DEMO_STAMP)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from pi_cross_session import __version__
@@ -18,9 +18,14 @@ from pi_cross_session.protocol.limits import (
     CLI_IDENTITY_POOL,
     MAX_DELIVERY_WAIT_S,
     MAX_INBOX_BUSY_S,
+    MAX_LISTED_REGISTRATIONS,
+    MAX_PROXIES,
+    MAX_REMOTE_RECORD_TTL_S,
     MAX_SUMMARY_CODE_POINTS,
+    MIN_REMOTE_RECORD_TTL_S,
     QUEUE_FATE_MARGIN_S,
     QUEUE_TTL_S,
+    REMOTE_RECORD_TTL_S,
 )
 from pi_cross_session.protocol.paths import is_instance_id
 
@@ -64,6 +69,29 @@ def _busy_seconds(value: str) -> float:
     return seconds
 
 
+def _record_ttl(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("a number of seconds") from exc
+    if not MIN_REMOTE_RECORD_TTL_S <= seconds <= MAX_REMOTE_RECORD_TTL_S:
+        raise argparse.ArgumentTypeError(
+            f"between {MIN_REMOTE_RECORD_TTL_S:g} and {MAX_REMOTE_RECORD_TTL_S:g} seconds"
+        )
+    return seconds
+
+
+def _max_proxies(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("a whole number") from exc
+    # Up to half the listing window: local sessions keep the rest (docs/remote.md).
+    if not 0 <= count <= MAX_LISTED_REGISTRATIONS // 2:
+        raise argparse.ArgumentTypeError(f"between 0 and {MAX_LISTED_REGISTRATIONS // 2}")
+    return count
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse exits 2 on a usage error, which here means "refused": exit 1 instead."""
 
@@ -81,10 +109,15 @@ class _CommandParser(_Parser):
 
     _intermixed = False
 
+    def _has_actions(self) -> bool:
+        return any(isinstance(action, argparse._SubParsersAction) for action in self._actions)
+
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
-        if self._intermixed:  # the intermixed parse calls back in, twice
+        if self._intermixed or self._has_actions():
+            # The intermixed parse calls back in, twice; and it cannot handle a command with
+            # actions of its own (``remote init``), which parses plainly.
             return super().parse_known_args(args, namespace)
         self._intermixed = True
         try:
@@ -188,6 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     peers.add_argument("--json", action="store_true", help="print one JSON object")
+    peers.add_argument(
+        "--remote",
+        action="store_true",
+        help="list the sessions of other machines this machine's gateway sees (docs/remote.md)",
+    )
 
     send = command(
         "send",
@@ -272,4 +310,93 @@ def build_parser() -> argparse.ArgumentParser:
         help="push: channel notifications (Claude Code with channels enabled); pull (default): "
         "the model reads with read_pi_messages / wait_pi_message",
     )
+    _remote_commands(command)
     return parser
+
+
+def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """``gateway`` and ``remote``: the remote plane (docs/remote.md; needs the [remote] extra)."""
+    gateway = command(
+        "gateway",
+        help="carry messages between this machine's sessions and other machines over NATS",
+        description=(
+            "Run this machine's gateway: publish its live sessions to the NATS key-value bucket, "
+            "keep a local proxy (a registration and a socket) for each live session of a trusted "
+            "machine, carry messages and status queries sent to a proxy to that machine, and "
+            "deliver the ones other machines send here when remote inbound is on. One gateway per "
+            "agent dir. Set it up first with 'remote init' and 'remote trust'."
+        ),
+    )
+    gateway.add_argument(
+        "--nats",
+        action="append",
+        required=True,
+        metavar="URL",
+        help="a NATS server (nats:// or tls://); repeat or separate with commas for a cluster",
+    )
+    gateway.add_argument("--inbound", choices=("on", "off"), help="override remote inbound")
+    gateway.add_argument("--account", help="the NATS account envelopes are signed for")
+    gateway.add_argument("--tls-ca", metavar="FILE", help="CA that signed the server certificate")
+    gateway.add_argument("--tls-cert", metavar="FILE", help="client certificate (mutual TLS)")
+    gateway.add_argument("--tls-key", metavar="FILE", help="client certificate's key")
+    gateway.add_argument(
+        "--user", help="NATS user name (the password is read from PI_XS_NATS_PASSWORD)"
+    )
+    gateway.add_argument(
+        "--kv-replicas",
+        type=int,
+        default=1,
+        metavar="N",
+        help="replicas of the key-value bucket when this gateway creates it (3 in a cluster)",
+    )
+    gateway.add_argument(
+        "--record-ttl",
+        type=_record_ttl,
+        default=REMOTE_RECORD_TTL_S,
+        metavar="S",
+        help=(
+            f"how long a published session outlives its last refresh (default "
+            f"{REMOTE_RECORD_TTL_S:g} s; the bucket's max_age when this gateway creates it); "
+            "every gateway of a deployment should use the same"
+        ),
+    )
+    gateway.add_argument(
+        "--max-proxies",
+        type=_max_proxies,
+        default=MAX_PROXIES,
+        metavar="N",
+        help=f"proxies kept at most (default {MAX_PROXIES})",
+    )
+
+    remote = command(
+        "remote",
+        help="this machine's identity and trust for the remote plane",
+        description=(
+            "Make this machine's Ed25519 identity (init), show it (show: the line to paste into "
+            "another machine's 'remote trust'), edit the allow-list (trust, untrust), turn remote "
+            "inbound on or off, or write a private CA and certificates for NATS (pki)."
+        ),
+    )
+    actions = remote.add_subparsers(dest="remote_command", metavar="ACTION")
+    init = actions.add_parser("init", help="create this machine's identity")
+    init.add_argument("--machine", required=True, help="this machine's name (a-z, 0-9, -)")
+    init.add_argument("--replace", action="store_true", help="replace an existing identity")
+    init.add_argument("--inbound", choices=("on", "off"), help="remote inbound (default off)")
+    init.add_argument("--account", help="the NATS account to sign for (default pi-xs)")
+    show_remote = actions.add_parser("show", help="print this machine's name and public key")
+    show_remote.add_argument("--json", action="store_true", help="print one JSON object")
+    trust = actions.add_parser("trust", help="allow a machine (its name and public key)")
+    trust.add_argument("machine")
+    trust.add_argument("key", help="its public key, as 'remote show' prints it (ed25519:…)")
+    untrust = actions.add_parser("untrust", help="remove a machine from the allow-list")
+    untrust.add_argument("machine")
+    inbound = actions.add_parser("inbound", help="turn remote delivery to this machine on or off")
+    inbound.add_argument("state", choices=("on", "off"))
+    pki = actions.add_parser("pki", help="write a private CA and certificates for NATS")
+    pki.add_argument("--out", required=True, metavar="DIR", help="where to write them")
+    pki.add_argument(
+        "--host",
+        action="append",
+        required=True,
+        help="a name or address the NATS server is reached by (repeatable)",
+    )

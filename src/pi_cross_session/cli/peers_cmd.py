@@ -70,6 +70,10 @@ def peers_of(locations: paths.Locations, console: Console) -> Found:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """List the live sessions, as a table or as JSON."""
+    if getattr(args, "remote", False):
+        from pi_cross_session.cli.remote_peers import show_remote
+
+        return show_remote(environment.resolve(), console, as_json=args.json)
     found = peers_of(environment.resolve(), console)
     if args.json:
         peers = [peer.to_dict() for peer in found.peers]

@@ -79,6 +79,9 @@ class Code(StrEnum):
     INVALID_RESPONSE = "invalid_response"
     INVALID_RECEIPT = "invalid_receipt"
     GOAL_REVOKED = "goal_revoked"
+    #: A proxy of the remote plane (docs/remote.md) could not hand the frame to the remote
+    #: machine at all (no NATS connection, nobody serving that machine): certainly not delivered.
+    UNREACHABLE = "unreachable"
     #: A receiver refused (``ok:false``) with a ``status`` that is no word of the contract. Filed
     #: as a refusal, as spec §4.3 files every code outside the receipt-unknown list; the word
     #: itself is a peer's string and is kept only as an escaped diagnostic.
@@ -264,6 +267,7 @@ REFUSAL_TEXTS: Final[dict[str, str]] = {
     Code.GOAL_NOT_AUTHORIZED: "This sender is not a member of that goal",
     Code.NO_HANDLER: "No handler claimed this bridge envelope",
     Code.INJECTION_FAILED: "The session could not take the message into its conversation",
+    Code.UNREACHABLE: "The remote machine could not be reached; the message was not sent",
 }
 
 

@@ -28,7 +28,13 @@ control flow that never leaves its module) are left out.
     ├── GoalError                         security.goals.errors: a goal action was refused
     ├── NotReadyError                     plugin.runtime: no running incarnation
     ├── IdentityBusyError                 plugin.cli_identity: every CLI identity stayed busy
-    └── InputError                        cli.send_cmd: the message to send could not be read
+    ├── InputError                        cli.send_cmd: the message to send could not be read
+    ├── EnvelopeError                     protocol.remote.envelope: bytes that are no envelope
+    ├── MachineKeyError                   security.remote.identity: a key that cannot be read
+    ├── TrustConfigError                  security.remote.trust: a trust file that cannot be used
+    ├── RemoteSetupError                  plugin.remote.files: the remote plane is not set up
+    ├── UnreachableError                  plugin.remote.link: never handed to NATS (not sent)
+    └── HopTimeoutError                   plugin.remote.link: no reply in time (outcome unknown)
 
 "The peer broke the protocol" (:class:`FrameError`, :class:`FrameValidationError`) and "we broke it"
 (:class:`LocalProtocolError`) are different classes so that a caller never confuses a hostile input

@@ -1,0 +1,176 @@
+"""The gateway's private files, all under ``<agentDir>/cross-session/remote/`` (0700):
+
+* ``machine.json`` — this machine's name (and its public key, for people to read);
+* ``machine.key`` — its Ed25519 private key, PKCS#8 PEM, 0600;
+* ``trust.json`` — the account, remote inbound on/off and the allow-list, 0600;
+* ``gateway.lock`` — held (``flock``) by the one gateway of this agent dir;
+* ``remote-peers.json`` — the gateway's snapshot of verified remote sessions (``peers --remote``).
+
+Every file is written atomically at 0600 and read with the registration checks of
+:mod:`pi_cross_session.security.io.fs` (ours, a regular file, no group/other bits, bounded size):
+a key file another user could read is refused, never used.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pi_cross_session.protocol.errors import CrossSessionError
+from pi_cross_session.protocol.limits import MAX_ENVELOPE_BYTES, MAX_REGISTRATION_BYTES
+from pi_cross_session.protocol.paths import Locations, node_join
+from pi_cross_session.protocol.remote.envelope import is_machine_name
+from pi_cross_session.security.io import fs
+from pi_cross_session.security.remote.identity import MachineKey
+from pi_cross_session.security.remote.trust import TrustConfig, parse_trust
+
+REMOTE_DIR: Final = "remote"
+MACHINE_FILE: Final = "machine.json"
+KEY_FILE: Final = "machine.key"
+TRUST_FILE: Final = "trust.json"
+LOCK_FILE: Final = "gateway.lock"
+SNAPSHOT_FILE: Final = "remote-peers.json"
+#: The snapshot holds up to 10,000 records of a few hundred bytes.
+MAX_SNAPSHOT_BYTES: Final = 64 * MAX_ENVELOPE_BYTES
+
+
+class RemoteSetupError(CrossSessionError):
+    """The remote plane is not set up here (or its files cannot be used)."""
+
+    code = "not_set_up"
+
+
+def remote_dir(locations: Locations) -> str:
+    """``<agentDir>/cross-session/remote``."""
+    return node_join(locations.agent_dir, "cross-session", REMOTE_DIR)
+
+
+def _ensure_dirs(locations: Locations) -> str:
+    fs.ensure_private_dir(node_join(locations.agent_dir, "cross-session"))
+    directory = remote_dir(locations)
+    fs.ensure_private_dir(directory)
+    return directory
+
+
+def _read(locations: Locations, name: str, max_bytes: int = MAX_REGISTRATION_BYTES) -> bytes:
+    return fs.read_registration_bytes(node_join(remote_dir(locations), name), max_bytes=max_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """This machine: its name and key."""
+
+    machine: str
+    key: MachineKey
+
+
+def init_identity(locations: Locations, machine: str, *, replace: bool = False) -> Identity:
+    """Create this machine's identity (blocking). An existing one is kept unless ``replace``."""
+    if not is_machine_name(machine):
+        raise RemoteSetupError(
+            "a machine name is 1-32 characters of a-z, 0-9 and -, starting and ending with a "
+            "letter or digit"
+        )
+    directory = _ensure_dirs(locations)
+    if not replace:
+        try:
+            existing = load_identity(locations)
+        except RemoteSetupError:
+            existing = None
+        if existing is not None:
+            if existing.machine != machine:
+                raise RemoteSetupError(
+                    f"this agent dir is already machine {existing.machine!r}; pass --replace to "
+                    "make a new identity (every allow-list naming the old key must change)"
+                )
+            return existing
+    key = MachineKey.generate()
+    fs.write_private_file(directory, KEY_FILE, key.to_pem())
+    body = {"version": 1, "machine": machine, "publicKey": key.public_text()}
+    fs.write_private_file(directory, MACHINE_FILE, (json.dumps(body, indent=2) + "\n").encode())
+    return Identity(machine, key)
+
+
+def load_identity(locations: Locations) -> Identity:
+    """This machine's identity (blocking); :class:`RemoteSetupError` when there is none."""
+    try:
+        meta: Any = json.loads(_read(locations, MACHINE_FILE))
+        key = MachineKey.from_pem(_read(locations, KEY_FILE))
+    except (CrossSessionError, ValueError) as exc:
+        raise RemoteSetupError(
+            f"no usable machine identity here ({exc}); run 'pi-cross-session remote init'"
+        ) from None
+    machine = meta.get("machine") if isinstance(meta, dict) else None
+    if not isinstance(machine, str) or not is_machine_name(machine):
+        raise RemoteSetupError("machine.json does not name a machine")
+    return Identity(machine, key)
+
+
+def load_trust(locations: Locations) -> TrustConfig:
+    """The trust file, or the default (nobody trusted, inbound off) when there is none."""
+    try:
+        data = _read(locations, TRUST_FILE)
+    except fs.FileOperationError as exc:
+        if exc.code == "ENOENT":
+            return TrustConfig()
+        raise
+    return parse_trust(data)
+
+
+def save_trust(locations: Locations, trust: TrustConfig) -> None:
+    """Write the trust file (0600)."""
+    fs.write_private_file(_ensure_dirs(locations), TRUST_FILE, trust.to_bytes())
+
+
+class GatewayLock:
+    """The one-gateway-per-agent-dir lock: an exclusive ``flock`` the kernel drops with us."""
+
+    def __init__(self, locations: Locations) -> None:
+        self.path = node_join(remote_dir(locations), LOCK_FILE)
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        """Take it without waiting; False when another gateway holds it."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(self.path, flags, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def write_snapshot(locations: Locations, body: dict[str, Any]) -> None:
+    """Replace the remote-sessions snapshot (0600, atomic)."""
+    fs.write_private_file(_ensure_dirs(locations), SNAPSHOT_FILE, json.dumps(body).encode())
+
+
+def read_snapshot(locations: Locations) -> dict[str, Any] | None:
+    """The snapshot, or ``None`` when there is none (no gateway ran here)."""
+    try:
+        data = _read(locations, SNAPSHOT_FILE, MAX_SNAPSHOT_BYTES)
+    except fs.FileOperationError as exc:
+        if exc.code == "ENOENT":
+            return None
+        raise
+    try:
+        body: Any = json.loads(data)
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def remove_snapshot(locations: Locations) -> None:
+    fs.remove_file(node_join(remote_dir(locations), SNAPSHOT_FILE))

@@ -1,0 +1,781 @@
+"""The gateway: one per user and agent dir, the machine's only door to the remote plane.
+
+Four loops in one task group (docs/remote.md):
+
+* **publish** — this machine's live sessions into the KV bucket (:mod:`.publish`);
+* **mirror** — every verified record of other machines, kept while refreshed, each live one with a
+  local **proxy** (a registration and a socket, :mod:`.proxy`) up to ``max_proxies``;
+* **outbound** — a message or status query a local session sends to a proxy goes, signed, to the
+  remote machine's gateway (NATS request/reply, one attempt, ``hop_deadline_s``) and its reply
+  comes back as the proxy's answer — or as no answer at all when nobody knows the outcome;
+* **inbound** — a verified request from another machine is delivered to the real session with the
+  ordinary exchange, under a local identity for that remote sender, within that machine's bounds.
+
+Nothing is retried, ever. Every decision of trust and quantity is made by the pure classes of
+:mod:`pi_cross_session.security.remote`; this module moves bytes and files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import anyio
+import anyio.abc
+from nats.aio.msg import Msg
+
+from pi_cross_session.plugin.remote import files, identities
+from pi_cross_session.plugin.remote.link import HopTimeoutError, Link, UnreachableError
+from pi_cross_session.plugin.remote.proxy import ConnectionBudget, ProxySocket
+from pi_cross_session.plugin.remote.publish import Publisher
+from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE, DELIVERY_RECEIPTS
+from pi_cross_session.protocol.codes import (
+    OK_RECEIPTS,
+    STATUS_ANSWERS,
+    Code,
+    SenderState,
+    classify,
+    refusal_text,
+    sender_code,
+)
+from pi_cross_session.protocol.errors import CrossSessionError
+from pi_cross_session.protocol.frames import (
+    WIRE_VERSION,
+    Message,
+    PeerIdentity,
+    Response,
+    Sender,
+    StatusQuery,
+)
+from pi_cross_session.protocol.io.exchange import ExchangeConfig, ExchangeError, Exchanger
+from pi_cross_session.protocol.io.offload import Offload
+from pi_cross_session.protocol.limits import (
+    MAX_GATEWAY_CONNECTIONS,
+    MAX_PROXIES,
+    MAX_REMOTE_RECORDS,
+    REMOTE_DELIVERY_DEADLINE_S,
+    REMOTE_HOP_DEADLINE_S,
+    REMOTE_PUBLISH_EVERY_S,
+    REMOTE_RECORD_TTL_S,
+    REMOTE_RECORDS_PER_MACHINE,
+    REMOTE_SCAN_EVERY_S,
+    REMOTE_SNAPSHOT_EVERY_S,
+    REMOTE_SWEEP_EVERY_S,
+)
+from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.protocol.registration import Registration, parse_registration
+from pi_cross_session.protocol.remote import envelope as env
+from pi_cross_session.protocol.remote.envelope import (
+    REQUEST_KINDS,
+    Envelope,
+    EnvelopeError,
+    Kind,
+    Outcome,
+    PeerRecord,
+    RemoteMessage,
+    RemoteSender,
+    ReplyBody,
+    SendBody,
+    StatusBody,
+)
+from pi_cross_session.security.auth import Authenticator, Caller, LocalIdentity
+from pi_cross_session.security.io import fs
+from pi_cross_session.security.io.sender_files import PeersDirFiles
+from pi_cross_session.security.remote.identity import MachineKey
+from pi_cross_session.security.remote.senders import (
+    Claim,
+    MachineFlow,
+    SenderTable,
+    derive_instance_id,
+)
+from pi_cross_session.security.remote.trust import Rejected, TrustConfig, Verified, Verifier
+from pi_cross_session.security.tokens import new_token
+
+logger = logging.getLogger(__name__)
+
+#: What a proxy may advertise of a remote session's capabilities: never goal scope (goal grants
+#: stay local, docs/remote.md), nothing we do not carry.
+CARRIED_CAPABILITIES = (CANCEL_SAFE_QUEUE, DELIVERY_RECEIPTS)
+
+
+def carried(capabilities: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The capabilities that survive the hop, in our order."""
+    return tuple(c for c in CARRIED_CAPABILITIES if c in capabilities)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayOptions:
+    """Everything a gateway is told at start (the command line builds it)."""
+
+    machine: str
+    key: MachineKey
+    trust: TrustConfig
+    inbound: bool
+    max_proxies: int = MAX_PROXIES
+    scan_every_s: float = REMOTE_SCAN_EVERY_S
+    publish_every_s: float = REMOTE_PUBLISH_EVERY_S
+    record_ttl_s: float = REMOTE_RECORD_TTL_S
+    sweep_every_s: float = REMOTE_SWEEP_EVERY_S
+    hop_deadline_s: float = REMOTE_HOP_DEADLINE_S
+    delivery_deadline_s: float = REMOTE_DELIVERY_DEADLINE_S
+    snapshot_every_s: float = REMOTE_SNAPSHOT_EVERY_S
+    write_snapshot: bool = True
+
+
+@dataclass(slots=True)
+class _Record:
+    record: PeerRecord
+    at: int
+    seen: float
+
+
+@dataclass(slots=True)
+class _Proxy:
+    machine: str
+    record: PeerRecord
+    registration: Registration
+    token: str
+    capabilities: tuple[str, ...]
+    scope: anyio.CancelScope
+    socket: ProxySocket
+
+
+@dataclass(slots=True)
+class _SenderIdentity:
+    machine: str
+    registration: Registration
+    token: str
+
+
+@dataclass(slots=True)
+class GatewayStatistics:
+    """Counters since start, for the status snapshot and tests."""
+
+    forwarded: dict[str, int] = field(default_factory=dict)
+    delivered: dict[str, int] = field(default_factory=dict)
+    records_ignored: int = 0
+    watch_restarts: int = 0
+    proxies_opened: int = 0
+    proxies_closed: int = 0
+    senders_made: int = 0
+
+    def count(self, table: dict[str, int], key: str) -> None:
+        table[key] = table.get(key, 0) + 1
+
+
+class Gateway:
+    """One gateway: run it with ``await task_group.start(gateway.run)``; cancel to stop."""
+
+    def __init__(
+        self,
+        locations: Locations,
+        options: GatewayOptions,
+        link: Link,
+        *,
+        wall_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self.locations = locations
+        self.options = options
+        self._link = link
+        self._wall_ms = wall_ms
+        self._pid = os.getpid()
+        self._secret = secrets.token_bytes(32)
+        self.started_at_ms = wall_ms()
+        self._verifier = Verifier(
+            me=options.machine, trust=options.trust, started_at_ms=self.started_at_ms
+        )
+        self._records: dict[tuple[str, str], _Record] = {}
+        self._skew_ms: dict[str, int] = {}
+        self._proxies: dict[str, _Proxy] = {}
+        self._senders: dict[str, _SenderIdentity] = {}
+        self._sender_table = SenderTable()
+        self._flow = MachineFlow()
+        self._budget = ConnectionBudget(cap=MAX_GATEWAY_CONNECTIONS)
+        self._exchangers: dict[tuple[str, ...], Exchanger] = {}
+        self._probe_exchanger = Exchanger(locations, fs)
+        # Inline on a local filesystem, in a worker thread elsewhere (as sessions read files).
+        self._peers_dir = Offload(fs, locations.peers_dir)
+        self._publisher = Publisher(
+            locations=locations,
+            machine=options.machine,
+            account=options.trust.account,
+            key=options.key,
+            link=link,
+            exchanger=self._probe_exchanger,
+            wall_ms=wall_ms,
+            republish_s=options.publish_every_s,
+        )
+        self._group: anyio.abc.TaskGroup | None = None
+        self._dirty = True
+        self.stats = GatewayStatistics()
+        self.ready = anyio.Event()
+
+    # -- running -----------------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve until cancelled; on the way out withdraw everything this gateway published."""
+        try:
+            async with anyio.create_task_group() as group:
+                self._group = group
+                await self._link.serve(env.request_subject(self.options.machine), self._on_request)
+                await self._publisher.scan_once()
+                group.start_soon(self._publish_loop)
+                group.start_soon(self._mirror_loop)
+                group.start_soon(self._sweep_loop)
+                if self.options.write_snapshot:
+                    group.start_soon(self._snapshot_loop)
+                self.ready.set()
+                task_status.started()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._cleanup()
+
+    async def _cleanup(self) -> None:
+        with anyio.move_on_after(2):
+            await self._publisher.withdraw_all()
+        for local_id in list(self._proxies):
+            await self._close_proxy(local_id)
+        for local_id in list(self._senders):
+            await self._remove_sender(local_id)
+        if self.options.write_snapshot:
+            try:
+                await anyio.to_thread.run_sync(files.remove_snapshot, self.locations)
+            except CrossSessionError as exc:
+                logger.info("could not remove the snapshot: %s", exc)
+
+    async def _publish_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.options.scan_every_s)
+            try:
+                await self._publisher.scan_once()
+            except Exception:
+                logger.exception("publishing this machine's sessions failed; trying again")
+
+    # -- the mirror of other machines' records -----------------------------------------------------
+
+    async def _mirror_loop(self) -> None:
+        # Every machine republishes within publish_every_s, so a watch silent for longer than
+        # that (with anybody publishing) is restarted rather than trusted.
+        idle_s = self.options.publish_every_s * 1.5
+        while True:
+            try:
+                watch = self._link.watch()
+                try:
+                    while True:
+                        with anyio.move_on_after(idle_s) as idle:
+                            change = await watch.__anext__()
+                        if idle.cancelled_caught:
+                            break
+                        await self._on_change(change.key, change.value)
+                finally:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                        await watch.aclose()
+            except StopAsyncIteration:
+                pass
+            except UnreachableError as exc:
+                logger.info("bucket watch: %s", exc)
+            except Exception:
+                logger.exception("bucket watch failed; restarting it")
+            self.stats.watch_restarts += 1
+            await anyio.sleep(0.5)
+
+    async def _on_change(self, key: str, value: bytes | None) -> None:
+        parsed = env.parse_record_key(key)
+        if parsed is None or parsed[0] == self.options.machine:
+            return
+        machine, remote_id = parsed
+        if value is None:
+            if self._records.pop(parsed, None) is not None:
+                self._dirty = True
+                await self._reconcile(parsed)
+            return
+        now_ms = self._wall_ms()
+        verdict = self._verifier.check(value, now_ms, kinds={Kind.PEER})
+        if not isinstance(verdict, Verified) or verdict.envelope.origin != machine:
+            return  # unverified, or a machine publishing under another's name
+        try:
+            record = verdict.envelope.read_body()
+        except EnvelopeError:
+            return
+        if not isinstance(record, PeerRecord) or record.instance_id != remote_id:
+            return
+        known = self._records.get(parsed)
+        if known is not None and known.at > verdict.envelope.at:
+            return  # an older record than the one we hold
+        if known is None and not self._room_for(machine):
+            self.stats.records_ignored += 1
+            return
+        self._skew_ms[machine] = now_ms - verdict.envelope.at
+        self._records[parsed] = _Record(record, verdict.envelope.at, anyio.current_time())
+        self._dirty = True
+        await self._reconcile(parsed)
+
+    def _room_for(self, machine: str) -> bool:
+        if len(self._records) >= MAX_REMOTE_RECORDS:
+            return False
+        return sum(1 for m, _ in self._records if m == machine) < REMOTE_RECORDS_PER_MACHINE
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.options.sweep_every_s)
+            now = anyio.current_time()
+            for key in [
+                k for k, r in self._records.items() if now - r.seen > self.options.record_ttl_s
+            ]:
+                del self._records[key]
+                self._dirty = True
+                await self._reconcile(key)
+            if len(self._proxies) < self.options.max_proxies:
+                for key in sorted(self._records, key=lambda k: self._records[k].seen):
+                    if len(self._proxies) >= self.options.max_proxies:
+                        break
+                    if self._local_id(*key) not in self._proxies:
+                        await self._reconcile(key)
+
+    def _local_id(self, machine: str, remote_id: str) -> str:
+        return derive_instance_id(self._secret, machine, remote_id)
+
+    async def _reconcile(self, key: tuple[str, str]) -> None:
+        """Make the proxy of ``key`` match its record (open, update, close)."""
+        machine, remote_id = key
+        local_id = self._local_id(machine, remote_id)
+        held = self._records.get(key)
+        proxy = self._proxies.get(local_id)
+        if held is None:
+            if proxy is not None:
+                await self._close_proxy(local_id)
+            return
+        record = held.record
+        if proxy is None:
+            if len(self._proxies) < self.options.max_proxies:
+                await self._open_proxy(machine, local_id, record)
+            return
+        if proxy.record == record:
+            return
+        if carried(record.capabilities) != proxy.capabilities:
+            await self._close_proxy(local_id)
+            await self._open_proxy(machine, local_id, record)
+            return
+        proxy.record = record
+        proxy.registration = self._proxy_registration(machine, local_id, record, proxy.token)
+        await self._write(proxy.registration, machine)
+
+    def _proxy_registration(
+        self, machine: str, local_id: str, record: PeerRecord, token: str
+    ) -> Registration:
+        return identities.build(
+            self.locations,
+            local_id=local_id,
+            machine=machine,
+            remote_id=record.id,
+            name=record.name,
+            cwd=record.cwd,
+            status=record.status,
+            inbound=record.inbound,
+            started_at=record.started_at,
+            updated_at=record.updated_at,
+            token=token,
+        )
+
+    async def _open_proxy(self, machine: str, local_id: str, record: PeerRecord) -> None:
+        assert self._group is not None
+        sender = self._senders.pop(local_id, None)
+        token = new_token() if sender is None else sender.token
+        try:
+            registration = self._proxy_registration(machine, local_id, record, token)
+        except CrossSessionError as exc:
+            logger.info("cannot make a proxy for %s on %s: %s", record.instance_id, machine, exc)
+            return
+        capabilities = carried(record.capabilities)
+        identity = LocalIdentity(
+            session_id=registration.id, instance_id=local_id, token=token, pid=self._pid
+        )
+        authenticator = Authenticator(
+            identity,
+            self.locations,
+            files=PeersDirFiles(self.locations),
+            capabilities=capabilities,
+        )
+        socket = ProxySocket(
+            registration.socket_path,
+            authenticator,
+            partial(self._forward, local_id),
+            budget=self._budget,
+            capabilities=capabilities,
+        )
+        scope = anyio.CancelScope()
+        self._proxies[local_id] = _Proxy(
+            machine, record, registration, token, capabilities, scope, socket
+        )
+        try:
+            await self._group.start(self._serve_proxy, socket, scope)
+            await self._write(registration, machine)
+        except (OSError, CrossSessionError) as exc:
+            logger.warning("proxy for %s on %s failed to start: %s", record.name, machine, exc)
+            await self._close_proxy(local_id)
+            return
+        self.stats.proxies_opened += 1
+        self._dirty = True
+
+    @staticmethod
+    async def _serve_proxy(
+        socket: ProxySocket,
+        scope: anyio.CancelScope,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with scope:
+            await socket.serve(task_status=task_status)
+
+    async def _close_proxy(self, local_id: str) -> None:
+        proxy = self._proxies.pop(local_id, None)
+        if proxy is None:
+            return
+        # The registration goes first, so no lister finds a registration without its socket.
+        await self._remove_file(local_id)
+        proxy.scope.cancel()
+        self._sender_table.release(proxy.machine, local_id)
+        self.stats.proxies_closed += 1
+        self._dirty = True
+
+    async def _write(self, registration: Registration, machine: str) -> None:
+        await anyio.to_thread.run_sync(identities.write, self.locations, registration, machine)
+
+    async def _remove_file(self, local_id: str) -> None:
+        try:
+            await anyio.to_thread.run_sync(identities.remove, self.locations, local_id)
+        except CrossSessionError as exc:
+            logger.warning("could not remove registration %s: %s", local_id, exc)
+
+    # -- outbound: a proxy's second frame, carried to the remote machine -------------------------
+
+    def _proxy_reply(self, proxy: _Proxy, request_id: str, *, ok: bool, status: str) -> Response:
+        peer = PeerIdentity(
+            id=proxy.registration.id, instance_id=proxy.registration.instance_id, pid=self._pid
+        )
+        return Response.build(
+            request_id=request_id,
+            ok=ok,
+            status=status,
+            error=None if ok else refusal_text(status),
+            peer=peer if ok else None,
+            capabilities=proxy.capabilities,
+        )
+
+    async def _forward(
+        self, local_id: str, caller: Caller, request: Message | StatusQuery
+    ) -> Response | None:
+        proxy = self._proxies.get(local_id)
+        sender = caller.sender
+        assert sender is not None  # the proxy forwards authenticated requests only
+        if proxy is None:
+            return Response.build(
+                request_id=request.request_id,
+                ok=False,
+                status=Code.UNREACHABLE,
+                error=refusal_text(Code.UNREACHABLE),
+                capabilities=CARRIED_CAPABILITIES,
+            )
+        if isinstance(request, Message) and request.goal_id is not None:
+            # Goal grants are local: no proxy advertises goal scope, and none carries it.
+            return self._refuse(proxy, request, Code.UNSUPPORTED)
+        remote_sender = RemoteSender(
+            id=sender.id,
+            instance_id=sender.instance_id,
+            name=sender.name,
+            capabilities=list(carried(caller.capabilities)),
+        )
+        body: SendBody | StatusBody
+        if isinstance(request, Message):
+            body = SendBody(
+                target=proxy.record.instance_id,
+                sender=remote_sender,
+                message=RemoteMessage(
+                    message_id=request.message_id,
+                    text=request.text,
+                    summary=request.summary,
+                    sent_at=request.sent_at,
+                ),
+            )
+            kind = Kind.SEND
+        else:
+            body = StatusBody(
+                target=proxy.record.instance_id, sender=remote_sender, message_id=request.message_id
+            )
+            kind = Kind.STATUS
+        nonce = secrets.token_hex(16)
+        envelope = env.build(
+            kind=kind,
+            account=self.options.trust.account,
+            origin=self.options.machine,
+            to=proxy.machine,
+            nonce=nonce,
+            at_ms=self._wall_ms(),
+            body=body,
+        )
+        payload = self.options.key.seal(env.encode(envelope))
+        try:
+            answer = await self._link.request(
+                env.request_subject(proxy.machine), payload, self.options.hop_deadline_s
+            )
+        except UnreachableError as exc:
+            too_large = "max_payload" in str(exc)
+            code = Code.MESSAGE_TOO_LARGE if too_large else Code.UNREACHABLE
+            self.stats.count(self.stats.forwarded, code)
+            return self._refuse(proxy, request, code)
+        except HopTimeoutError:
+            self.stats.count(self.stats.forwarded, "hop_timeout")
+            return None
+        reply = self._read_reply(answer, nonce, proxy.machine)
+        if reply is None:
+            self.stats.count(self.stats.forwarded, "bad_reply")
+            return None
+        outcome, status = reply.outcome, reply.status
+        self.stats.count(self.stats.forwarded, f"{outcome.value}:{status}")
+        if outcome is Outcome.RECEIPT and isinstance(request, Message) and status in OK_RECEIPTS:
+            return self._proxy_reply(proxy, request.request_id, ok=True, status=status)
+        if outcome is Outcome.ANSWER and isinstance(request, StatusQuery):
+            if status in STATUS_ANSWERS:
+                return self._proxy_reply(proxy, request.request_id, ok=True, status=status)
+            return None
+        if outcome is Outcome.REFUSED:
+            word = sender_code(status)
+            if classify(word).state is SenderState.RECEIPT_UNKNOWN:
+                return None  # a "refusal" that is no refusal: say nothing rather than lie
+            return self._refuse(proxy, request, word)
+        return None  # unknown, or an outcome that does not fit the request
+
+    def _refuse(self, proxy: _Proxy, request: Message | StatusQuery, code: str) -> Response:
+        return self._proxy_reply(proxy, request.request_id, ok=False, status=code)
+
+    def _read_reply(self, payload: bytes, nonce: str, machine: str) -> ReplyBody | None:
+        verdict = self._verifier.check(payload, self._wall_ms(), kinds={Kind.REPLY}, reply_to=nonce)
+        if not isinstance(verdict, Verified) or verdict.envelope.origin != machine:
+            return None
+        try:
+            body = verdict.envelope.read_body()
+        except EnvelopeError:
+            return None
+        return body if isinstance(body, ReplyBody) else None
+
+    # -- inbound: requests from other machines -------------------------------------------------
+
+    async def _on_request(self, msg: Msg) -> None:
+        """NATS calls this for every request on our subject, one at a time: checks here are
+        cheap and bounded; the delivery runs in its own task, within the machine's bounds."""
+        verdict = self._verifier.check(msg.data, self._wall_ms(), kinds=REQUEST_KINDS)
+        if isinstance(verdict, Rejected):
+            if verdict.answer is not None and verdict.envelope is not None:
+                await self._answer(msg, verdict.envelope, Outcome.REFUSED, verdict.answer)
+            return
+        envelope = verdict.envelope
+        if not self.options.inbound:
+            await self._answer(msg, envelope, Outcome.REFUSED, Code.REFUSED)
+            return
+        refused = self._flow.start(envelope.origin, anyio.current_time())
+        if refused is not None:
+            await self._answer(msg, envelope, Outcome.REFUSED, refused)
+            return
+        assert self._group is not None
+        self._group.start_soon(self._deliver, msg, envelope)
+
+    async def _deliver(self, msg: Msg, envelope: Envelope) -> None:
+        outcome: Outcome = Outcome.UNKNOWN
+        status: str = Code.CANCELLED
+        try:
+            outcome, status = await self._deliver_locally(envelope)
+        finally:
+            self._flow.finish(envelope.origin)
+            self.stats.count(self.stats.delivered, f"{outcome.value}:{status}")
+            with anyio.CancelScope(shield=True):
+                await self._answer(msg, envelope, outcome, status)
+
+    async def _deliver_locally(self, envelope: Envelope) -> tuple[Outcome, str]:
+        try:
+            body = envelope.read_body()
+        except EnvelopeError:
+            return Outcome.REFUSED, Code.INVALID_FRAME
+        assert isinstance(body, SendBody | StatusBody)
+        target = await self._target(body.target)
+        if target is None:
+            return Outcome.REFUSED, Code.NOT_FOUND
+        identity = await self._sender_identity(envelope.origin, body.sender)
+        if identity is None:
+            return Outcome.REFUSED, Code.RATE_LIMITED
+        registration, token = identity
+        sender = Sender(id=registration.id, instance_id=registration.instance_id, token=token)
+        exchanger = self._exchanger(carried(body.sender.capabilities))
+        try:
+            if isinstance(body, SendBody):
+                message = Message.model_validate(
+                    {
+                        "v": WIRE_VERSION,
+                        "type": "message",
+                        "request_id": str(uuid.uuid4()),
+                        "message_id": body.message.message_id,
+                        "text": body.message.text,
+                        "summary": body.message.summary,
+                        "sent_at": body.message.sent_at,
+                    }
+                )
+                receipt = await exchanger.send(target, sender=sender, message=message)
+                return Outcome.RECEIPT, receipt.status
+            receipt = await exchanger.query_status(
+                target, sender=sender, message_id=body.message_id
+            )
+            return Outcome.ANSWER, receipt.status
+        except ExchangeError as exc:
+            if exc.verdict.state is SenderState.RECEIPT_UNKNOWN:
+                return Outcome.UNKNOWN, exc.code
+            return Outcome.REFUSED, exc.code
+
+    async def _target(self, instance_id: str) -> Registration | None:
+        """The real local session ``instance_id`` (never one of the gateway's own)."""
+        try:
+            path = self.locations.registration_path(instance_id)
+            raw = await self._peers_dir.run(fs.read_registration_bytes, path)
+            registration = parse_registration(
+                raw,
+                file_stem=instance_id,
+                expected_socket_path=self.locations.socket_path(instance_id),
+            )
+        except (CrossSessionError, ValueError):
+            return None
+        return None if registration.pid == self._pid else registration
+
+    def _exchanger(self, capabilities: tuple[str, ...]) -> Exchanger:
+        exchanger = self._exchangers.get(capabilities)
+        if exchanger is None:
+            config = ExchangeConfig(
+                send_deadline_s=self.options.delivery_deadline_s, capabilities=capabilities
+            )
+            exchanger = self._exchangers[capabilities] = Exchanger(
+                self.locations, fs, config=config
+            )
+        return exchanger
+
+    async def _sender_identity(
+        self, machine: str, remote: RemoteSender
+    ) -> tuple[Registration, str] | None:
+        """The local identity of a remote sender: its proxy, or a send-only registration."""
+        local_id = self._local_id(machine, remote.instance_id)
+        claimed = self._sender_table.claim(machine, local_id, anyio.current_time())
+        if claimed.claim is Claim.FULL:
+            return None
+        if claimed.evicted is not None and claimed.evicted not in self._proxies:
+            await self._remove_sender(claimed.evicted)
+        proxy = self._proxies.get(local_id)
+        if proxy is not None:
+            return proxy.registration, proxy.token
+        known = self._senders.get(local_id)
+        if known is not None:
+            return known.registration, known.token
+        token = new_token()
+        now = self._wall_ms()
+        try:
+            registration = identities.build(
+                self.locations,
+                local_id=local_id,
+                machine=machine,
+                remote_id=remote.id,
+                name=remote.name,
+                cwd="",
+                status="idle",
+                inbound="refuse",
+                started_at=now,
+                updated_at=now,
+                token=token,
+            )
+            await self._write(registration, machine)
+        except CrossSessionError as exc:
+            logger.warning("cannot write the identity of a sender of %s: %s", machine, exc)
+            self._sender_table.release(machine, local_id)
+            return None
+        self._senders[local_id] = _SenderIdentity(machine, registration, token)
+        self.stats.senders_made += 1
+        return registration, token
+
+    async def _remove_sender(self, local_id: str) -> None:
+        known = self._senders.pop(local_id, None)
+        if known is not None:
+            self._sender_table.release(known.machine, local_id)
+            await self._remove_file(local_id)
+
+    async def _answer(self, msg: Msg, request: Envelope, outcome: Outcome, status: str) -> None:
+        reply = env.build(
+            kind=Kind.REPLY,
+            account=self.options.trust.account,
+            origin=self.options.machine,
+            to=request.origin,
+            nonce=secrets.token_hex(16),
+            at_ms=self._wall_ms(),
+            body=ReplyBody(outcome=outcome, status=status),
+            re=request.id,
+        )
+        await self._link.respond(msg, self.options.key.seal(env.encode(reply)))
+
+    # -- status ------------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """What ``peers --remote`` shows: every verified remote session, and the figures."""
+        now = anyio.current_time()
+        records = []
+        for (machine, _), held in sorted(
+            self._records.items(), key=lambda item: -item[1].record.updated_at
+        ):
+            proxy = self._proxies.get(self._local_id(machine, held.record.instance_id))
+            records.append(
+                {
+                    "machine": machine,
+                    **held.record.to_wire(),
+                    "ageS": round(now - held.seen, 1),
+                    "proxy": None
+                    if proxy is None
+                    else {"name": proxy.registration.name, "ref": proxy.registration.ref},
+                }
+            )
+        diagnostics = self._verifier.diagnostics()
+        return {
+            "version": 1,
+            "machine": self.options.machine,
+            "pid": self._pid,
+            "writtenAt": self._wall_ms(),
+            "inbound": "on" if self.options.inbound else "off",
+            "connected": self._link.connected,
+            "records": records,
+            "skewMs": dict(self._skew_ms),
+            "published": self._publisher.stats.published,
+            "proxies": len(self._proxies),
+            "senders": len(self._senders),
+            "forwarded": dict(self.stats.forwarded),
+            "delivered": dict(self.stats.delivered),
+            "rejected": dict(diagnostics.rejected),
+            "recentRejections": list(diagnostics.recent),
+            "refusedByMachineBounds": self._flow.refused,
+            "recordsIgnored": self.stats.records_ignored,
+        }
+
+    async def _snapshot_loop(self) -> None:
+        while True:
+            if self._dirty:
+                self._dirty = False
+                try:
+                    await anyio.to_thread.run_sync(
+                        files.write_snapshot, self.locations, self.snapshot()
+                    )
+                except CrossSessionError as exc:
+                    logger.info("could not write the snapshot: %s", exc)
+            await anyio.sleep(self.options.snapshot_every_s)

@@ -1,0 +1,173 @@
+"""This machine's live sessions, published into the KV bucket (docs/remote.md, "KV record").
+
+Every ``REMOTE_SCAN_EVERY_S`` the publisher reads the peers dir with the file checks every reader
+applies, skips what the gateway itself registered (its proxies and remote senders carry its pid),
+probes the rest as any listing does (which also tells each session's capabilities), and puts a
+signed record for each live one: at once when it is new or changed, and every
+``REMOTE_PUBLISH_EVERY_S`` anyway, so the bucket's TTL keeps it. A session that is gone is deleted.
+No token, socket path or pid is published.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from pi_cross_session.plugin.remote.link import Link, UnreachableError
+from pi_cross_session.protocol.errors import CrossSessionError
+from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
+from pi_cross_session.protocol.limits import (
+    MAX_LISTED_REGISTRATIONS,
+    REMOTE_PUBLISH_EVERY_S,
+)
+from pi_cross_session.protocol.paths import Locations, instance_id_from_filename
+from pi_cross_session.protocol.registration import Registration, parse_registration
+from pi_cross_session.protocol.remote import envelope as env
+from pi_cross_session.protocol.remote.envelope import EVERYONE, Kind, PeerRecord
+from pi_cross_session.security.io import fs
+from pi_cross_session.security.remote.identity import MachineKey
+
+logger = logging.getLogger(__name__)
+
+
+def read_local(locations: Locations, own_pid: int) -> list[Registration]:
+    """Every registration of the peers dir that passes the readers' checks and is not ours
+    (blocking: run it in a worker thread)."""
+    try:
+        window = fs.list_registration_names(locations.peers_dir, limit=MAX_LISTED_REGISTRATIONS)
+    except CrossSessionError:
+        return []
+    found: list[Registration] = []
+    for name in window.names:
+        instance_id = instance_id_from_filename(name)
+        if instance_id is None:
+            continue
+        try:
+            raw = fs.read_registration_bytes(locations.registration_path(instance_id))
+            registration = parse_registration(
+                raw,
+                file_stem=instance_id,
+                expected_socket_path=locations.socket_path(instance_id),
+            )
+        except (CrossSessionError, ValueError):
+            continue
+        if registration.pid != own_pid:
+            found.append(registration)
+    return found
+
+
+def record_of(registration: Registration, capabilities: tuple[str, ...]) -> PeerRecord:
+    """What is published of a live local session."""
+    return PeerRecord(
+        id=registration.id,
+        instance_id=registration.instance_id,
+        name=registration.name,
+        cwd=registration.cwd,
+        status=registration.status,
+        inbound=registration.inbound,
+        started_at=int(registration.started_at),
+        updated_at=int(registration.updated_at),
+        capabilities=list(capabilities),
+    )
+
+
+@dataclass(slots=True)
+class PublisherStatistics:
+    scans: int = 0
+    puts: int = 0
+    deletes: int = 0
+    failures: int = 0
+    published: int = 0
+
+
+@dataclass(slots=True)
+class _Published:
+    record: PeerRecord
+    at: float
+
+
+@dataclass(slots=True)
+class Publisher:
+    """Keeps the bucket's records of this machine true."""
+
+    locations: Locations
+    machine: str
+    account: str
+    key: MachineKey
+    link: Link
+    exchanger: Exchanger
+    own_pid: int = field(default_factory=os.getpid)
+    wall_ms: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
+    republish_s: float = REMOTE_PUBLISH_EVERY_S
+    stats: PublisherStatistics = field(default_factory=PublisherStatistics)
+    _published: dict[str, _Published] = field(default_factory=dict)
+
+    async def scan_once(self) -> None:
+        """One pass: read, probe, put what changed or is due, delete what is gone."""
+        self.stats.scans += 1
+        registrations = await anyio.to_thread.run_sync(read_local, self.locations, self.own_pid)
+        live: dict[str, PeerRecord] = {}
+
+        async def probe(registration: Registration) -> None:
+            try:
+                receipt = await self.exchanger.probe(registration)
+            except ExchangeError:
+                return
+            live[registration.instance_id] = record_of(registration, receipt.peer_capabilities)
+
+        async with anyio.create_task_group() as group:
+            for registration in registrations:
+                group.start_soon(probe, registration)
+        now = anyio.current_time()
+        for instance_id, record in live.items():
+            known = self._published.get(instance_id)
+            if known is not None and known.record == record and now - known.at < self.republish_s:
+                continue
+            if await self._put(record):
+                self._published[instance_id] = _Published(record, now)
+        for instance_id in [i for i in self._published if i not in live]:
+            try:
+                await self.link.delete(env.record_key(self.machine, instance_id))
+                self.stats.deletes += 1
+            except UnreachableError:
+                self.stats.failures += 1
+                continue  # tried again next pass; the TTL ends it anyway
+            del self._published[instance_id]
+        self.stats.published = len(self._published)
+
+    async def _put(self, record: PeerRecord) -> bool:
+        envelope = env.build(
+            kind=Kind.PEER,
+            account=self.account,
+            origin=self.machine,
+            to=EVERYONE,
+            nonce=secrets.token_hex(16),
+            at_ms=self.wall_ms(),
+            body=record,
+        )
+        try:
+            await self.link.put(
+                env.record_key(self.machine, record.instance_id),
+                self.key.seal(env.encode(envelope)),
+            )
+        except UnreachableError as exc:
+            self.stats.failures += 1
+            logger.info("could not publish %s: %s", record.instance_id, exc)
+            return False
+        self.stats.puts += 1
+        return True
+
+    async def withdraw_all(self) -> None:
+        """Delete every record of ours (at shutdown; best effort, the TTL ends the rest)."""
+        for instance_id in list(self._published):
+            try:
+                await self.link.delete(env.record_key(self.machine, instance_id))
+            except UnreachableError:
+                return
+            del self._published[instance_id]

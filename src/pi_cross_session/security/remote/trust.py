@@ -1,0 +1,287 @@
+"""The allow-list, and the ordered checks every envelope passes before a gateway acts on it.
+
+Order (docs/remote.md, "Checks on every envelope"): size; signature prefix; the JSON object and
+its ``origin``; the origin on the allow-list; the signature verifies with the listed key; the
+fields; ``account`` is ours; ``to`` is us (or everyone, for records); the kind is one we expect
+here; ``at`` inside the window and not before we started; the nonce not seen. The expensive
+signature check runs before the fields are validated, so an unlisted sender costs a JSON parse and
+nothing more.
+
+Each failure has a :class:`Cause`. Only a request from a verified origin is ever answered — with
+``expired`` (clock) or ``rate_limited`` (nonce table full) — and everything else is dropped: a
+sender we cannot verify learns nothing, not even a refusal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Final
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.errors import CrossSessionError
+from pi_cross_session.protocol.limits import (
+    ENVELOPE_MAX_AGE_S,
+    ENVELOPE_MAX_AHEAD_S,
+    MAX_ENVELOPE_BYTES,
+    REMOTE_DIAGNOSTICS_KEPT,
+)
+from pi_cross_session.protocol.remote.envelope import (
+    ACCOUNT_RE,
+    EVERYONE,
+    Envelope,
+    EnvelopeError,
+    Kind,
+    from_object,
+    is_machine_name,
+    loads_object,
+)
+from pi_cross_session.security.remote.identity import (
+    MachineKeyError,
+    parse_public_key,
+    public_key_text,
+    split,
+    verifies,
+)
+from pi_cross_session.security.remote.replay import NonceWindow, Seen
+
+#: Default NATS account name bound into every signature.
+DEFAULT_ACCOUNT: Final = "pi-xs"
+TRUST_VERSION: Final = 1
+
+
+class TrustConfigError(CrossSessionError):
+    """A trust file that cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrustConfig:
+    """What this machine trusts: the account, remote inbound on or off, and the allow-list."""
+
+    account: str = DEFAULT_ACCOUNT
+    inbound: bool = False
+    machines: Mapping[str, Ed25519PublicKey] = field(default_factory=dict)
+
+    def with_machine(self, name: str, key: Ed25519PublicKey) -> TrustConfig:
+        """This config with ``name`` allowed under ``key`` (replacing an earlier key)."""
+        if not is_machine_name(name):
+            raise TrustConfigError("not a machine name")
+        return TrustConfig(self.account, self.inbound, {**self.machines, name: key})
+
+    def without_machine(self, name: str) -> TrustConfig:
+        """This config without ``name``."""
+        rest = {k: v for k, v in self.machines.items() if k != name}
+        return TrustConfig(self.account, self.inbound, rest)
+
+    def with_inbound(self, inbound: bool) -> TrustConfig:
+        return TrustConfig(self.account, inbound, dict(self.machines))
+
+    def with_account(self, account: str) -> TrustConfig:
+        if ACCOUNT_RE.fullmatch(account) is None:
+            raise TrustConfigError("not an account name")
+        return TrustConfig(account, self.inbound, dict(self.machines))
+
+    def to_bytes(self) -> bytes:
+        """The trust file's content."""
+        body = {
+            "version": TRUST_VERSION,
+            "account": self.account,
+            "inbound": "on" if self.inbound else "off",
+            "machines": {name: public_key_text(key) for name, key in sorted(self.machines.items())},
+        }
+        return (json.dumps(body, indent=2) + "\n").encode("utf-8")
+
+
+def parse_trust(data: bytes) -> TrustConfig:
+    """Read a trust file; :class:`TrustConfigError` names what is wrong."""
+    try:
+        body: Any = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise TrustConfigError("the trust file is not UTF-8 JSON") from None
+    if not isinstance(body, dict) or body.get("version") != TRUST_VERSION:
+        raise TrustConfigError(f"the trust file is not version {TRUST_VERSION}")
+    account, inbound, machines = body.get("account"), body.get("inbound"), body.get("machines")
+    if not isinstance(account, str) or ACCOUNT_RE.fullmatch(account) is None:
+        raise TrustConfigError("the trust file's account is not an account name")
+    if inbound not in ("on", "off"):
+        raise TrustConfigError("the trust file's inbound is neither 'on' nor 'off'")
+    if not isinstance(machines, dict):
+        raise TrustConfigError("the trust file's machines is not an object")
+    keys: dict[str, Ed25519PublicKey] = {}
+    for name, text in machines.items():
+        if not isinstance(name, str) or not is_machine_name(name) or not isinstance(text, str):
+            raise TrustConfigError("a machine entry is not a name and a key")
+        try:
+            keys[name] = parse_public_key(text)
+        except MachineKeyError as exc:
+            raise TrustConfigError(f"machine {name}: {exc}") from None
+    return TrustConfig(account=account, inbound=inbound == "on", machines=keys)
+
+
+class Cause(StrEnum):
+    """Why an envelope was not acted upon (counted; never told to an unverified sender)."""
+
+    TOO_LARGE = "too_large"
+    MALFORMED = "malformed"
+    UNKNOWN_MACHINE = "unknown_machine"
+    BAD_SIGNATURE = "bad_signature"
+    WRONG_ACCOUNT = "wrong_account"
+    NOT_FOR_US = "not_for_us"
+    UNEXPECTED_KIND = "unexpected_kind"
+    CLOCK = "clock"
+    BEFORE_START = "before_start"
+    REPLAY = "replay"
+    NONCES_FULL = "nonces_full"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """An envelope not to act upon; ``answer`` is the code to reply with, if any."""
+
+    cause: Cause
+    answer: Code | None = None
+    #: The verified envelope, when the signature checked out (so a reply can address it).
+    envelope: Envelope | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """An envelope that passed every check."""
+
+    envelope: Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierDiagnostics:
+    """Counts by cause (never evicted) and the last few one-line diagnostics."""
+
+    rejected: Mapping[str, int]
+    recent: tuple[str, ...]
+    accepted: int
+
+
+class Verifier:
+    """Runs the checks for one gateway: this machine, its account and allow-list, its start."""
+
+    def __init__(
+        self,
+        *,
+        me: str,
+        trust: TrustConfig,
+        started_at_ms: int,
+        nonces: NonceWindow | None = None,
+        max_age_ms: int = int(ENVELOPE_MAX_AGE_S * 1000),
+        max_ahead_ms: int = int(ENVELOPE_MAX_AHEAD_S * 1000),
+        max_bytes: int = MAX_ENVELOPE_BYTES,
+        diagnostics_kept: int = REMOTE_DIAGNOSTICS_KEPT,
+    ) -> None:
+        self._me = me
+        self._trust = trust
+        self._started_at_ms = started_at_ms
+        self._nonces = nonces or NonceWindow(max_age_ms=max_age_ms)
+        self._max_age_ms = max_age_ms
+        self._max_ahead_ms = max_ahead_ms
+        self._max_bytes = max_bytes
+        self._rejected: dict[str, int] = {}
+        self._recent: deque[str] = deque(maxlen=diagnostics_kept)
+        self._accepted = 0
+
+    @property
+    def trust(self) -> TrustConfig:
+        return self._trust
+
+    def diagnostics(self) -> VerifierDiagnostics:
+        return VerifierDiagnostics(
+            MappingProxyType(dict(self._rejected)), tuple(self._recent), self._accepted
+        )
+
+    def skew_ms(self, envelope: Envelope, now_ms: int) -> int:
+        """How far ``envelope``'s clock is behind ours on arrival (transit included)."""
+        return now_ms - envelope.at
+
+    def check(
+        self,
+        payload: bytes,
+        now_ms: int,
+        *,
+        kinds: Collection[Kind],
+        reply_to: str | None = None,
+    ) -> Verified | Rejected:
+        """Judge one payload from NATS.
+
+        ``kinds`` are the kinds expected where it arrived (requests on our subject, a reply on an
+        inbox, records in the bucket); ``reply_to`` is the nonce a reply must answer.
+        """
+        if len(payload) > self._max_bytes:
+            return self._reject(Cause.TOO_LARGE, "payload over the size limit")
+        parts = split(payload)
+        if parts is None:
+            return self._reject(Cause.MALFORMED, "payload shorter than a signature")
+        signature, data = parts
+        try:
+            raw = loads_object(data)
+        except EnvelopeError:
+            return self._reject(Cause.MALFORMED, "not a JSON object")
+        origin = raw.get("origin")
+        key = self._trust.machines.get(origin) if isinstance(origin, str) else None
+        if key is None:
+            return self._reject(Cause.UNKNOWN_MACHINE, "origin not on the allow-list")
+        if not verifies(key, signature, data):
+            return self._reject(Cause.BAD_SIGNATURE, f"signature of {origin} does not verify")
+        try:
+            envelope = from_object(raw)
+        except EnvelopeError as exc:
+            return self._reject(Cause.MALFORMED, f"from {origin}: {exc}")
+        if envelope.account != self._trust.account:
+            return self._reject(Cause.WRONG_ACCOUNT, f"from {origin}: signed for another account")
+        wanted_to = EVERYONE if envelope.kind is Kind.PEER else self._me
+        if envelope.to != wanted_to:
+            return self._reject(Cause.NOT_FOR_US, f"from {origin}: addressed elsewhere")
+        if envelope.kind not in kinds or (reply_to is not None and envelope.re != reply_to):
+            return self._reject(Cause.UNEXPECTED_KIND, f"from {origin}: not expected here")
+        answerable = envelope.kind is Kind.SEND or envelope.kind is Kind.STATUS
+        if not now_ms - self._max_age_ms <= envelope.at <= now_ms + self._max_ahead_ms:
+            return self._reject(
+                Cause.CLOCK,
+                f"from {origin}: signed {now_ms - envelope.at} ms before our now",
+                Code.EXPIRED if answerable else None,
+                envelope,
+            )
+        if envelope.kind is not Kind.PEER and envelope.at < self._started_at_ms:
+            # Our nonces were forgotten when we started: nothing signed before may pass.
+            return self._reject(
+                Cause.BEFORE_START,
+                f"from {origin}: signed before this gateway started",
+                Code.EXPIRED if answerable else None,
+                envelope,
+            )
+        if envelope.kind is not Kind.PEER:
+            seen = self._nonces.admit(envelope.origin, envelope.id, envelope.at, now_ms)
+            if seen is Seen.REPLAY:
+                return self._reject(Cause.REPLAY, f"from {origin}: nonce already seen")
+            if seen is Seen.FULL:
+                return self._reject(
+                    Cause.NONCES_FULL,
+                    f"from {origin}: too many envelopes in the window",
+                    Code.RATE_LIMITED if answerable else None,
+                    envelope,
+                )
+        self._accepted += 1
+        return Verified(envelope)
+
+    def _reject(
+        self,
+        cause: Cause,
+        detail: str,
+        answer: Code | None = None,
+        envelope: Envelope | None = None,
+    ) -> Rejected:
+        self._rejected[cause.value] = self._rejected.get(cause.value, 0) + 1
+        self._recent.append(f"{cause.value}: {detail}")
+        return Rejected(cause, answer, envelope)

@@ -1,0 +1,280 @@
+"""Machines of the remote plane on one host: agent dirs, identities, gateways, inboxes.
+
+A *machine* here is an agent dir with its own Ed25519 identity and its own gateway process, all
+on 127.0.0.1, exactly as docs/remote.md defines a machine. Every process is a real one (the
+``pi-cross-session`` command line), every NATS server a real ``nats-server``; :class:`Fleet`
+stops all of them and removes every runtime dir under ``/tmp`` its agent dirs map to.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+from pi_cross_session.plugin.remote.natsd import NatsServer
+from pi_cross_session.protocol.io import environment
+from tests.support.bounds import MUST_HAPPEN_S
+from tests.support.cli_procs import CLI, InboxProcess, Result, cli_env, run_cli
+from tests.support.watched import WatchedProcess
+
+#: Gateways here scan their local sessions this often (the CLI's default, 2 s, is fine too; a
+#: test only waits for an event, never for a time).
+READY_LINE: Final = r"gateway \S+ ready"
+
+
+class GatewayProcess(WatchedProcess):
+    """A running ``pi-cross-session gateway``."""
+
+    def __init__(self, agent_dir: Path, *args: str, cwd: Path) -> None:
+        self.args = ("gateway", *args)
+        super().__init__([*CLI, "-v", *self.args], env=cli_env(agent_dir), label="gateway", cwd=cwd)
+
+    def stop(self, number: int = signal.SIGTERM, timeout: float = MUST_HAPPEN_S) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(number)
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self._join()
+        return code
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._join()
+
+    def close(self) -> None:
+        self.stop()
+
+
+class Machine:
+    """One agent dir with an identity; starts its gateway and sessions."""
+
+    def __init__(self, fleet: Fleet, name: str) -> None:
+        self.fleet = fleet
+        self.name = name
+        self.agent_dir = fleet.root / name / "agent"
+        self.agent_dir.mkdir(parents=True)
+        self.workdir = fleet.root / name / "work"
+        self.workdir.mkdir()
+        self.locations = environment.resolve(env={"PI_CODING_AGENT_DIR": str(self.agent_dir)})
+        self.gateway: GatewayProcess | None = None
+        # In process: a command-line start costs a second or two on a loaded machine, and
+        # ``remote init``/``trust`` have tests of their own.
+        from pi_cross_session.plugin.remote import files
+
+        identity = files.init_identity(self.locations, name)
+        files.save_trust(self.locations, files.load_trust(self.locations).with_inbound(True))
+        self.public_key = identity.key.public_text()
+
+    def cli(self, *args: str, timeout: float = MUST_HAPPEN_S) -> Result:
+        return run_cli(self.agent_dir, *args, cwd=self.workdir, timeout=timeout)
+
+    def trust(self, *others: Machine | RawMachine) -> None:
+        from pi_cross_session.plugin.remote import files
+        from pi_cross_session.security.remote.identity import parse_public_key
+
+        trust = files.load_trust(self.locations)
+        for other in others:
+            trust = trust.with_machine(other.name, parse_public_key(other.public_key))
+        files.save_trust(self.locations, trust)
+
+    def start_gateway(self, *args: str, urls: Sequence[str] | None = None) -> GatewayProcess:
+        servers = list(urls or [self.fleet.url])
+        gateway = GatewayProcess(
+            self.agent_dir, "--nats", ",".join(servers), *args, cwd=self.workdir
+        )
+        self.fleet.processes.append(gateway)
+        gateway.wait_line(READY_LINE, timeout=MUST_HAPPEN_S)
+        self.gateway = gateway
+        return gateway
+
+    def inbox(self, name: str, *args: str) -> InboxProcess:
+        inbox = InboxProcess(self.agent_dir, "--name", name, *args, cwd=self.workdir)
+        self.fleet.processes.append(inbox)
+        inbox.wait_event("ready")
+        return inbox
+
+    def peers(self) -> list[dict[str, Any]]:
+        result = self.cli("peers", "--json")
+        assert result.returncode == 0, result
+        peers: list[dict[str, Any]] = result.json()["peers"]
+        return peers
+
+    def wait_peer(
+        self,
+        name: str,
+        *,
+        present: bool = True,
+        timeout: float = MUST_HAPPEN_S,
+        listing: bool = False,
+    ) -> None:
+        """Wait until a registration named ``name`` is here (or gone); with ``listing``, until
+        ``peers`` lists it (a probe answered), which costs a command-line run per look."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            names = [p["name"] for p in (self.peers() if listing else self.registrations())]
+            if (name in names) == present:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{self.name}: {name} {'never appeared' if present else 'stayed'}")
+
+    def registrations(self) -> list[dict[str, Any]]:
+        peers_dir = self.agent_dir / "peers"
+        if not peers_dir.exists():
+            return []
+        found = []
+        for path in sorted(peers_dir.glob("*.json")):
+            try:
+                found.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue  # removed or replaced while we looked
+        return found
+
+
+class Fleet:
+    """Machines and NATS servers of one test; :meth:`close` ends every process."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.servers: list[NatsServer] = []
+        self.processes: list[WatchedProcess] = []
+        self.machines: list[Machine] = []
+
+    @property
+    def url(self) -> str:
+        return self.servers[0].url
+
+    def start_server(self, **kwargs: Any) -> NatsServer:
+        server = NatsServer(self.root / "nats", name=f"n{len(self.servers) + 1}", **kwargs)
+        self.servers.append(server)
+        server.start()
+        return server
+
+    def machine(self, name: str) -> Machine:
+        made = Machine(self, name)
+        self.machines.append(made)
+        return made
+
+    def pair(self, *names: str) -> list[Machine]:
+        """Machines that all trust each other."""
+        made = [self.machine(name) for name in names]
+        for machine in made:
+            machine.trust(*(m for m in made if m is not machine))
+        return made
+
+    def close(self) -> None:
+        for process in reversed(self.processes):
+            close: Callable[[], None] = process.close  # type: ignore[attr-defined]
+            try:
+                close()
+            except Exception:  # pragma: no cover - best effort; the next ones still stop
+                if process.process.poll() is None:
+                    process.process.kill()
+        for server in self.servers:
+            server.stop(kill=True)
+        for machine in self.machines:
+            shutil.rmtree(machine.locations.runtime_dir, ignore_errors=True)
+
+
+@contextmanager
+def fleet_at(root: Path) -> Iterator[Fleet]:
+    fleet = Fleet(root)
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+
+
+class RawMachine:
+    """A trusted machine played by the test itself: it signs envelopes and sends them straight to
+    another machine's subject over its own NATS connection, so a test can choose every field
+    (the clock, the nonce, a replay) and see the one reply the gateway gives."""
+
+    def __init__(self, name: str, *, account: str = "pi-xs") -> None:
+        from pi_cross_session.security.remote.identity import MachineKey
+
+        self.name = name
+        self.account = account
+        self.key = MachineKey.generate()
+        self.public_key = self.key.public_text()
+
+    def payload(
+        self,
+        to: str,
+        target: str,
+        text: str,
+        *,
+        message_id: str,
+        at_ms: int | None = None,
+        nonce: str | None = None,
+        sender_id: str = "0" * 32,
+    ) -> tuple[bytes, str]:
+        """A signed ``send`` envelope, and its nonce."""
+        import secrets
+
+        from pi_cross_session.protocol.remote import envelope as env
+
+        # The machine's own clock, skewed or not, stamps both the envelope and the message.
+        now = time.time_ns() // 1_000_000 if at_ms is None else at_ms
+        nonce = nonce or secrets.token_hex(16)
+        body = env.SendBody(
+            target=target,
+            sender=env.RemoteSender(
+                id=f"raw-{sender_id[:8]}",
+                instance_id=sender_id,
+                name="raw",
+                capabilities=["cancel-safe-queue-v1"],
+            ),
+            message=env.RemoteMessage(
+                message_id=message_id, text=text, summary=text[:50], sent_at=now
+            ),
+        )
+        envelope = env.build(
+            kind=env.Kind.SEND,
+            account=self.account,
+            origin=self.name,
+            to=to,
+            nonce=nonce,
+            at_ms=now,
+            body=body,
+        )
+        return self.key.seal(env.encode(envelope)), nonce
+
+
+async def raw_request(
+    url: str, subject: str, payload: bytes, timeout_s: float = 6.0
+) -> bytes | None:
+    """One NATS request; the reply's payload, or ``None`` when none came in time."""
+    import nats
+    import nats.errors
+
+    nc = await nats.connect(url)
+    try:
+        msg = await nc.request(subject, payload, timeout=timeout_s)
+        return bytes(msg.data)
+    except nats.errors.TimeoutError:
+        return None
+    finally:
+        await nc.close()
+
+
+def reply_of(data: bytes | None) -> tuple[str, str] | None:
+    """``(outcome, status)`` of a signed reply (signature not checked: the test only reads it)."""
+    if data is None:
+        return None
+    from pi_cross_session.protocol.remote import envelope as env
+
+    body = env.decode(data[64:]).read_body()
+    assert isinstance(body, env.ReplyBody)
+    return body.outcome.value, body.status

@@ -1,0 +1,81 @@
+"""Derived local identities, the per-machine sender table and machine flow (security/remote/)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.paths import is_instance_id
+from pi_cross_session.security.remote.replay import NonceWindow, Seen
+from pi_cross_session.security.remote.senders import (
+    Claim,
+    MachineFlow,
+    SenderTable,
+    derive_instance_id,
+)
+
+
+def test_a_derived_id_is_an_instance_id_stable_within_an_incarnation() -> None:
+    first = derive_instance_id(b"s1", "laptop", "a" * 32)
+    assert is_instance_id(first)
+    assert derive_instance_id(b"s1", "laptop", "a" * 32) == first
+    assert derive_instance_id(b"s2", "laptop", "a" * 32) != first  # a new gateway incarnation
+    assert derive_instance_id(b"s1", "laptop2", "a" * 32) != first  # another machine
+    assert derive_instance_id(b"s1", "laptop", "b" * 32) != first
+    # A machine name cannot smuggle the separator to collide with another machine's id.
+    with pytest.raises(ValueError, match="machine"):
+        derive_instance_id(b"s1", "lap\ntop", "a" * 32)
+
+
+def test_a_full_machine_is_refused_until_an_identity_has_been_idle_long_enough() -> None:
+    table = SenderTable(per_machine=2, idle_s=60)
+    assert table.claim("m", "a", 0).claim is Claim.NEW
+    assert table.claim("m", "b", 1).claim is Claim.NEW
+    assert table.claim("m", "a", 2).claim is Claim.KNOWN
+    assert table.claim("m", "c", 59).claim is Claim.FULL
+    assert table.claim("other", "c", 59).claim is Claim.NEW  # machines do not share
+    claimed = table.claim("m", "c", 61)  # b was used at 1, idle 60 s: it gives way
+    assert (claimed.claim, claimed.evicted) == (Claim.NEW, "b")
+    assert table.holds("m", "a")
+    assert not table.holds("m", "b")
+    table.release("m", "a")
+    assert table.count("m") == 1
+
+
+def test_machine_flow_bounds_rate_and_in_flight_per_machine() -> None:
+    flow = MachineFlow(capacity=3, refill_per_s=1.0, in_flight=2)
+    assert flow.start("m", 0.0) is None
+    assert flow.start("m", 0.0) is None
+    assert flow.start("m", 0.0) is Code.RATE_LIMITED  # two in flight
+    assert flow.start("n", 0.0) is None  # another machine is not affected
+    flow.finish("m")
+    assert flow.start("m", 0.0) is None  # third token
+    flow.finish("m")
+    flow.finish("m")
+    assert flow.start("m", 0.0) is Code.RATE_LIMITED  # no token left
+    assert flow.start("m", 1.0) is None  # one refilled
+    assert flow.refused == 2
+
+
+def test_nonces_are_forgotten_only_once_their_envelope_left_the_window() -> None:
+    window = NonceWindow(per_machine=1, max_age_ms=1_000)
+    assert window.admit("m", "n1", at_ms=0, now_ms=0) is Seen.NEW
+    assert window.admit("m", "n1", at_ms=0, now_ms=1_000) is Seen.REPLAY
+    assert window.admit("m", "n2", at_ms=1_000, now_ms=1_000) is Seen.FULL
+    assert window.admit("m", "n2", at_ms=1_001, now_ms=1_001) is Seen.NEW
+    assert window.size("m") == 1
+
+
+def test_an_envelope_dated_ahead_is_remembered_until_it_ages_out() -> None:
+    window = NonceWindow(per_machine=4, max_age_ms=1_000)
+    assert window.admit("m", "n", at_ms=500, now_ms=0) is Seen.NEW
+    assert window.admit("m", "n", at_ms=500, now_ms=1_500) is Seen.REPLAY
+    assert window.admit("m", "x", at_ms=1_501, now_ms=1_501) is Seen.NEW
+    assert window.size("m") == 1
+
+
+def test_the_origin_table_is_bounded_and_frees_idle_machines() -> None:
+    window = NonceWindow(per_machine=4, max_age_ms=10, max_machines=1)
+    assert window.admit("a", "n", at_ms=0, now_ms=0) is Seen.NEW
+    assert window.admit("b", "n", at_ms=0, now_ms=5) is Seen.FULL
+    assert window.admit("b", "n", at_ms=11, now_ms=11) is Seen.NEW
