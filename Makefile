@@ -24,7 +24,7 @@ $(BIN)/python:
 
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[pi-python,mcp]'
+	$(BIN)/python -m pip install --quiet -e '.[pi-python]'
 	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml | $(BIN)/python
@@ -94,5 +94,11 @@ demo-cli: $(DEMO_STAMP)
 
 # An MCP host (the SDK's stdio client) driving `pi-cross-session mcp`, with a pi-python session
 # and a headless inbox: channel notifications (push) and reads (pull).
-demo-mcp: $(DEMO_STAMP)
+MCP_STAMP := $(VENV)/.installed-mcp
+$(MCP_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[pi-python,mcp]'
+	touch $(MCP_STAMP)
+
+demo-mcp: $(MCP_STAMP)
 	$(BIN)/python demo/mcp_demo.py
