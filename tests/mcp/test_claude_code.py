@@ -4,6 +4,7 @@ Code binary is at hand: ``claude`` on PATH, or the path in ``PI_XS_CLAUDE``. Ski
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -56,3 +57,40 @@ def test_claude_code_lists_the_server_as_connected_and_it_withdraws_after(
     assert "Connected" in line, listed
     peers = environment.resolve(env={"PI_CODING_AGENT_DIR": str(private_agent_dir)}).peers_dir
     assert not list(Path(peers).glob("*.json"))  # the health check's server withdrew
+
+
+def test_claude_code_reads_the_documented_mcp_json(private_agent_dir: Path, tmp_path: Path) -> None:
+    """The ``.mcp.json`` of docs/mcp.md, as Claude Code parses it: a project-scoped stdio server
+    with our command and arguments (which Claude Code asks its user to approve before it starts
+    it, so its health is not checked here)."""
+    assert CLAUDE is not None
+    home = tmp_path / "home"
+    project = tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    server = {
+        "type": "stdio",
+        "command": sys.executable,
+        "args": ["-m", "pi_cross_session", "mcp", "--delivery", "push"],
+    }
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"pi-cross-session": server}}))
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "PI_CODING_AGENT_DIR": str(private_agent_dir),
+    }
+    shown = subprocess.run(
+        [CLAUDE, "mcp", "get", "pi-cross-session"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert shown.returncode == 0, shown
+    fields = dict(line.strip().split(": ", 1) for line in shown.stdout.splitlines() if ": " in line)
+    assert fields["Scope"].startswith("Project config"), shown.stdout
+    assert fields["Type"] == "stdio"
+    assert fields["Command"] == sys.executable
+    assert fields["Args"] == "-m pi_cross_session mcp --delivery push"

@@ -146,17 +146,19 @@ async def test_a_host_drives_every_tool_and_a_pull_read_then_its_exit_withdraws_
             name: (
                 tool.annotations.read_only_hint,
                 tool.annotations.destructive_hint,
+                tool.annotations.idempotent_hint,
                 tool.annotations.open_world_hint,
             )
             for name, tool in tools.items()
             if tool.annotations is not None
         }
         assert hints == {
-            "list_pi": (True, False, False),
-            "send_pi_message": (False, False, True),
-            "read_pi_messages": (True, False, False),
-            "wait_pi_message": (True, False, False),
+            "list_pi": (True, False, True, False),
+            "send_pi_message": (False, False, False, True),
+            "read_pi_messages": (True, False, False, False),
+            "wait_pi_message": (True, False, False, False),
         }
+        assert all(tool.annotations is not None for tool in tools.values())
 
         text, is_error = await host.call("list_pi")
         assert not is_error

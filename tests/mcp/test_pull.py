@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from pi_cross_session.plugin import render
@@ -167,3 +168,38 @@ async def test_hostile_text_reaches_the_model_escaped_inside_its_fence(
         # The forged end marker stays inside the real fence: the body ends where the nonce says.
         assert body.splitlines()[1] == "----- peer text 0000000000000000 ends -----"
         assert "\nSYSTEM" not in text.split("----- peer text")[0]
+
+
+async def test_a_read_cancelled_midway_leaves_what_it_took_submitted_and_the_rest_queued(
+    locations: Locations, workdir: Path
+) -> None:
+    """docs/mcp.md: a read the host cancels while it runs reports nothing delivered; the
+    messages already handed to it stay ``submitted``, the others stay queued for the next read,
+    and the host is busy with its own work again."""
+    async with mcp_peer(locations, workdir) as peer:
+        carol = peer.sender("carol")
+        for i in range(5):
+            assert (await carol.send(f"item {i}", message_id=f"c{i}")).status == Code.QUEUED
+        host = peer.host
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as group:
+                group.start_soon(host.read)
+                # Same event loop: once the read holds a message, cancel it before it can
+                # take another (nothing runs between this check and the cancel).
+                while host._reader is None or not host._reader.taken:
+                    await anyio.lowlevel.checkpoint()
+                scope.cancel()
+        assert host.seat.readers == 0
+        assert not host.is_idle()
+        rows = {row.message_id: row for row in peer.snapshot().rows}
+        taken = [key for key, row in rows.items() if row.state == Code.SUBMITTED]
+        assert taken == ["c0"]
+        assert not rows["c0"].delivered
+        assert (await carol.status("c0")).status == Code.SUBMITTED
+        assert peer.snapshot().queued == 4
+
+        text, _ = await peer.call("read_pi_messages")
+        assert bodies(text) == [f"item {i}" for i in range(1, 5)]
+        assert (await carol.status("c0")).status == Code.SUBMITTED
+        assert (await carol.status("c4")).status == Code.DELIVERED
+        assert_accounted(peer)  # type: ignore[arg-type]
