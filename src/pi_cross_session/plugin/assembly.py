@@ -81,6 +81,8 @@ class Incarnation:
     confirmations: GoalConfirmations
     authenticator: Authenticator
     wake: anyio.Event = field(default_factory=anyio.Event)
+    #: Set when a safe settle leaves the queue a submission owed (see ``Admission.flush_owed``).
+    flush_wake: anyio.Event = field(default_factory=anyio.Event)
     refresh_due: bool = False
     #: The published ``status``: ``busy`` from a turn's start to its end, as the contract says
     #: (spec §1.3), whatever the admission phase does in between (preflight, flushes).

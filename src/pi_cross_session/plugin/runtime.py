@@ -157,6 +157,7 @@ class SessionRuntime:
                         await incarnation.registrar.register()
                         await group.start(incarnation.registrar.run_heartbeat)
                         group.start_soon(self._maintain, incarnation)
+                        group.start_soon(self._flush_when_owed, incarnation)
                         if self.options.listing_at_start:
                             group.start_soon(self._initial_listing, incarnation)
                         self.incarnations += 1
@@ -352,6 +353,17 @@ class SessionRuntime:
                 except CrossSessionError as exc:
                     logger.warning("registration refresh failed: %s", sanitize.line(str(exc)))
 
+    async def _flush_when_owed(self, incarnation: Incarnation) -> None:
+        """Make the queue's owed submission on the loop's next turn after a safe settle (spec
+        §5.5), not behind a registration refresh the maintenance pass may be awaiting: until it
+        is made, a newcomer meets an idle session with a queue and is told ``busy``."""
+        admission = incarnation.admission
+        while True:
+            await incarnation.flush_wake.wait()
+            incarnation.flush_wake = anyio.Event()
+            if admission.flush_owed:
+                admission.flush_one()
+
     def _wake(self, incarnation: Incarnation, *, refresh: bool = False) -> None:
         incarnation.refresh_due = incarnation.refresh_due or refresh
         incarnation.wake.set()
@@ -387,6 +399,8 @@ class SessionRuntime:
             status: Status = "busy" if self.turns.on_record else "idle"
             changed = status != inc.status
             inc.status = status
+            if inc.admission.flush_owed:
+                inc.flush_wake.set()
             self._wake(inc, refresh=changed or isinstance(event, TurnAborted))
 
     def on_session_info_changed(self) -> None:
