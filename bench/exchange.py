@@ -28,10 +28,13 @@ sends each). Restarts happen between rounds and are not timed. Every message has
 messageId, so none is a duplicate; with turns of 0 s the receiver is idle again long before the
 next send, so receipts are ``submitted`` (the counts of every status are reported).
 
-After the timed run, ``--phase-sends`` more sends (and raw sends) are made with a timestamp at each
-step — taken through the Exchanger's own seams (its vetting and connector arguments), no change to
-the package — to show where a send's time goes; the script receiver also times its two handlers
-(hello, and message or status) through the endpoint's handler interface.
+After the timed run, ``--phase-sends`` more probes and sends (and raw ones) are made with a
+timestamp at each step — taken through the Exchanger's own seams (its vetting and connector
+arguments), no change to the package, by one exchanger that vets on the loop as the timed one does
+— to show where their time goes; the script receiver also times its two handlers (hello, and
+message or status) through the endpoint's handler interface, and stamps each connection's steps
+(accepted, its task running, hello read, handed to the handler, reply written) by wrapping its
+listener, connection task, stream and handler (:func:`mark_receiver`).
 
 Run ``python bench/exchange.py`` (``--json`` for machine-readable output; ``--profile`` adds a
 cProfile of both sides of the send path, untimed). Everything it creates — the temporary agent
