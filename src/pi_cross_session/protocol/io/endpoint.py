@@ -92,6 +92,7 @@ from pi_cross_session.protocol.limits import (
     IDLE_AFTER_HELLO_S,
     MAX_CONNECTIONS,
     MAX_FRAME_BYTES,
+    MAX_IDLE_CONNECTION_TASKS,
     MEMORY_GIVE_BACK_AFTER_BYTES,
     MEMORY_GIVE_BACK_EVERY_S,
     PEER_READ_BURST_BYTES,
@@ -450,8 +451,7 @@ class Endpoint(Generic[SessionT]):
     async def _connection_task(self, conn: _Connection[SessionT]) -> None:
         """Serve ``conn``, then each connection handed over while idle, until the endpoint stops.
 
-        At most ``max_connections`` tasks wait idle (more than that only after a burst of sheds
-        that were still finishing while newcomers arrived): the others end. A task keeps nothing
+        At most ``MAX_IDLE_CONNECTION_TASKS`` tasks wait idle; the others end. A task keeps nothing
         of a served connection while it waits, and a connection handed over to a task that is
         cancelled before serving it (the endpoint stopping) is closed and uncounted here."""
         idle = _IdleTask[SessionT]()
@@ -462,7 +462,7 @@ class Endpoint(Generic[SessionT]):
                 serving, next_conn = next_conn, None
                 await self._serve(serving)
                 del serving
-                if len(self._idle) >= self._config.max_connections:
+                if len(self._idle) >= MAX_IDLE_CONNECTION_TASKS:
                     return
                 idle.wake = anyio.Event()
                 self._idle.append(idle)
