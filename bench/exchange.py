@@ -28,10 +28,13 @@ sends each). Restarts happen between rounds and are not timed. Every message has
 messageId, so none is a duplicate; with turns of 0 s the receiver is idle again long before the
 next send, so receipts are ``submitted`` (the counts of every status are reported).
 
-After the timed run, ``--phase-sends`` more sends (and raw sends) are made with a timestamp at each
-step — taken through the Exchanger's own seams (its vetting and connector arguments), no change to
-the package — to show where a send's time goes; the script receiver also times its two handlers
-(hello, and message or status) through the endpoint's handler interface.
+After the timed run, ``--phase-sends`` more probes and sends (and raw ones) are made with a
+timestamp at each step — taken through the Exchanger's own seams (its vetting and connector
+arguments), no change to the package, by one exchanger that vets on the loop as the timed one does
+— to show where their time goes; the script receiver also times its two handlers (hello, and
+message or status) through the endpoint's handler interface, and stamps each connection's steps
+(accepted, its task running, hello read, handed to the handler, reply written) by wrapping its
+listener, connection task, stream and handler (:func:`mark_receiver`).
 
 Run ``python bench/exchange.py`` (``--json`` for machine-readable output; ``--profile`` adds a
 cProfile of both sides of the send path, untimed). Everything it creates — the temporary agent
@@ -43,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import cProfile
 import io
 import json
@@ -72,7 +76,7 @@ from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.frames import Hello, Message, Sender
-from pi_cross_session.protocol.io import environment
+from pi_cross_session.protocol.io import endpoint, environment, sockets
 from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import (
@@ -125,6 +129,75 @@ def time_handlers(timings: dict[str, list[int]]) -> None:
     SessionReceiver.on_request = timed_request  # type: ignore[method-assign]
 
 
+#: The marks of the connection a receiver task is serving (see :func:`mark_receiver`).
+_CONNECTION_MARKS: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar(
+    "bench_connection_marks", default=None
+)
+
+
+def mark_receiver(timings: dict[str, list[int]]) -> None:
+    """Timestamp each connection's steps in the receiver (:data:`RECEIVER_PHASES`) by wrapping
+    the listener's accept, the endpoint's per-connection task, the stream's first read and first
+    write, and the handler's hello; at its end a connection adds its step durations to
+    ``timings`` under ``"probe: <step>"`` or ``"send: <step>"``. Bench-only wrapping, a few
+    hundred nanoseconds per mark; nothing in the package changes."""
+    accept = sockets.UnixListener.accept
+    serve = endpoint.Endpoint._serve
+    receive = sockets.UnixStream.receive
+    send = sockets.UnixStream.send
+    on_hello = SessionReceiver.on_hello
+    now = time.perf_counter_ns
+
+    async def marked_accept(self: sockets.UnixListener) -> sockets.UnixStream:
+        stream = await accept(self)
+        stream.bench_marks = {"accepted": now()}  # type: ignore[attr-defined]
+        return stream
+
+    async def marked_serve(self: Any, conn: Any) -> None:
+        marks = getattr(conn.stream, "bench_marks", None)
+        if marks is not None:
+            marks["task_start"] = now()
+            _CONNECTION_MARKS.set(marks)
+        try:
+            await serve(self, conn)
+        finally:
+            if marks is not None and "kind" in marks:
+                kind = marks["kind"]
+                for label, a, b in RECEIVER_PHASES:
+                    if a in marks and b in marks:
+                        timings.setdefault(f"{kind}: {label}", []).append(marks[b] - marks[a])
+
+    async def marked_receive(self: sockets.UnixStream, max_bytes: int = 65536) -> bytes:
+        data = await receive(self, max_bytes)
+        marks = getattr(self, "bench_marks", None)
+        if marks is not None:
+            marks.setdefault("first_data", now())
+        return data
+
+    async def marked_send(self: sockets.UnixStream, item: bytes) -> None:
+        await send(self, item)
+        marks = getattr(self, "bench_marks", None)
+        if marks is not None:
+            marks.setdefault("reply_written", now())
+
+    async def marked_hello(self: SessionReceiver, hello: Hello, **kwargs: Any) -> Any:
+        marks = _CONNECTION_MARKS.get()
+        if marks is not None:
+            marks["hello_start"] = now()
+            marks["kind"] = "probe" if hello.sender is None else "send"  # type: ignore[assignment]
+        try:
+            return await on_hello(self, hello, **kwargs)
+        finally:
+            if marks is not None:
+                marks["hello_end"] = now()
+
+    sockets.UnixListener.accept = marked_accept  # type: ignore[method-assign]
+    endpoint.Endpoint._serve = marked_serve  # type: ignore[method-assign]
+    sockets.UnixStream.receive = marked_receive  # type: ignore[method-assign]
+    sockets.UnixStream.send = marked_send  # type: ignore[method-assign]
+    SessionReceiver.on_hello = marked_hello  # type: ignore[method-assign]
+
+
 async def serve_receiver(
     name: str, profile_out: str | None, timings_out: str | None
 ) -> dict[str, list[int]]:
@@ -137,6 +210,7 @@ async def serve_receiver(
     }
     if timings_out:
         time_handlers(timings)
+        mark_receiver(timings)
     host = HeadlessHost(name=name, busy_s=0.0)
     runtime = SessionRuntime(host, options=RuntimeOptions(with_git=False))
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -261,13 +335,27 @@ class RecordingStream(anyio.abc.ByteStream):
 
 class PhaseClock:
     """Timestamps (perf_counter_ns) of one exchange's steps, taken through the Exchanger's seams:
-    the vetting call (run in a worker thread), the connector and the stream it returns."""
+    the vetting call, the connector and the stream it returns.
+
+    It answers the locality question as the real file layer does (``on_local_filesystem``), so
+    the instrumented exchange vets on the loop exactly when the timed one does (an object without
+    that answer is vetted in a worker thread: see ``protocol/io/offload.py``), and it connects
+    with the package's own connector."""
 
     def __init__(self) -> None:
         self.marks: dict[str, int] = {}
 
+    def restart(self) -> dict[str, int]:
+        """Marks of the next exchange go to a new dict (returned) — one clock, and one
+        instrumented exchanger, serve every run, as one exchanger serves the timed ones."""
+        self.marks = {}
+        return self.marks
+
     def mark(self, name: str) -> None:
         self.marks.setdefault(name, time.perf_counter_ns())
+
+    def on_local_filesystem(self, path: str) -> bool:
+        return fs.on_local_filesystem(path)
 
     def vet_socket(self, path: str) -> str | None:
         self.mark("vet_start")
@@ -278,44 +366,39 @@ class PhaseClock:
 
     async def connect(self, path: str) -> anyio.abc.ByteStream:
         self.mark("connect_start")
-        stream = await anyio.connect_unix(path)
+        stream = await sockets.connect_unix(path)
         self.mark("connect_end")
         return TimedStream(stream, self)
 
 
-class TimedStream(anyio.abc.ByteStream):
-    """Marks when each frame is written and each reply line arrives."""
+class TimedStream(sockets.UnixStream):
+    """The package's own socket stream (so the exchange closes it as it closes a real one),
+    marking when each frame is written and each reply line arrives."""
 
-    def __init__(self, inner: anyio.abc.ByteStream, clock: PhaseClock) -> None:
-        self._inner = inner
+    def __init__(self, inner: sockets.UnixStream, clock: PhaseClock) -> None:
+        super().__init__(inner.socket)
         self._clock = clock
         self._sent = 0
         self._lines = 0
 
     async def send(self, item: bytes) -> None:
-        await self._inner.send(item)
+        await super().send(item)
         self._sent += 1
         self._clock.mark(f"sent_{self._sent}")
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
-        data = await self._inner.receive(max_bytes)
+        data = await super().receive(max_bytes)
         for _ in range(data.count(b"\n")):
             self._lines += 1
             self._clock.mark(f"reply_{self._lines}")
         return data
 
-    async def send_eof(self) -> None:
-        await self._inner.send_eof()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
 
 #: The steps of a send, as (label, from mark, to mark); "start"/"end" bracket the whole call.
 OUR_PHASES: Final = (
-    ("encode, hand to worker thread", "start", "vet_start"),
-    ("vet socket (lstat, in thread)", "vet_start", "vet_end"),
-    ("back from worker thread", "vet_end", "connect_start"),
+    ("encode, conversation, deadline", "start", "vet_start"),
+    ("vet socket (lstat)", "vet_start", "vet_end"),
+    ("vetted -> connecting", "vet_end", "connect_start"),
     ("connect", "connect_start", "connect_end"),
     ("write hello", "connect_end", "sent_1"),
     ("hello -> ready (receiver)", "sent_1", "reply_1"),
@@ -323,6 +406,24 @@ OUR_PHASES: Final = (
     # parsing the ready and receiving the receipt is scheduling noise.
     ("ready -> receipt (both sides)", "reply_1", "reply_2"),
     ("parse receipt, close", "reply_2", "end"),
+)
+#: The steps of a probe: as a send's, up to the ready.
+OUR_PROBE_PHASES: Final = (
+    *OUR_PHASES[:6],
+    ("parse ready, close", "reply_1", "end"),
+)
+RAW_PROBE_PHASES: Final = (
+    ("connect", "start", "connect_end"),
+    ("write hello, hello -> ready", "connect_end", "reply_1"),
+    ("close", "reply_1", "end"),
+)
+#: The receiver's steps of one connection (marks taken in the receiver, see ``mark_receiver``).
+RECEIVER_PHASES: Final = (
+    ("accepted -> its task runs (credentials, slot, spawn)", "accepted", "task_start"),
+    ("task -> hello read", "task_start", "first_data"),
+    ("hello read -> handed to the handler (parse)", "first_data", "hello_start"),
+    ("handler: on_hello", "hello_start", "hello_end"),
+    ("reply encoded -> written", "hello_end", "reply_written"),
 )
 RAW_PHASES: Final = (
     ("connect", "start", "connect_end"),
@@ -332,18 +433,21 @@ RAW_PHASES: Final = (
 )
 
 
-async def timed_raw_send(path: str, frames: Frames, clock: PhaseClock) -> None:
+async def timed_raw_send(
+    path: str, frames: Frames, clock: PhaseClock, *, probe: bool = False
+) -> None:
     """:func:`raw_exchange` with the same marks as :class:`PhaseClock` takes for ours."""
     clock.mark("start")
     reader, writer = await asyncio.open_unix_connection(path)
     clock.mark("connect_end")
     try:
-        writer.write(frames.send_hello)
+        writer.write(frames.probe_hello if probe else frames.send_hello)
         await reader.readline()
         clock.mark("reply_1")
-        writer.write(frames.message)
-        await reader.readline()
-        clock.mark("reply_2")
+        if not probe:
+            writer.write(frames.message)
+            await reader.readline()
+            clock.mark("reply_2")
     finally:
         writer.close()
     clock.mark("end")
@@ -352,6 +456,9 @@ async def timed_raw_send(path: str, frames: Frames, clock: PhaseClock) -> None:
 def phase_medians(
     runs: list[dict[str, int]], phases: tuple[tuple[str, str, str], ...]
 ) -> dict[str, float]:
+    runs = [run for run in runs if all(a in run and b in run for _, a, b in phases)]
+    if not runs:
+        return {}
     return {
         label: round(statistics.median(run[b] - run[a] for run in runs) / 1000, 1)
         for label, a, b in phases
@@ -496,6 +603,13 @@ async def raw_exchange(path: str, first: bytes, second: bytes | None) -> None:
         writer.close()
 
 
+def exchanger_vets_inline(exchanger: Exchanger) -> bool | None:
+    """Whether the timed exchanger vetted sockets on the loop (its runtime dir known local) rather
+    than in a worker thread: read from its vetting runner, for the report."""
+    runner = getattr(exchanger, "_vet_runner", None)
+    return None if runner is None else runner.inline
+
+
 def percentile(values: list[int], fraction: float) -> float:
     """Nearest-rank percentile of nanosecond samples, in microseconds."""
     ordered = sorted(values)
@@ -617,17 +731,31 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         # every step (ours through the Exchanger's seams, the floor the same way), interleaved.
         ours_runs: list[dict[str, int]] = []
         raw_runs: list[dict[str, int]] = []
+        probe_runs: list[dict[str, int]] = []
+        raw_probe_runs: list[dict[str, int]] = []
+        clock = PhaseClock()
+        instrumented = Exchanger(locations, clock, connect=clock.connect)
+        assert senders.target is not None
+        await instrumented.probe(senders.target)  # it learns, once, that the dir is local
         for _ in range(args.phase_sends):
+            assert senders.target is not None
+            marks = clock.restart()
+            clock.mark("start")
+            await instrumented.probe(senders.target)
+            clock.mark("end")
+            probe_runs.append(marks)
+            raw_clock = PhaseClock()
+            await timed_raw_send(raw_socket, frames, raw_clock, probe=True)
+            raw_probe_runs.append(raw_clock.marks)
             target, sender, message = await senders.next_send()
-            clock = PhaseClock()
-            instrumented = Exchanger(locations, clock, connect=clock.connect)
+            marks = clock.restart()
             clock.mark("start")
             await instrumented.send(target, sender=sender, message=message)
             clock.mark("end")
-            ours_runs.append(clock.marks)
-            clock = PhaseClock()
-            await timed_raw_send(raw_socket, frames, clock)
-            raw_runs.append(clock.marks)
+            ours_runs.append(marks)
+            raw_clock = PhaseClock()
+            await timed_raw_send(raw_socket, frames, raw_clock)
+            raw_runs.append(raw_clock.marks)
         # The receiver writes its handler timings as it stops.
         assert senders.receiver is not None
         await anyio.to_thread.run_sync(senders.receiver.stop)
@@ -636,7 +764,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         phases = {
             "ours_us": phase_medians(ours_runs, OUR_PHASES),
             "raw_us": phase_medians(raw_runs, RAW_PHASES),
-            "receiver_handlers_us": handlers,
+            "probe_ours_us": phase_medians(probe_runs, OUR_PROBE_PHASES),
+            "probe_raw_us": phase_medians(raw_probe_runs, RAW_PROBE_PHASES),
+            "receiver_handlers_us": {k: v for k, v in handlers.items() if ":" not in k},
+            "receiver_steps_us": {k: v for k, v in handlers.items() if ":" in k},
+            "vetting_inline": exchanger_vets_inline(exchanger),
             "n": args.phase_sends,
         }
 
@@ -649,7 +781,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(min(200, args.per_receiver)):
                 target, sender, message = await senders.next_send()
                 client.enable()
-                await exchanger.send(target, sender=sender, message=message)
+                with contextlib.suppress(ExchangeError):  # a refusal (busy) is profiled too
+                    await exchanger.send(target, sender=sender, message=message)
                 client.disable()
             assert senders.receiver is not None
             # The receiver writes its profile as it stops.
@@ -747,6 +880,17 @@ def print_report(result: dict[str, Any]) -> None:
         print(f"  ours {label:<32}{value:>8.1f}")
     for label, value in phases["raw_us"].items():
         print(f"  raw  {label:<32}{value:>8.1f}")
+    print(f"\nwhere a probe's time goes (median of {phases['n']} instrumented probes each, µs):")
+    for label, value in phases["probe_ours_us"].items():
+        print(f"  ours {label:<32}{value:>8.1f}")
+    for label, value in phases["probe_raw_us"].items():
+        print(f"  raw  {label:<32}{value:>8.1f}")
+    inline = phases["vetting_inline"]
+    print(f"  socket vetted on the event loop (runtime dir known local): {inline}")
+    if phases["receiver_steps_us"]:
+        print("  the receiver's steps per connection, whole run (µs):")
+        for label, value in sorted(phases["receiver_steps_us"].items()):
+            print(f"    {label:<60}{value:>8.1f}")
     handlers = phases["receiver_handlers_us"]
     if handlers:  # only the script receiver times its handlers
         print(

@@ -184,6 +184,8 @@ class Authenticator:
         pinned_senders: int = MAX_PINNED_SENDERS,
     ) -> None:
         self._identity = identity
+        # Built once: every ``ready`` states it (the identity is frozen).
+        self._peer_identity = identity.peer_identity()
         self._locations = locations
         self._files = files
         self._pins = SenderPins(pinned_senders)
@@ -220,7 +222,7 @@ class Authenticator:
                 request_id=request_id,
                 ok=True,
                 status=Code.READY,
-                peer=self._identity.peer_identity(),
+                peer=self._peer_identity,
                 capabilities=self._capabilities,
             )
         return Response.build(

@@ -1,0 +1,67 @@
+"""A connection task serves the next connection instead of ending: the endpoint creates a task only
+when none is idle, so a session answering probe after probe runs on one task, and a burst of
+connections leaves a bounded few tasks waiting for the next burst (``Endpoint._dispatch``)."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+import anyio
+import pytest
+
+from pi_cross_session.protocol.io.endpoint import EndpointConfig
+from pi_cross_session.protocol.limits import MAX_IDLE_CONNECTION_TASKS
+from pi_cross_session.protocol.paths import Locations
+from tests.support import raw_client
+from tests.support.raw_client import RawClient
+from tests.support.sessions import settled_peer, wait_until_idle
+
+pytestmark = pytest.mark.anyio
+
+#: More connections at once than tasks are kept idle, so a burst also shows the bound.
+CAPACITY = MAX_IDLE_CONNECTION_TASKS + 4
+
+
+def tasks() -> int:
+    return len(anyio.get_running_tasks())
+
+
+async def test_probe_after_probe_is_served_by_one_task(locations: Locations) -> None:
+    async with settled_peer(locations, "receiver") as peer:
+        exchanger = peer.exchanger()
+        before = tasks()
+        assert await exchanger.is_live(peer.registration)
+        await wait_until_idle(peer.endpoint)
+        after_first = tasks()
+        assert after_first == before + 1  # the connection's task waits for the next one
+        for _ in range(20):
+            assert await exchanger.is_live(peer.registration)
+            await wait_until_idle(peer.endpoint)
+            assert tasks() == after_first
+        assert peer.endpoint.statistics().accepted == 21
+
+
+async def test_a_burst_leaves_tasks_for_the_next_burst(locations: Locations) -> None:
+    config = EndpointConfig(max_connections=CAPACITY)
+    async with settled_peer(locations, "receiver", config=config) as peer:
+        path = peer.registration.socket_path
+        hello = raw_client.line(raw_client.hello(peer.registration))
+        before = tasks()
+        for burst in range(3):
+            async with AsyncExitStack() as stack:
+                clients = [
+                    await stack.enter_async_context(RawClient.connect(path))
+                    for _ in range(CAPACITY)
+                ]
+                for client in clients:
+                    await client.send(hello)
+                for client in clients:
+                    reply = await client.read_line()
+                    assert reply is not None
+                    assert raw_client.check_reply(reply).status == "ready"
+            await wait_until_idle(peer.endpoint)
+            # Each burst needed a task per connection; of those, a bounded few wait for the next.
+            assert tasks() == before + MAX_IDLE_CONNECTION_TASKS, f"burst {burst}"
+        stats = peer.endpoint.statistics()
+        assert stats.accepted == 3 * CAPACITY
+        assert stats.open_connections == 0
