@@ -26,6 +26,11 @@ from pi_cross_session.protocol import paths
 from tests.support.watched import ProcessExitedError, WatchedProcess
 
 CLI: Final = (sys.executable, "-m", "pi_cross_session")
+#: The same command line with a queue time to live of seconds (see ``short_queue_ttl_cli.py``).
+SHORT_QUEUE_TTL_CLI: Final = (
+    sys.executable,
+    str(Path(__file__).with_name("short_queue_ttl_cli.py")),
+)
 #: How long a one-shot command may run before the test fails (a send's own deadline is 5 s).
 COMMAND_TIMEOUT_S: Final = 30.0
 #: How long an inbox gets to stop after SIGINT/SIGTERM before it is killed.
@@ -83,11 +88,13 @@ def run_cli(
     stdin: str | None = None,
     env: dict[str, str] | None = None,
     encoding: str = "utf-8",
+    command: Sequence[str] = CLI,
 ) -> Result:
     """Run ``pi-cross-session ARGS`` to completion (``stdin``: text to feed it; ``env``: extra
-    variables; ``encoding``: how its output is decoded, with escapes for what does not decode)."""
+    variables; ``encoding``: how its output is decoded, with escapes for what does not decode;
+    ``command``: the program, :data:`CLI` unless a test needs a variant)."""
     done = subprocess.run(
-        [*CLI, *args],
+        [*command, *args],
         env={**cli_env(agent_dir), **(env or {})},
         cwd=cwd,
         input=stdin,
@@ -159,10 +166,11 @@ class InboxProcess(WatchedProcess):
         *args: str,
         as_json: bool = True,
         cwd: str | os.PathLike[str] | None = None,
+        command: Sequence[str] = CLI,
     ) -> None:
         self.args = ("inbox", *args, *(("--json",) if as_json else ()))
         self.as_json = as_json
-        super().__init__([*CLI, *self.args], env=cli_env(agent_dir), label="inbox", cwd=cwd)
+        super().__init__([*command, *self.args], env=cli_env(agent_dir), label="inbox", cwd=cwd)
 
     def exited_error(self, message: str) -> AssertionError:
         return InboxExitedError(message)
@@ -231,6 +239,7 @@ class Inboxes:
         busy: float | None = None,
         as_json: bool = True,
         wait: bool = True,
+        command: Sequence[str] = CLI,
     ) -> InboxProcess:
         """Start ``inbox --name NAME ARGS`` and, by default, wait for its ``ready`` line."""
         argv: list[str] = []
@@ -238,7 +247,9 @@ class Inboxes:
             argv += ["--name", name]
         if busy is not None:
             argv += ["--busy", f"{busy:g}"]
-        inbox = InboxProcess(self.agent_dir, *argv, *args, as_json=as_json, cwd=self.cwd)
+        inbox = InboxProcess(
+            self.agent_dir, *argv, *args, as_json=as_json, cwd=self.cwd, command=command
+        )
         self.started.append(inbox)
         if wait:
             if as_json:
