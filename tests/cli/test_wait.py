@@ -18,7 +18,7 @@ from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
 from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.cli_procs import (
+from tests.support.processes import (
     COMMAND_TIMEOUT_S,
     HOLD_S,
     SHORT_QUEUE_TTL_CLI,
@@ -28,7 +28,7 @@ from tests.support.cli_procs import (
     run_cli,
     run_with_tty_stderr,
 )
-from tests.support.peers import running_peer
+from tests.support.socket_peers import running_peer
 
 Cli = Callable[..., Result]
 T = TypeVar("T")

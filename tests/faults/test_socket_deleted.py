@@ -22,7 +22,7 @@ from pi_cross_session.protocol.io.discovery import list_peers
 from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
-from tests.support.sessions import as_sender
+from tests.support.socket_peers import as_sender
 from tests.support.wire_session import (
     FakeClock,
     assert_accounted,

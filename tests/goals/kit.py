@@ -30,7 +30,7 @@ from pi_cross_session.security.turns import OurMessageStarted
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.raw_client import RawClient
-from tests.support.sessions import published_sender
+from tests.support.socket_peers import published_sender
 from tests.support.wire_session import Receiver, WireSender, headless_session
 
 OBJECTIVE: Final = "Port the parser to the new token stream and keep every test green"

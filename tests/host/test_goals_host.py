@@ -41,7 +41,6 @@ from tests.host.support import (
     GOAL_BOUND_TURN,
     PEER_ONLY_TURN,
     ScriptedChat,
-    eventually,
     execute_directly,
     gate_blocked,
     goal_harness,
@@ -51,6 +50,7 @@ from tests.host.support import (
     saved_tool_results,
     scoped_goal_harness,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

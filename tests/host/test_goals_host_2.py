@@ -32,7 +32,6 @@ from tests.host.support import (
     GOAL_BOUND_TURN,
     GoalHarness,
     ScriptedChat,
-    eventually,
     gate_blocked,
     goal_activate,
     goal_harness,
@@ -42,6 +41,7 @@ from tests.host.support import (
     scoped_goal_harness,
     took_over,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -25,12 +25,12 @@ from tests.host.support import (
     Recorder,
     ScriptedChat,
     call_tool,
-    eventually,
     reply_text,
     runtime_of,
     say,
     text_of,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -26,11 +26,11 @@ from tests.host.support import (
     Recorder,
     ScriptedChat,
     call_tool,
-    eventually,
     runtime_of,
     say,
     text_of,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

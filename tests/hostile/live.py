@@ -36,7 +36,7 @@ from tests.hostile import files
 from tests.hostile.model import Identity, Outcome, ReceiverModel
 from tests.hostile.strategies import encode, hello_obj
 from tests.support.raw_client import READ_TIMEOUT_S, check_reply
-from tests.support.sessions import published_sender
+from tests.support.socket_peers import published_sender
 from tests.support.wire_session import Receiver, running_receiver
 
 #: Fake time moved after every example: past the 30 s text-dedup window, so that every example

@@ -38,7 +38,7 @@ from tests.hostile.model import Identity
 from tests.hostile.strategies import CAPABILITY, encode, hello_obj, message_obj, status_obj
 from tests.hostile.tables_model import TablesModel, Verdict
 from tests.hypothesis_profiles import scaled
-from tests.support.sessions import published_sender
+from tests.support.socket_peers import published_sender
 from tests.support.wire_session import Receiver, running_receiver
 
 EXAMPLES: Final = max(50, int(os.environ.get("PI_XS_FUZZ_EXAMPLES", scaled(2000))) // 25)

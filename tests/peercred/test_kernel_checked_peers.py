@@ -27,10 +27,16 @@ from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.auth import AUTH_FAILED_TEXT
 from tests.peercred.support import other_process
 from tests.support import raw_client
-from tests.support.cli_procs import run_cli
-from tests.support.peers import PeerHandle, make_registration, publish, running_peer
+from tests.support.processes import run_cli
 from tests.support.raw_client import RawClient
-from tests.support.sessions import published_sender, wait_until_idle
+from tests.support.socket_peers import (
+    PeerHandle,
+    make_registration,
+    publish,
+    published_sender,
+    running_peer,
+)
+from tests.support.waiting import wait_until_idle
 from tests.support.wire_session import running_receiver
 
 pytestmark = pytest.mark.anyio

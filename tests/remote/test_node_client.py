@@ -15,10 +15,9 @@ from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.registration import Registration, parse_registration
 from pi_cross_session.security.io import fs
 from tests.support import raw_client
-from tests.support.peers import make_message
 from tests.support.raw_client import REPLY_KEYS, RawClient, line
 from tests.support.remote import Fleet, Machine
-from tests.support.sessions import as_sender, published_sender
+from tests.support.socket_peers import as_sender, make_message, published_sender
 
 #: What the reference 2.2.1 advertises in a hello (and all it advertises).
 NODE_CAPABILITIES = ["cancel-safe-queue-v1"]

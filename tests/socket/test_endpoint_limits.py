@@ -19,7 +19,7 @@ from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.limits import MAX_CONNECTIONS, MAX_FRAME_BYTES
 from pi_cross_session.protocol.paths import Locations
 from tests.support.raw_client import BOM, RawClient, exchange_raw, hello, line, message
-from tests.support.sessions import assert_still_serving, published_sender, settled_peer
+from tests.support.socket_peers import assert_still_serving, published_sender, settled_peer
 
 pytestmark = pytest.mark.anyio
 

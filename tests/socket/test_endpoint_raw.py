@@ -27,7 +27,7 @@ from tests.support.raw_client import (
     message,
     status_query,
 )
-from tests.support.sessions import assert_still_serving, published_sender, settled_peer
+from tests.support.socket_peers import assert_still_serving, published_sender, settled_peer
 
 pytestmark = pytest.mark.anyio
 

@@ -15,9 +15,13 @@ import pytest
 
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from tests.support.peers import make_registration
 from tests.support.raw_client import exchange_raw, line, message
-from tests.support.sessions import assert_still_serving, published_sender, serving
+from tests.support.socket_peers import (
+    assert_still_serving,
+    make_registration,
+    published_sender,
+    serving,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -32,8 +32,8 @@ from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.peers import PeerHandle, running_peer
 from tests.support.raw_client import RawClient
+from tests.support.socket_peers import PeerHandle, running_peer
 
 pytestmark = pytest.mark.anyio
 

@@ -36,11 +36,10 @@ from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.raw_client import RawClient
 from tests.support.scripted_host import ScriptedHost, Turns
-from tests.support.sessions import published_sender
+from tests.support.socket_peers import published_sender
+from tests.support.waiting import eventually
 
 #: How long a condition that must come true may take (polling; the runtime exposes no events).
-WAIT_LIMIT_S: Final = MUST_HAPPEN_S
-POLL_S: Final = 0.005
 #: Capabilities of a legacy hello: no capabilities field at all (an empty list is legacy too).
 LEGACY: Final = None
 
@@ -97,13 +96,6 @@ class FakeClock:
 def on_disk(path: str) -> bool:
     """True when anything (even a dangling symlink) is at ``path``."""
     return os.path.lexists(path)
-
-
-async def eventually(condition: Callable[[], bool], *, limit_s: float = WAIT_LIMIT_S) -> None:
-    """Poll ``condition`` until it holds; fail after ``limit_s``."""
-    with anyio.fail_after(limit_s):
-        while not condition():  # noqa: ASYNC110 (the runtime offers counters, not events)
-            await anyio.sleep(POLL_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +298,7 @@ class Receiver:
             await eventually(lambda stamp=stamp: self.published_updated_at() == stamp)  # type: ignore[misc]
 
     async def endpoint_idle(self) -> None:
-        """Wait until the endpoint serves no connection (see tests.support.sessions for why)."""
+        """Wait until the endpoint serves no connection (see tests.support.socket_peers for why)."""
         current = self.runtime._current  # no public handle on the endpoint's counters
         if current is None:
             return

@@ -9,7 +9,8 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.turns import TurnEnding
 from tests.support import raw_client
 from tests.support.raw_client import RawClient
-from tests.support.wire_session import assert_accounted, eventually, running_receiver
+from tests.support.waiting import eventually
+from tests.support.wire_session import assert_accounted, running_receiver
 
 pytestmark = pytest.mark.anyio
 
