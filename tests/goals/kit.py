@@ -120,7 +120,7 @@ class GoalWireSender(WireSender):
     ) -> Response:
         """One message frame with ``goalId``; the reply is recorded in the ledger."""
         message_id = message_id or self.fresh_id()
-        frame = raw_client.message(
+        frame = raw_client.message_body(
             text=text if text is not None else f"text of {message_id}",
             request_id=f"{self.registration.name}-r{self._next()}",
             message_id=message_id,

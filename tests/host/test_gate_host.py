@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.runtime import SessionRuntime
-from tests.host.support import (
+from tests.host.pi_harness import (
     FakeWorkflowTool,
     Recorder,
     ScriptedChat,

@@ -37,7 +37,7 @@ from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration, parse_registration
 from pi_cross_session.security.io import fs
-from tests.host.support import ScriptedChat, call_tool, reply_text, runtime_of, say, text_of
+from tests.host.pi_harness import ScriptedChat, call_tool, reply_text, runtime_of, say, text_of
 from tests.hostile import files
 from tests.support.fake_receiver import fake_receiver, ready, respond
 from tests.support.hostile_text import (

@@ -14,7 +14,14 @@ from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.turns import TurnEvent, TurnStarted
-from tests.host.support import Recorder, ScriptedChat, reply_text, runtime_of, session_id, took_over
+from tests.host.pi_harness import (
+    Recorder,
+    ScriptedChat,
+    reply_text,
+    runtime_of,
+    session_id,
+    took_over,
+)
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio

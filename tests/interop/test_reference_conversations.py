@@ -175,7 +175,7 @@ async def replay_connection(
                 continue
             raw = await client.read_line()
             assert raw is not None, f"{transcript.name} seq {record.seq}: closed without a reply"
-            raw_client.check_reply(raw)  # the contract's shape, independently of the recording
+            raw_client.parse_reply(raw)  # the contract's shape, independently of the recording
             ours = json.loads(raw)
             expected = ids.map(record.body)
             where = f"{transcript.name} seq {record.seq}"

@@ -85,7 +85,7 @@ async def probe_ok(peer: PeerHandle) -> bool:
         reply = await client.read_line()
         if reply is None:
             return False
-        return raw_client.check_reply(reply).status == "ready"
+        return raw_client.parse_reply(reply).status == "ready"
 
 
 async def wait_open(peer: PeerHandle, count: int) -> None:

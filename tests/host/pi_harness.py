@@ -288,7 +288,7 @@ class FakeWorkflowTool:
         return AgentToolResult(content=[{"type": "text", "text": "workflow ran"}])
 
 
-# -- goal-grant helpers (tests/host/test_goals_host*.py) -------------------------------------------
+# -- goal-grant helpers (test_goal_*.py) ----------------------------------------------------------
 
 #: How a plan is named in a prompt or a message text: ``plan:<name>``.
 PLAN_RE = re.compile(r"\bplan:([A-Za-z0-9_-]+)")
