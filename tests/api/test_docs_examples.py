@@ -17,8 +17,7 @@ from typing import Final
 
 import pytest
 
-from tests.support.cli_procs import COMMAND_TIMEOUT_S, Inboxes, cli_env, run_cli
-from tests.support.watched import WatchedProcess
+from tests.support.processes import COMMAND_TIMEOUT_S, Inboxes, WatchedProcess, cli_env, run_cli
 
 DOC: Final = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 EXAMPLE: Final = re.compile(

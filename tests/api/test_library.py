@@ -20,7 +20,7 @@ from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.paths import Locations
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.wire_session import eventually
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli_procs import Inboxes, Result, run_cli
+from tests.support.processes import Inboxes, Result, run_cli
 
 
 @pytest.fixture

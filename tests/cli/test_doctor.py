@@ -24,16 +24,9 @@ from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.io import fs
-from tests.support.cli_procs import (
-    Inboxes,
-    Result,
-    exists,
-    listdir,
-    mode_of,
-    tree_state,
-    write_text,
-)
-from tests.support.peers import make_registration, publish
+from tests.support.file_state import exists, listdir, mode_of, tree_state, write_text
+from tests.support.processes import Inboxes, Result
+from tests.support.socket_peers import make_registration, publish
 
 Cli = Callable[..., Result]
 

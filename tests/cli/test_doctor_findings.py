@@ -33,7 +33,8 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
 from tests.cli.test_doctor import dead_pid, published
 from tests.hostile import files
-from tests.support.cli_procs import Inboxes, exists, run_cli, tree_state
+from tests.support.file_state import exists, tree_state
+from tests.support.processes import Inboxes, run_cli
 
 pytestmark = pytest.mark.anyio
 

@@ -14,15 +14,8 @@ from typing import Any
 
 from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.paths import Locations
-from tests.support.cli_procs import (
-    Inboxes,
-    InboxProcess,
-    Result,
-    exists,
-    mode_of,
-    run_cli,
-    tree_state,
-)
+from tests.support.file_state import exists, mode_of, tree_state
+from tests.support.processes import Inboxes, InboxProcess, Result, run_cli
 
 #: Words of a fix that removes something.
 REMOVAL_WORDS = ("remove", "delete", "rm ")

@@ -19,7 +19,7 @@ from pi_cross_session.plugin import render
 from pi_cross_session.protocol.limits import DISPLAY_DIAGNOSTIC_CODE_POINTS
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
-from tests.support.cli_procs import Inboxes, Result, run_cli
+from tests.support.processes import Inboxes, Result, run_cli
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")

@@ -26,9 +26,9 @@ from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.io import fs
-from tests.support.cli_procs import Inboxes, Result, run_cli
 from tests.support.fake_receiver import fake_receiver, ready, respond
-from tests.support.peers import make_message, make_registration, publish
+from tests.support.processes import Inboxes, Result, run_cli
+from tests.support.socket_peers import make_message, make_registration, publish
 
 pytestmark = pytest.mark.anyio
 

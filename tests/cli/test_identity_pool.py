@@ -24,7 +24,7 @@ from pi_cross_session.plugin.cli_identity import (
 )
 from pi_cross_session.protocol.limits import CLI_IDENTITY_POOL, CLI_SENT_IDS_KEPT
 from pi_cross_session.protocol.paths import Locations
-from tests.support.cli_procs import Inboxes, Result, cli_env, run_cli, run_with_tty_stderr
+from tests.support.processes import Inboxes, Result, cli_env, run_cli, run_with_tty_stderr
 
 Cli = Callable[..., Result]
 

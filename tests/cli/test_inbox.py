@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session.protocol.paths import Locations
-from tests.support.cli_procs import HOLD_S, Inboxes, Result, mode_of
+from tests.support.file_state import mode_of
+from tests.support.processes import HOLD_S, Inboxes, Result
 
 Cli = Callable[..., Result]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session.cli import exits
-from tests.support.cli_procs import Inboxes, Result, run_cli
+from tests.support.processes import Inboxes, Result, run_cli
 
 Cli = Callable[..., Result]
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,8 @@ from pi_cross_session.protocol.io import discovery, environment
 from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
-from tests.support.cli_procs import Inboxes, Result, exists, run_cli, tree_state
+from tests.support.file_state import exists, tree_state
+from tests.support.processes import Inboxes, Result, run_cli
 
 Cli = Callable[..., Result]
 

@@ -22,19 +22,12 @@ from pi_cross_session.protocol.limits import RATE_CAPACITY
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.cli_procs import (
-    CLI,
-    HOLD_S,
-    Inboxes,
-    Result,
-    cli_env,
-    exists,
-    leftovers,
-    run_cli,
-)
+from tests.support.clocks import FakeClock
 from tests.support.fake_receiver import SILENT, fake_receiver, ready
-from tests.support.peers import make_registration, publish
-from tests.support.wire_session import FakeClock, running_receiver
+from tests.support.file_state import exists, leftovers
+from tests.support.processes import CLI, HOLD_S, Inboxes, Result, cli_env, run_cli
+from tests.support.socket_peers import make_registration, publish
+from tests.support.wire_session import running_receiver
 
 Cli = Callable[..., Result]
 

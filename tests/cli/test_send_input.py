@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
-from tests.support.cli_procs import Inboxes, Result, run_cli
+from tests.support.processes import Inboxes, Result, run_cli
 
 Cli = Callable[..., Result]
 

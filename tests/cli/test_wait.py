@@ -18,16 +18,17 @@ from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
 from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.cli_procs import (
+from tests.support.processes import (
     COMMAND_TIMEOUT_S,
     HOLD_S,
+    SHORT_QUEUE_TTL_CLI,
     Inboxes,
     InboxProcess,
     Result,
     run_cli,
     run_with_tty_stderr,
 )
-from tests.support.peers import running_peer
+from tests.support.socket_peers import running_peer
 
 Cli = Callable[..., Result]
 T = TypeVar("T")
@@ -90,13 +91,18 @@ def test_text_report_of_a_followed_message(inboxes: Inboxes, cli: Cli) -> None:
     assert sent.stderr == ""  # progress is for terminals only
 
 
-@pytest.mark.slow
 def test_a_message_that_expires_in_the_queue_is_reported_expired(
     inboxes: Inboxes, cli: Cli, private_agent_dir: Path, tmp_path: Path
 ) -> None:
-    """The queue's 30 s TTL runs out while the receiver is still busy: the wait, bounded by the
-    TTL plus a margin, sees the expiry and says so (exit 2), never "submitted, not confirmed"."""
-    occupy(inboxes, cli, "stuck", busy=45)
+    """The queue's TTL runs out while the receiver is still busy: the wait, bounded by the TTL
+    plus a margin, sees the expiry and says so (exit 2), never "submitted, not confirmed".
+
+    Both processes run with a TTL of seconds (``SHORT_QUEUE_TTL_CLI``): the rule is the same at
+    any TTL, and the 30 s figure is pinned by ``tests/unit/test_limits.py``."""
+    inbox = inboxes.start("stuck", busy=HOLD_S, command=SHORT_QUEUE_TTL_CLI)
+    first = cli("send", "stuck", "keeps it busy")
+    assert first.returncode == 0, first
+    inbox.wait_event("message", messageId=first.message_id())
     sent = run_cli(
         private_agent_dir,
         "send",
@@ -107,6 +113,7 @@ def test_a_message_that_expires_in_the_queue_is_reported_expired(
         "--json",
         cwd=tmp_path,
         timeout=2 * COMMAND_TIMEOUT_S,
+        command=SHORT_QUEUE_TTL_CLI,
     )
     assert sent.returncode == 2, sent
     report = sent.json()

@@ -29,7 +29,7 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import PublicPeer, Registration
 from pi_cross_session.security.io import fs
 from tests.discovery.conftest import dead_pid, make_registration, now_ms, publish
-from tests.support.peers import make_message, running_peer
+from tests.support.socket_peers import make_message, running_peer
 
 pytestmark = pytest.mark.anyio
 

@@ -28,6 +28,7 @@ from pi_cross_session.protocol.registration import (
 )
 from pi_cross_session.security.io import fs
 from tests.discovery.conftest import exists, make_registration, mock_clock_backend, now_ms
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -441,13 +442,6 @@ class ShortFiles:
         return fs.write_registration(peers_dir, instance_id, data, still_current=still_current)
 
 
-async def wait_for(condition: Callable[[], bool]) -> None:
-    """Poll a counter the registrar moves from its own task (no event is exposed for it)."""
-    with anyio.fail_after(10):
-        while not condition():  # noqa: ASYNC110
-            await anyio.sleep(0.005)
-
-
 @pytest.mark.parametrize("number", [errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM])
 async def test_a_heartbeat_short_of_resources_retries_and_stays_registered(
     locations: Locations, number: int
@@ -470,7 +464,7 @@ async def test_a_heartbeat_short_of_resources_retries_and_stays_registered(
     async with anyio.create_task_group() as group:
         await group.start(registrar.run_heartbeat)
         files.fail_with = number
-        await wait_for(lambda: registrar.retries.get(name, 0) >= 3)
+        await eventually(lambda: registrar.retries.get(name, 0) >= 3)
         # Still ours, still on disk, nothing reported as a failure.
         assert failures == []
         assert not is_stopped(registrar)
@@ -478,7 +472,7 @@ async def test_a_heartbeat_short_of_resources_retries_and_stays_registered(
         assert registrar.last_retry_at is not None
         files.fail_with = None
         written = files.written
-        await wait_for(lambda: files.written > written)
+        await eventually(lambda: files.written > written)
         await registrar.unregister()
     assert failures == []
     assert set(registrar.retries) == {name}
@@ -519,7 +513,7 @@ async def test_a_refresh_short_of_resources_raises_and_the_heartbeat_retries_soo
         assert registrar.retries == {"EMFILE": 1}
         files.fail_with = None
         # The heartbeat (an hour away) retries within its short pause and publishes "busy".
-        await wait_for(lambda: files.written >= 2)
+        await eventually(lambda: files.written >= 2)
         assert b'"status":"busy"' in registration_file(locations, state).read_bytes()
         await registrar.unregister()
 

@@ -19,7 +19,7 @@ from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
 from tests.hostile import files
-from tests.support.cli_procs import run_cli
+from tests.support.processes import run_cli
 from tests.support.wire_session import running_receiver
 
 pytestmark = pytest.mark.anyio

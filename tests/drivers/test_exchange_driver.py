@@ -27,8 +27,7 @@ from pi_cross_session.protocol.registration import Registration
 from tests.drivers.conftest import EXACT, clock_held, read_line
 from tests.support.exchange_seams import StalledVetting
 from tests.support.memory_streams import MemoryByteStream, memory_stream_pair
-from tests.support.peers import make_message, make_registration
-from tests.support.sessions import as_sender
+from tests.support.socket_peers import as_sender, make_message, make_registration
 
 pytestmark = pytest.mark.anyio
 

@@ -43,11 +43,11 @@ from pi_cross_session.protocol.registration import Registration, parse_registrat
 from pi_cross_session.security.io import fs
 from tests.faults.injection import FaultyFiles
 from tests.socket.test_shedding import HOLDER
-from tests.support.cli_procs import cli_env, run_cli
-from tests.support.peers import running_peer
+from tests.support.processes import WatchedProcess, cli_env, run_cli
 from tests.support.raw_client import hello, line
-from tests.support.watched import WatchedProcess
-from tests.support.wire_session import eventually, on_disk, running_receiver
+from tests.support.socket_peers import running_peer
+from tests.support.waiting import eventually
+from tests.support.wire_session import on_disk, running_receiver
 
 HERE: Final = Path(__file__).parent
 SESSION_SCRIPT: Final = str(HERE / "session_process.py")

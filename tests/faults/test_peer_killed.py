@@ -28,8 +28,9 @@ from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.limits import LIFETIME_BUDGET
 from pi_cross_session.protocol.paths import Locations
-from tests.support.watched import WatchedProcess
-from tests.support.wire_session import Receiver, assert_accounted, eventually, running_receiver
+from tests.support.processes import WatchedProcess
+from tests.support.waiting import eventually
+from tests.support.wire_session import Receiver, assert_accounted, running_receiver
 
 pytestmark = [
     pytest.mark.anyio,

@@ -34,14 +34,9 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
 from tests.faults.injection import FaultyFiles, temp_files
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.wire_session import (
-    FakeClock,
-    assert_accounted,
-    eventually,
-    headless_session,
-    on_disk,
-    running_receiver,
-)
+from tests.support.clocks import FakeClock
+from tests.support.waiting import eventually
+from tests.support.wire_session import assert_accounted, headless_session, on_disk, running_receiver
 
 pytestmark = pytest.mark.anyio
 

@@ -45,16 +45,11 @@ from pi_cross_session.security.turns import TurnEnding, TurnStarted
 from tests.faults.conftest import Unprivileged
 from tests.faults.injection import FaultyFiles, leaf, temp_files
 from tests.support.bounds import MUST_HAPPEN_S
+from tests.support.clocks import FakeClock
+from tests.support.processes import ProcessExitedError, WatchedProcess
 from tests.support.scripted_host import ScriptedHost
-from tests.support.watched import ProcessExitedError, WatchedProcess
-from tests.support.wire_session import (
-    FakeClock,
-    assert_accounted,
-    eventually,
-    on_disk,
-    running_receiver,
-    runtime_options,
-)
+from tests.support.waiting import eventually
+from tests.support.wire_session import assert_accounted, on_disk, running_receiver, runtime_options
 
 pytestmark = pytest.mark.anyio
 

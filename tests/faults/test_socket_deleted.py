@@ -22,14 +22,9 @@ from pi_cross_session.protocol.io.discovery import list_peers
 from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
-from tests.support.sessions import as_sender
-from tests.support.wire_session import (
-    FakeClock,
-    assert_accounted,
-    headless_session,
-    on_disk,
-    running_receiver,
-)
+from tests.support.clocks import FakeClock
+from tests.support.socket_peers import as_sender
+from tests.support.wire_session import assert_accounted, headless_session, on_disk, running_receiver
 
 pytestmark = pytest.mark.anyio
 

@@ -27,7 +27,8 @@ from pi_cross_session.protocol.limits import (
 )
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.turns import TurnEnding
-from tests.support.wire_session import FakeClock, WireSender, assert_accounted, running_receiver
+from tests.support.clocks import FakeClock
+from tests.support.wire_session import WireSender, assert_accounted, running_receiver
 
 pytestmark = pytest.mark.anyio
 

@@ -476,14 +476,18 @@ def test_ten_thousand_junk_files_do_not_hide_the_real_ones(tmp_path: Path) -> No
 # -- read_registration_bytes -----------------------------------------------------------------------
 
 
-def test_a_good_registration_is_read(tmp_path: Path) -> None:
-    path = make_file(tmp_path / f"{ID_A}.json", b'{"version":2}')
-    assert read_registration_bytes(str(path)) == b'{"version":2}'
-
-
-def test_an_empty_file_reads_as_no_bytes(tmp_path: Path) -> None:
-    path = make_file(tmp_path / f"{ID_A}.json", b"")
-    assert read_registration_bytes(str(path)) == b""
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(b'{"version":2}', id="a-good-registration"),
+        pytest.param(b"", id="an-empty-file"),
+    ],
+)
+def test_a_registration_of_ours_is_read_as_it_is(tmp_path: Path, content: bytes) -> None:
+    """A good registration is read; an empty file reads as no bytes (what they mean is the
+    parser's business)."""
+    path = make_file(tmp_path / f"{ID_A}.json", content)
+    assert read_registration_bytes(str(path)) == content
 
 
 @pytest.mark.parametrize("mode", [0o600, 0o400, 0o700])
@@ -992,15 +996,14 @@ def test_remove_file_refuses_a_directory_with_a_code(tmp_path: Path) -> None:
 # -- vet_socket and make_socket_private ------------------------------------------------------------
 
 
-def test_a_private_socket_of_ours_is_safe(bind_socket: Callable[[str], Path]) -> None:
+@pytest.mark.parametrize(
+    "mode", [pytest.param(0o600, id="private"), pytest.param(0o700, id="owner-only-with-execute")]
+)
+def test_a_socket_of_ours_open_to_its_owner_only_is_safe(
+    bind_socket: Callable[[str], Path], mode: int
+) -> None:
     path = bind_socket("s.sock")
-    os.chmod(path, 0o600)
-    assert vet_socket(str(path)) is None
-
-
-def test_an_owner_only_mode_with_execute_is_still_safe(bind_socket: Callable[[str], Path]) -> None:
-    path = bind_socket("s.sock")
-    os.chmod(path, 0o700)
+    os.chmod(path, mode)
     assert vet_socket(str(path)) is None
 
 

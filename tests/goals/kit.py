@@ -30,7 +30,7 @@ from pi_cross_session.security.turns import OurMessageStarted
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.raw_client import RawClient
-from tests.support.sessions import published_sender
+from tests.support.socket_peers import published_sender
 from tests.support.wire_session import Receiver, WireSender, headless_session
 
 OBJECTIVE: Final = "Port the parser to the new token stream and keep every test green"
@@ -120,7 +120,7 @@ class GoalWireSender(WireSender):
     ) -> Response:
         """One message frame with ``goalId``; the reply is recorded in the ledger."""
         message_id = message_id or self.fresh_id()
-        frame = raw_client.message(
+        frame = raw_client.message_body(
             text=text if text is not None else f"text of {message_id}",
             request_id=f"{self.registration.name}-r{self._next()}",
             message_id=message_id,

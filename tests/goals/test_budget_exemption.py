@@ -15,12 +15,12 @@ from pi_cross_session.protocol.limits import MAX_CACHE_ENTRIES, RATE_REFILL_PER_
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.turns import TurnEnding
 from tests.goals.kit import OBJECTIVE, Peer, peer_session, send, start_goal
+from tests.support.waiting import eventually
 from tests.support.wire_session import (
     Receiver,
     WireSender,
     assert_accounted,
     assert_accounted_bounded,
-    eventually,
     running_receiver,
 )
 

@@ -64,7 +64,7 @@ async def test_case3_a_goal_id_that_is_no_valid_id_is_an_invalid_frame(
     async with running_receiver(locations) as rx, peer_session(rx, "helper") as peer:
         await start_goal(rx, [peer])
         sender = goal_sender(rx, "raw")
-        frame = raw_client.message(
+        frame = raw_client.message_body(
             request_id="raw-r1", message_id="raw-m1", sent_at=rx.clock.wall_ms(), goalId=goal_id
         )
         reply = await sender.send_unanswerable(frame)

@@ -27,10 +27,10 @@ from pi_cross_session.security.goals import (
 )
 from pi_cross_session.security.turns import TurnEnding
 from tests.goals.kit import opening_claim, peer_session, row_state, send, start_goal
+from tests.support.waiting import eventually
 from tests.support.wire_session import (
     assert_accounted,
     assert_accounted_across,
-    eventually,
     last_rows,
     running_receiver,
 )

@@ -44,7 +44,7 @@ from tests.goals.kit import (
     start_goal,
 )
 from tests.support.fake_receiver import FakeReceiver, Reply, Step, fake_receiver, ready, receipt
-from tests.support.peers import make_registration, publish, running_peer
+from tests.support.socket_peers import make_registration, publish, running_peer
 from tests.support.wire_session import assert_accounted, running_receiver
 
 pytestmark = pytest.mark.anyio

@@ -22,7 +22,7 @@ from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.protocol.paths import Locations
-from tests.host.support import (
+from tests.host.pi_harness import (
     ScriptedChat,
     langchain_stream,
     new_harness,

@@ -17,7 +17,7 @@ from pi_cross_session.plugin import cli_identity, outbound
 from pi_cross_session.plugin.reports import SendReport
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import PublicPeer
-from tests.host.acp_support import ACP_WAIT_S, POLL_S, AcpAgent, acp_agent
+from tests.host.acp_agent import ACP_WAIT_S, POLL_S, AcpAgent, acp_agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -10,17 +10,17 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.runtime import SessionRuntime
-from tests.host.support import (
+from tests.host.pi_harness import (
     FakeWorkflowTool,
     Recorder,
     ScriptedChat,
     call_tool,
-    eventually,
     reply_text,
     runtime_of,
     say,
     text_of,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -37,15 +37,7 @@ from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration, parse_registration
 from pi_cross_session.security.io import fs
-from tests.host.support import (
-    ScriptedChat,
-    call_tool,
-    eventually,
-    reply_text,
-    runtime_of,
-    say,
-    text_of,
-)
+from tests.host.pi_harness import ScriptedChat, call_tool, reply_text, runtime_of, say, text_of
 from tests.hostile import files
 from tests.support.fake_receiver import fake_receiver, ready, respond
 from tests.support.hostile_text import (
@@ -58,8 +50,8 @@ from tests.support.hostile_text import (
     assert_safe_text,
     unsafe_in,
 )
-from tests.support.peers import make_registration, now_ms, publish
-from tests.support.sessions import serving
+from tests.support.socket_peers import make_registration, now_ms, publish, serving
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -18,19 +18,19 @@ from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.hosts.pi_python import CUSTOM_TYPE
 from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.security.admission import Delivery
-from tests.host.support import (
+from tests.host.pi_harness import (
     POLL_S,
     WAIT_S,
     HoldTool,
     Recorder,
     ScriptedChat,
     call_tool,
-    eventually,
     reply_text,
     runtime_of,
     say,
     text_of,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

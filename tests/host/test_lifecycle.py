@@ -14,15 +14,15 @@ from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.turns import TurnEvent, TurnStarted
-from tests.host.support import (
+from tests.host.pi_harness import (
     Recorder,
     ScriptedChat,
-    eventually,
     reply_text,
     runtime_of,
     session_id,
     took_over,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -16,8 +16,9 @@ from pi_cross_session.plugin import render
 from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.host.conftest import PEER_PROBE_S
-from tests.host.support import ScriptedChat, call_tool, eventually, runtime_of, say, text_of
+from tests.host.pi_harness import ScriptedChat, call_tool, runtime_of, say, text_of
 from tests.mcp.kit import mcp_peer
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,7 @@ from pi_cross_session.protocol.paths import Locations
 CHILD = """
 import asyncio, os, sys
 from pi_cross_session.plugin.hosts import pi_python
-from tests.host.support import new_harness, runtime_of
+from tests.host.pi_harness import new_harness, runtime_of
 
 async def main() -> None:
     harness = await new_harness(sys.argv[1], pi_python.activate)

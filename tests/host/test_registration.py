@@ -13,7 +13,7 @@ from pi_agent_core.extensions import ExtensionLoader
 
 from pi_cross_session.plugin import commands, tools
 from pi_cross_session.plugin.hosts import pi_python
-from tests.host.support import reply_text, runtime_of
+from tests.host.pi_harness import reply_text, runtime_of
 
 pytestmark = pytest.mark.anyio
 

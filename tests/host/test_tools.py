@@ -11,7 +11,8 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from pi_cross_session.plugin import render
 from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.runtime import SessionRuntime
-from tests.host.support import ScriptedChat, call_tool, eventually, runtime_of, say, text_of
+from tests.host.pi_harness import ScriptedChat, call_tool, runtime_of, say, text_of
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

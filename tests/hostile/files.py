@@ -100,14 +100,24 @@ def write_symlinked(locations: Locations, body: dict[str, Any]) -> str:
 
 def write_decoys(locations: Locations, count: int, pid: int) -> list[str]:
     """``count`` well-formed registrations naming ``pid`` and a socket nobody made: decoys a
-    listing can neither reach nor prove stale while ``pid`` runs. Returns their instance ids."""
+    listing can neither reach nor prove stale while ``pid`` runs. Returns their instance ids.
+
+    Each is a full :func:`record` with its own ids and token, written like :func:`write_raw`;
+    the directory is made private once, not per file, as tests write ten thousand of them.
+    """
     directory = peers_dir(locations)
+    assert directory == locations.peers_dir
     ids = []
     for index in range(count):
         body = record(locations, f"decoy-{index}", pid=pid)
-        write_raw(locations, body["instanceId"], record_bytes(body))
-        ids.append(body["instanceId"])
-    assert directory == locations.peers_dir
+        instance_id = body["instanceId"]
+        path = os.path.join(directory, f"{instance_id}.json")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, record_bytes(body))
+        finally:
+            os.close(fd)
+        ids.append(instance_id)
     return ids
 
 

@@ -35,8 +35,8 @@ from pi_cross_session.security.limits import MessageIdLedger
 from tests.hostile import files
 from tests.hostile.model import Identity, Outcome, ReceiverModel
 from tests.hostile.strategies import encode, hello_obj
-from tests.support.raw_client import READ_TIMEOUT_S, check_reply
-from tests.support.sessions import published_sender
+from tests.support.raw_client import READ_TIMEOUT_S, parse_reply
+from tests.support.socket_peers import published_sender
 from tests.support.wire_session import Receiver, running_receiver
 
 #: Fake time moved after every example: past the 30 s text-dedup window, so that every example
@@ -109,7 +109,7 @@ def trickle(path: str, first: bytes, pieces: Sequence[bytes], pause_s: float) ->
 def parse_replies(raw: bytes) -> list[Response]:
     """Every reply line, each checked with the repo's reply checker; no partial line allowed."""
     assert raw == b"" or raw.endswith(b"\n"), raw[-200:]
-    replies = [check_reply(line + b"\n") for line in raw.split(b"\n")[:-1]]
+    replies = [parse_reply(line + b"\n") for line in raw.split(b"\n")[:-1]]
     for reply in replies:
         assert reply.status in KNOWN_STATUSES, reply
     return replies

@@ -8,7 +8,7 @@ import anyio
 
 from tests.hostile.live import identity
 from tests.hostile.strategies import Obj, encode, hello_obj
-from tests.support.raw_client import RawClient, check_reply
+from tests.support.raw_client import RawClient, parse_reply
 from tests.support.wire_session import Receiver
 
 UNKNOWN: Final = "unknown"
@@ -32,7 +32,7 @@ async def talk(path: str, stream: bytes) -> list[Reply]:
             pass  # the receiver already answered and closed
         replies: list[Reply] = []
         while (raw := await client.read_line()) is not None:
-            reply = check_reply(raw)
+            reply = parse_reply(raw)
             replies.append((reply.ok, reply.status, reply.request_id))
         assert await client.read_to_eof() == b"", "a partial line before the close"
     return replies

@@ -38,10 +38,17 @@ from tests.hostile import files
 from tests.hostile.model import Identity
 from tests.hostile.strategies import hello_obj, message_obj
 from tests.hostile.talk import HELLO_ID, admitted, lines, talk
-from tests.support.cli_procs import run_cli
-from tests.support.peers import make_message, make_registration, now_ms, running_peer
+from tests.support.processes import run_cli
 from tests.support.scripted_host import ScriptedHost
-from tests.support.sessions import as_sender, published_sender, serving
+from tests.support.socket_peers import (
+    as_sender,
+    make_message,
+    make_registration,
+    now_ms,
+    published_sender,
+    running_peer,
+    serving,
+)
 from tests.support.wire_session import Receiver, running_receiver, runtime_options
 
 pytestmark = pytest.mark.anyio

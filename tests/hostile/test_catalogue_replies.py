@@ -47,7 +47,7 @@ from tests.support.hostile_text import (
     strings_in,
     unsafe_in,
 )
-from tests.support.peers import make_registration, publish
+from tests.support.socket_peers import make_registration, publish
 from tests.support.wire_session import running_receiver
 
 pytestmark = pytest.mark.anyio

@@ -37,7 +37,7 @@ from tests.hostile.strategies import (
 )
 from tests.hostile.talk import HELLO_ID, UNKNOWN, Reply, admitted, lines, still_serving, talk
 from tests.support.raw_client import RawClient
-from tests.support.sessions import published_sender
+from tests.support.socket_peers import published_sender
 from tests.support.wire_session import Receiver, on_disk, running_receiver
 
 pytestmark = pytest.mark.anyio

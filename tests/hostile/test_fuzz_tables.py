@@ -11,8 +11,9 @@ written in random chunks. Every reply must be exactly the one
 ``docs/security.md``, so a receiver that forgot the wrong sender's entry (a repeat admitted, a
 fresh text refused, a status turned ``unknown``, a drained bucket refilled) fails the example.
 
-``PI_XS_FUZZ_EXAMPLES`` scales it with the other fuzz tests (10,000 in CI gives 400 interleavings
-here; ``make fuzz`` 8,000). Runs are derandomized.
+``PI_XS_FUZZ_EXAMPLES`` scales it with the other fuzz tests: one interleaving per 25 of their
+examples (at least 50), so 80 under ``make test``'s 2,000, 800 under ``make test-long`` and 8,000
+under ``make fuzz``. Runs are derandomized.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ from tests.hostile.live import converse, identity, parse_replies
 from tests.hostile.model import Identity
 from tests.hostile.strategies import CAPABILITY, encode, hello_obj, message_obj, status_obj
 from tests.hostile.tables_model import TablesModel, Verdict
-from tests.support.sessions import published_sender
+from tests.hypothesis_profiles import scaled
+from tests.support.socket_peers import published_sender
 from tests.support.wire_session import Receiver, running_receiver
 
-EXAMPLES: Final = max(50, int(os.environ.get("PI_XS_FUZZ_EXAMPLES", "10000")) // 25)
+EXAMPLES: Final = max(50, int(os.environ.get("PI_XS_FUZZ_EXAMPLES", scaled(2000))) // 25)
 #: Small bounds, so that every table fills and evicts all the time.
 IDS, TEXTS, ROWS, SENDERS, CAPACITY, REFILL = 8, 8, 6, 3, 2, 0.25
 IDENTITIES: Final = 10

@@ -47,7 +47,6 @@ from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.io import fs
 from tests.support import raw_client
 from tests.support.fake_receiver import SILENT, FakeReceiver, Reply, Step, fake_receiver
-from tests.support.peers import make_registration, publish
 from tests.support.raw_client import RawClient
 from tests.support.replay import (
     INSTANCE_ID_RE,
@@ -56,7 +55,6 @@ from tests.support.replay import (
     LiveReceiver,
     Transcript,
     compact,
-    eventually,
     fresh_session_id,
     live_receiver,
     normalized,
@@ -65,6 +63,8 @@ from tests.support.replay import (
     sent_at_values,
     transcript_stems,
 )
+from tests.support.socket_peers import make_registration, publish
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -175,7 +175,7 @@ async def replay_connection(
                 continue
             raw = await client.read_line()
             assert raw is not None, f"{transcript.name} seq {record.seq}: closed without a reply"
-            raw_client.check_reply(raw)  # the contract's shape, independently of the recording
+            raw_client.parse_reply(raw)  # the contract's shape, independently of the recording
             ours = json.loads(raw)
             expected = ids.map(record.body)
             where = f"{transcript.name} seq {record.seq}"

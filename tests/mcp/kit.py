@@ -30,14 +30,10 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.admission import Snapshot
 from tests.support import raw_client
-from tests.support.sessions import published_sender
-from tests.support.wire_session import (
-    FakeClock,
-    Ledger,
-    WireSender,
-    eventually,
-    runtime_options,
-)
+from tests.support.clocks import FakeClock
+from tests.support.socket_peers import published_sender
+from tests.support.waiting import eventually
+from tests.support.wire_session import Ledger, WireSender, runtime_options
 
 
 class ChannelParams(BaseModel):

@@ -22,9 +22,10 @@ from tests.interop.test_reference_conversations import (
     replay_connection,
 )
 from tests.mcp.kit import mcp_peer
-from tests.support.peers import make_registration, publish
-from tests.support.replay import Transcript, eventually, fresh_session_id, sent_at_values
-from tests.support.wire_session import FakeClock
+from tests.support.clocks import FakeClock
+from tests.support.replay import Transcript, fresh_session_id, sent_at_values
+from tests.support.socket_peers import make_registration, publish
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,8 @@ from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.limits import MAX_PULL_MESSAGES, QUEUE_TTL_S
 from pi_cross_session.protocol.paths import Locations
 from tests.mcp.kit import mcp_peer
-from tests.support.wire_session import LEGACY, assert_accounted, eventually
+from tests.support.waiting import eventually
+from tests.support.wire_session import LEGACY, assert_accounted
 
 pytestmark = pytest.mark.anyio
 

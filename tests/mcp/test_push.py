@@ -14,7 +14,8 @@ from pi_cross_session.plugin.hosts.mcp_seat import DeliveryMode
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.paths import Locations
 from tests.mcp.kit import mcp_peer
-from tests.support.wire_session import assert_accounted, eventually
+from tests.support.waiting import eventually
+from tests.support.wire_session import assert_accounted
 
 pytestmark = pytest.mark.anyio
 

@@ -22,9 +22,10 @@ from pi_cross_session.security.turns import (
     TurnEvent,
     TurnStarted,
 )
-from tests.support.peers import make_registration
-from tests.support.sessions import published_sender
-from tests.support.wire_session import FakeClock, Ledger, WireSender, eventually, runtime_options
+from tests.support.clocks import FakeClock
+from tests.support.socket_peers import make_registration, published_sender
+from tests.support.waiting import eventually
+from tests.support.wire_session import Ledger, WireSender, runtime_options
 
 
 class Reports:

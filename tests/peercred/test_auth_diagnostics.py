@@ -17,8 +17,7 @@ from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.auth import AUTH_FAILED_TEXT, Authenticator, LocalIdentity
 from pi_cross_session.security.io.sender_files import PeersDirFiles
 from tests.support import raw_client
-from tests.support.peers import make_registration
-from tests.support.sessions import published_sender
+from tests.support.socket_peers import make_registration, published_sender
 
 pytestmark = pytest.mark.anyio
 

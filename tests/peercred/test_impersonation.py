@@ -30,11 +30,17 @@ from pi_cross_session.security.auth import (
     SenderPins,
 )
 from pi_cross_session.security.io.sender_files import PeersDirFiles
-from tests.peercred.support import other_process
+from tests.peercred.other_process import other_process
 from tests.support import raw_client
-from tests.support.peers import PeerHandle, make_registration, publish, running_peer
 from tests.support.raw_client import RawClient
-from tests.support.sessions import published_sender, wait_until_idle
+from tests.support.socket_peers import (
+    PeerHandle,
+    make_registration,
+    publish,
+    published_sender,
+    running_peer,
+)
+from tests.support.waiting import wait_until_idle
 from tests.support.wire_session import running_receiver
 
 pytestmark = pytest.mark.anyio
@@ -47,7 +53,7 @@ linux_only = pytest.mark.skipif(
 def delivery(target: Registration, sender: Registration, text: str) -> list[dict[str, object]]:
     return [
         raw_client.hello(target, sender=sender, request_id="h-1"),
-        raw_client.message(text=text, request_id="m-1", message_id=f"msg-{abs(hash(text))}"),
+        raw_client.message_body(text=text, request_id="m-1", message_id=f"msg-{abs(hash(text))}"),
     ]
 
 

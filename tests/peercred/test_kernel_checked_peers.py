@@ -25,12 +25,18 @@ from pi_cross_session.protocol.io.peercred import read_peer_credentials
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.auth import AUTH_FAILED_TEXT
-from tests.peercred.support import other_process
+from tests.peercred.other_process import other_process
 from tests.support import raw_client
-from tests.support.cli_procs import run_cli
-from tests.support.peers import PeerHandle, make_registration, publish, running_peer
+from tests.support.processes import run_cli
 from tests.support.raw_client import RawClient
-from tests.support.sessions import published_sender, wait_until_idle
+from tests.support.socket_peers import (
+    PeerHandle,
+    make_registration,
+    publish,
+    published_sender,
+    running_peer,
+)
+from tests.support.waiting import wait_until_idle
 from tests.support.wire_session import running_receiver
 
 pytestmark = pytest.mark.anyio
@@ -47,7 +53,7 @@ def hello_and_message(
     """The two frames of a delivery (or of a probe plus a message, when ``sender`` is None)."""
     return [
         raw_client.hello(target, sender=sender, request_id="h-1"),
-        raw_client.message(text=text, request_id="m-1", message_id="msg-1"),
+        raw_client.message_body(text=text, request_id="m-1", message_id="msg-1"),
     ]
 
 
@@ -190,7 +196,7 @@ async def test_a_session_refuses_a_stolen_sender_identity_and_keeps_serving_the_
         target = rx.registration
         frames_ = [
             raw_client.hello(target, sender=alpha.registration, request_id="h-1"),
-            raw_client.message(
+            raw_client.message_body(
                 text="smuggled", request_id="m-1", message_id="stolen-1", sent_at=rx.clock.wall_ms()
             ),
         ]

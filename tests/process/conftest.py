@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.peer_procs import PeerProcesses
+from tests.support.processes import PeerProcesses
 
 
 @pytest.fixture
 def peer_processes(private_agent_dir: Path) -> Iterator[PeerProcesses]:
-    """Start ``tests/support/peer_process.py`` sessions; all of them end after the test."""
+    """Start ``tests/support/peer_session_script.py`` sessions; all of them end after the test."""
     started = PeerProcesses(private_agent_dir)
     try:
         yield started

@@ -8,7 +8,8 @@ import signal
 
 import pytest
 
-from tests.support.peer_procs import PeerProcess, PeerProcesses, exists, pid_exists
+from tests.support.file_state import exists
+from tests.support.processes import PeerProcess, PeerProcesses, pid_exists
 
 
 def listed_ids(listing: dict[str, object]) -> list[str]:

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from pi_cross_session.protocol.paths import Locations
-from tests.support.peer_procs import PeerProcess, PeerProcesses, exists
+from tests.support.file_state import exists
+from tests.support.processes import PeerProcess, PeerProcesses
 
 #: How long the command line's ``peers`` may take (each listing probes with a 350 ms deadline).
 CLI_TIMEOUT_S = 30.0

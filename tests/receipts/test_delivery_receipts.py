@@ -34,14 +34,10 @@ from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.provenance import Provenance
 from pi_cross_session.security.turns import OurMessageStarted, TurnStarted
-from tests.support.peers import running_peer
-from tests.support.wire_session import (
-    FakeClock,
-    assert_accounted,
-    eventually,
-    headless_session,
-    running_receiver,
-)
+from tests.support.clocks import FakeClock
+from tests.support.socket_peers import running_peer
+from tests.support.waiting import eventually
+from tests.support.wire_session import assert_accounted, headless_session, running_receiver
 
 pytestmark = pytest.mark.anyio
 

@@ -15,9 +15,8 @@ from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.registration import parse_registration
 from pi_cross_session.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.peers import make_message
 from tests.support.remote import Fleet
-from tests.support.sessions import as_sender, published_sender
+from tests.support.socket_peers import as_sender, make_message, published_sender
 
 BEFORE_KILL = 8
 #: After the kill, sends go on until this many in a row got a receipt (the failover is over).

@@ -15,10 +15,9 @@ from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.registration import Registration, parse_registration
 from pi_cross_session.security.io import fs
 from tests.support import raw_client
-from tests.support.peers import make_message
 from tests.support.raw_client import REPLY_KEYS, RawClient, line
 from tests.support.remote import Fleet, Machine
-from tests.support.sessions import as_sender, published_sender
+from tests.support.socket_peers import as_sender, make_message, published_sender
 
 #: What the reference 2.2.1 advertises in a hello (and all it advertises).
 NODE_CAPABILITIES = ["cancel-safe-queue-v1"]
@@ -89,7 +88,7 @@ def test_a_node_shaped_client_sends_and_asks_through_the_proxy(fleet: Fleet) -> 
         hello = raw_client.hello(
             proxy, sender=node, request_id=str(uuid.uuid4()), capabilities=NODE_CAPABILITIES
         )
-        message = raw_client.message(
+        message = raw_client.message_body(
             text="Hello from a Node-shaped client.\nSecond line.",
             summary="node hello",
             request_id=str(uuid.uuid4()),
@@ -102,7 +101,7 @@ def test_a_node_shaped_client_sends_and_asks_through_the_proxy(fleet: Fleet) -> 
 
         # The status query asks as the same sender and finds the row on the other machine. A
         # sender without delivery-receipts-v1 never hears "delivered".
-        query = raw_client.status_query(request_id=str(uuid.uuid4()), message_id=message_id)
+        query = raw_client.status_body(request_id=str(uuid.uuid4()), message_id=message_id)
         hello = raw_client.hello(
             proxy, sender=node, request_id=str(uuid.uuid4()), capabilities=NODE_CAPABILITIES
         )
@@ -110,7 +109,7 @@ def test_a_node_shaped_client_sends_and_asks_through_the_proxy(fleet: Fleet) -> 
         assert (answer.ok, answer.status) == (True, "submitted")
 
         # A goal id does not cross machines: refused, nothing sent.
-        scoped = raw_client.message(
+        scoped = raw_client.message_body(
             request_id=str(uuid.uuid4()), message_id=str(uuid.uuid4()), goalId="goal-1"
         )
         hello = raw_client.hello(proxy, sender=node, request_id=str(uuid.uuid4()))
@@ -120,7 +119,7 @@ def test_a_node_shaped_client_sends_and_asks_through_the_proxy(fleet: Fleet) -> 
         # A message on a probe-only connection, and a hello with a stolen identity, are refused
         # at the proxy's door as at any session's.
         probe = raw_client.hello(proxy, request_id="probe-2")
-        _, unauthenticated = await exchange(path, probe, raw_client.message(request_id="m-x"))
+        _, unauthenticated = await exchange(path, probe, raw_client.message_body(request_id="m-x"))
         assert (unauthenticated.ok, unauthenticated.status) == (False, "authentication_failed")
         forged = raw_client.hello(proxy, sender=node, request_id="forged")
         forged["from"]["token"] = "0" * 64

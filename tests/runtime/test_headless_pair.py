@@ -14,7 +14,7 @@ from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.wire_session import eventually
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -24,7 +24,7 @@ from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.fake_receiver import ready
-from tests.support.peers import make_registration, publish
+from tests.support.socket_peers import make_registration, publish
 from tests.support.wire_session import headless_session
 
 pytestmark = pytest.mark.anyio

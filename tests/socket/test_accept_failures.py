@@ -30,8 +30,8 @@ from pi_cross_session.protocol.io import sockets
 from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.socket.test_shedding import holder, probe_ok, wait_open
-from tests.support.peers import PeerHandle, running_peer
 from tests.support.raw_client import RawClient
+from tests.support.socket_peers import PeerHandle, running_peer
 
 pytestmark = pytest.mark.anyio
 

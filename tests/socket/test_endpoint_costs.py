@@ -29,7 +29,7 @@ from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
 from pi_cross_session.protocol.paths import Locations
 from tests.socket.test_shedding import probe_ok
 from tests.support.raw_client import RawClient
-from tests.support.sessions import settled_peer
+from tests.support.socket_peers import settled_peer
 
 pytestmark = pytest.mark.anyio
 

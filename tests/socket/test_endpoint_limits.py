@@ -18,8 +18,8 @@ import pytest
 from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.limits import MAX_CONNECTIONS, MAX_FRAME_BYTES
 from pi_cross_session.protocol.paths import Locations
-from tests.support.raw_client import BOM, RawClient, exchange_raw, hello, line, message
-from tests.support.sessions import assert_still_serving, published_sender, settled_peer
+from tests.support.raw_client import BOM, RawClient, exchange_raw, hello, line, message_body
+from tests.support.socket_peers import assert_still_serving, published_sender, settled_peer
 
 pytestmark = pytest.mark.anyio
 
@@ -44,11 +44,11 @@ def padded(frame: bytes, total: int) -> bytes:
 
 def cjk_message(total: int) -> bytes:
     """A message frame of exactly ``total`` bytes whose text is mostly 3-byte CJK characters."""
-    base = line(message(text="", request_id="big-req", message_id="big-1", summary="big"))
+    base = line(message_body(text="", request_id="big-req", message_id="big-1", summary="big"))
     room = total - len(base)
     cjk, ascii_tail = divmod(room, 3)
     frame = line(
-        message(
+        message_body(
             text="字" * cjk + "a" * ascii_tail,
             request_id="big-req",
             message_id="big-1",
@@ -140,7 +140,7 @@ async def test_second_frame_at_the_injected_cap(
     config = EndpointConfig(max_frame_bytes=SMALL_CAP)
     async with settled_peer(locations, "beta", config=config) as beta:
         reg = beta.registration
-        frame = padded(line(message(text="padded", request_id="pad-req")), total)
+        frame = padded(line(message_body(text="padded", request_id="pad-req")), total)
         ready, reply = await exchange_raw(
             reg.socket_path, line(hello(reg, sender=alpha)), frame, replies=2
         )
@@ -297,7 +297,7 @@ async def test_a_request_trickled_after_ready_is_cut_at_the_request_deadline(
         async with RawClient.connect(reg.socket_path) as client:
             await client.send(line(hello(reg, sender=alpha)))
             assert (await client.read_reply()).status == "ready"
-            frame = line(message())
+            frame = line(message_body())
 
             async def trickle() -> None:
                 # Pacing, not ordering: one byte per third of the idle bound keeps it from firing.

@@ -24,10 +24,10 @@ from tests.support.raw_client import (
     exchange_raw,
     hello,
     line,
-    message,
-    status_query,
+    message_body,
+    status_body,
 )
-from tests.support.sessions import assert_still_serving, published_sender, settled_peer
+from tests.support.socket_peers import assert_still_serving, published_sender, settled_peer
 
 pytestmark = pytest.mark.anyio
 
@@ -79,7 +79,7 @@ async def test_message_on_probe_connection_is_authentication_failed_with_message
         ready, refusal = await exchange_raw(
             reg.socket_path,
             line(hello(reg, request_id="probe-3")),
-            line(message(request_id="the-message-request")),
+            line(message_body(request_id="the-message-request")),
             replies=2,
         )
         assert ready.status == "ready"
@@ -98,7 +98,7 @@ async def test_status_on_probe_connection_is_invalid_frame_unknown(locations: Lo
         ready, refusal = await exchange_raw(
             reg.socket_path,
             line(hello(reg, request_id="probe-4")),
-            line(status_query(request_id="st-probe")),
+            line(status_body(request_id="st-probe")),
             replies=2,
         )
         assert ready.status == "ready"
@@ -136,8 +136,8 @@ FIRST_FRAME_FAULTS = [
     pytest.param(b"[]\n", "authentication_failed", id="array"),
     pytest.param(b"null\n", "authentication_failed", id="null"),
     pytest.param(b'"hello"\n', "authentication_failed", id="string"),
-    pytest.param(line(message()), "authentication_failed", id="message-first"),
-    pytest.param(line(status_query()), "authentication_failed", id="status-first"),
+    pytest.param(line(message_body()), "authentication_failed", id="message-first"),
+    pytest.param(line(status_body()), "authentication_failed", id="status-first"),
 ]
 
 
@@ -189,7 +189,7 @@ async def test_authenticated_message_is_submitted_and_status_is_source_qualified
         ready, receipt = await exchange_raw(
             reg.socket_path,
             line(hello(reg, sender=alpha, request_id="auth-hello")),
-            line(message(text=text, request_id="m-req", message_id="m-1", summary="line one")),
+            line(message_body(text=text, request_id="m-req", message_id="m-1", summary="line one")),
             replies=2,
         )
         assert (ready.status, ready.request_id) == ("ready", "auth-hello")
@@ -203,14 +203,14 @@ async def test_authenticated_message_is_submitted_and_status_is_source_qualified
         _, mine = await exchange_raw(
             reg.socket_path,
             line(hello(reg, sender=alpha)),
-            line(status_query(request_id="st-mine", message_id="m-1")),
+            line(status_body(request_id="st-mine", message_id="m-1")),
             replies=2,
         )
         assert (mine.ok, mine.status, mine.request_id) == (True, "submitted", "st-mine")
         _, theirs = await exchange_raw(
             reg.socket_path,
             line(hello(reg, sender=gamma)),
-            line(status_query(request_id="st-theirs", message_id="m-1")),
+            line(status_body(request_id="st-theirs", message_id="m-1")),
             replies=2,
         )
         assert (theirs.ok, theirs.status, theirs.request_id) == (True, "unknown", "st-theirs")
@@ -225,7 +225,7 @@ async def test_goal_id_passes_through_as_an_extra_field(locations: Locations) ->
         _, receipt = await exchange_raw(
             reg.socket_path,
             line(hello(reg, sender=alpha)),
-            line(message(goalId="goal-7", futureField={"x": 1})),
+            line(message_body(goalId="goal-7", futureField={"x": 1})),
             replies=2,
         )
         assert receipt.status == "submitted"
@@ -240,7 +240,7 @@ async def test_blank_text_is_invalid_message(locations: Locations, text: str) ->
         _, refusal = await exchange_raw(
             reg.socket_path,
             line(hello(reg, sender=alpha)),
-            line(message(text=text, request_id="blank-req")),
+            line(message_body(text=text, request_id="blank-req")),
             replies=2,
         )
         assert (refusal.ok, refusal.status, refusal.request_id) == (
@@ -259,13 +259,13 @@ async def test_duplicate_message_id_is_duplicate(locations: Locations) -> None:
         _, first = await exchange_raw(
             reg.socket_path,
             line(hello(reg, sender=alpha)),
-            line(message(text="first", request_id="r1", message_id="same-id")),
+            line(message_body(text="first", request_id="r1", message_id="same-id")),
             replies=2,
         )
         _, second = await exchange_raw(
             reg.socket_path,
             line(hello(reg, sender=alpha)),
-            line(message(text="different text", request_id="r2", message_id="same-id")),
+            line(message_body(text="different text", request_id="r2", message_id="same-id")),
             replies=2,
         )
         assert first.status == "submitted"
@@ -295,7 +295,7 @@ async def test_item4_fault_after_a_message_does_not_undo_its_admission(
     async with settled_peer(locations, "beta") as beta:
         reg = beta.registration
         hello_bytes = line(hello(reg, sender=alpha, request_id="h"))
-        message_bytes = line(message(text="kept", request_id="m"))
+        message_bytes = line(message_body(text="kept", request_id="m"))
         async with RawClient.connect(reg.socket_path) as client:
             if one_write:
                 await client.send(hello_bytes + message_bytes + tail)
@@ -334,7 +334,7 @@ async def test_item5_byte_at_a_time_multibyte_text_is_reassembled_and_submitted(
     text = "日本語のテキスト — 😀🎉 𝄞 ünïcödé"
     async with settled_peer(locations, "beta") as beta:
         reg = beta.registration
-        data = line(hello(reg, sender=alpha)) + line(message(text=text, summary="日本語 😀"))
+        data = line(hello(reg, sender=alpha)) + line(message_body(text=text, summary="日本語 😀"))
         async with RawClient.connect(reg.socket_path) as client:
             for index in range(len(data)):
                 await client.send(data[index : index + 1])
@@ -358,7 +358,7 @@ async def test_bom_before_the_hello_is_accepted(locations: Locations) -> None:
         ready, receipt = await exchange_raw(
             reg.socket_path,
             BOM + line(hello(reg, sender=alpha)),
-            line(message()),
+            line(message_body()),
             replies=2,
         )
         assert (ready.status, receipt.status) == ("ready", "submitted")
@@ -381,7 +381,7 @@ async def test_bom_before_the_second_frame_is_invalid_frame(locations: Locations
         ready, fault = await exchange_raw(
             reg.socket_path,
             line(hello(reg, sender=alpha)),
-            BOM + line(message()),
+            BOM + line(message_body()),
             replies=2,
         )
         assert ready.status == "ready"
@@ -396,7 +396,7 @@ async def test_crlf_framing_is_tolerated(locations: Locations) -> None:
         ready, receipt = await exchange_raw(
             reg.socket_path,
             line(hello(reg, sender=alpha))[:-1] + b"\r\n",
-            line(message(text="crlf"))[:-1] + b"  \r\n",
+            line(message_body(text="crlf"))[:-1] + b"  \r\n",
             replies=2,
         )
         assert (ready.status, receipt.status) == ("ready", "submitted")
@@ -410,12 +410,12 @@ SECOND_FRAME_FAULTS = [
     pytest.param(line({"v": 1, "type": "hello", "requestId": "again"}), id="hello"),
     pytest.param(line({"v": 1, "type": "response"}), id="response"),
     pytest.param(b"[1,2]\n", id="array"),
-    pytest.param(line(message() | {"v": 2}), id="message-v2"),
-    pytest.param(line(message() | {"sentAt": 2**53}), id="unsafe-sentAt"),
-    pytest.param(line(message() | {"sentAt": True}), id="bool-sentAt"),
-    pytest.param(line(message() | {"goalId": None}), id="null-goalId"),
+    pytest.param(line(message_body() | {"v": 2}), id="message-v2"),
+    pytest.param(line(message_body() | {"sentAt": 2**53}), id="unsafe-sentAt"),
+    pytest.param(line(message_body() | {"sentAt": True}), id="bool-sentAt"),
+    pytest.param(line(message_body() | {"goalId": None}), id="null-goalId"),
     pytest.param(
-        json.dumps(message(text="bad \ud800 escape"), separators=(",", ":")).encode() + b"\n",
+        json.dumps(message_body(text="bad \ud800 escape"), separators=(",", ":")).encode() + b"\n",
         id="lone-surrogate-escape",
     ),
 ]

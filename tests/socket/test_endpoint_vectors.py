@@ -15,9 +15,13 @@ import pytest
 
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from tests.support.peers import make_registration
-from tests.support.raw_client import exchange_raw, line, message
-from tests.support.sessions import assert_still_serving, published_sender, serving
+from tests.support.raw_client import exchange_raw, line, message_body
+from tests.support.socket_peers import (
+    assert_still_serving,
+    make_registration,
+    published_sender,
+    serving,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -79,7 +83,7 @@ async def test_item6_hello_vector_against_a_live_receiver(
             ready, receipt = await exchange_raw(
                 receiver.socket_path,
                 wire(case),
-                line(message(request_id="vec-m", message_id="vec-1")),
+                line(message_body(request_id="vec-m", message_id="vec-1")),
                 replies=2,
             )
             assert (ready.ok, ready.status, ready.request_id) == (True, "ready", case["requestId"])

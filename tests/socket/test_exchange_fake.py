@@ -40,8 +40,7 @@ from tests.support.fake_receiver import (
     receipt,
     respond,
 )
-from tests.support.peers import make_message, make_registration
-from tests.support.sessions import as_sender
+from tests.support.socket_peers import as_sender, make_message, make_registration
 
 pytestmark = pytest.mark.anyio
 

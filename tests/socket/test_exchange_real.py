@@ -20,10 +20,12 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.io import fs
 from tests.support.exchange_seams import CountingConnect, RecordingVetting, StalledVetting
-from tests.support.peers import PeerHandle, make_message, make_registration
-from tests.support.sessions import (
+from tests.support.socket_peers import (
+    PeerHandle,
     as_sender,
     assert_still_serving,
+    make_message,
+    make_registration,
     published_sender,
     settled_peer,
 )

@@ -32,8 +32,8 @@ from pi_cross_session.protocol.io.endpoint import EndpointConfig
 from pi_cross_session.protocol.paths import Locations
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.peers import PeerHandle, running_peer
 from tests.support.raw_client import RawClient
+from tests.support.socket_peers import PeerHandle, running_peer
 
 pytestmark = pytest.mark.anyio
 
@@ -85,7 +85,7 @@ async def probe_ok(peer: PeerHandle) -> bool:
         reply = await client.read_line()
         if reply is None:
             return False
-        return raw_client.check_reply(reply).status == "ready"
+        return raw_client.parse_reply(reply).status == "ready"
 
 
 async def wait_open(peer: PeerHandle, count: int) -> None:

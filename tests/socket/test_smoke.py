@@ -6,7 +6,7 @@ import pytest
 
 from pi_cross_session.protocol.io.exchange import ExchangeError, Receipt
 from pi_cross_session.protocol.paths import Locations
-from tests.support.peers import make_message, running_peer
+from tests.support.socket_peers import make_message, running_peer
 
 pytestmark = pytest.mark.anyio
 

@@ -20,7 +20,7 @@ from pi_cross_session.protocol.codes import RETRYABLE, Code
 from pi_cross_session.protocol.frames import Message, Response, StatusQuery
 from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.registration import Registration, build_registration
-from pi_cross_session.security.admission import Admission, Clock, Delivery, Row
+from pi_cross_session.security.admission import Admission, Delivery, Row
 from pi_cross_session.security.auth import Caller, LocalIdentity
 from pi_cross_session.security.goals import LOCAL_COMMAND, Goals, Member, Scope
 from pi_cross_session.security.limits import (
@@ -42,16 +42,12 @@ from pi_cross_session.security.turns import (
     TurnStarted,
     TurnTracker,
 )
+from tests.support.clocks import START_WALL_MS, FakeClock
 
 #: Where the fixture registrations claim to listen; nothing is ever created there.
 FIXTURE_LOCATIONS = environment.resolve(
     env={paths.AGENT_DIR_ENV: "/tmp/xs-admission-kit/agent"}, uid=0
 )
-
-#: An arbitrary, fixed epoch (2023-11-14) so replies and rows are reproducible.
-START_WALL_MS = 1_700_000_000_000
-#: Monotonic seconds at the start; whole, so sums of the binary fractions tests use stay exact.
-START_MONOTONIC = 1_000.0
 
 RECEIVER = LocalIdentity(
     session_id="receiver-session",
@@ -63,39 +59,6 @@ RECEIVER = LocalIdentity(
 
 def _hex(name: str, length: int) -> str:
     return hashlib.sha256(name.encode()).hexdigest()[:length]
-
-
-class FakeClock:
-    """Wall time (epoch ms) and monotonic time (s) that move together, only on :meth:`advance`."""
-
-    def __init__(self, *, wall_ms: int = START_WALL_MS, monotonic: float = START_MONOTONIC) -> None:
-        self._wall_ms = wall_ms
-        self._monotonic = monotonic
-
-    def wall_ms(self) -> int:
-        return self._wall_ms
-
-    def monotonic(self) -> float:
-        return self._monotonic
-
-    def advance(self, seconds: float) -> None:
-        """Move both clocks forward by ``seconds`` (wall time rounded to whole ms)."""
-        if seconds < 0:
-            raise ValueError("time only moves forward here; use step_wall for a wall jump")
-        self._monotonic += seconds
-        self._wall_ms += round(seconds * 1000)
-
-    def advance_ms(self, ms: int) -> None:
-        """Move both clocks forward by whole milliseconds."""
-        self.advance(ms / 1000)
-
-    def step_wall(self, ms: int) -> None:
-        """Jump the wall clock alone (NTP correction); the monotonic clock is untouched."""
-        self._wall_ms += ms
-
-    @property
-    def clock(self) -> Clock:
-        return Clock(wall_ms=self.wall_ms, monotonic=self.monotonic)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.peers import make_registration
+from tests.support.socket_peers import make_registration
 
 #: What a step computes its reply from: the received line's JSON (None if it is not JSON).
 Responder = Callable[[Any], bytes]
@@ -277,7 +277,7 @@ async def fake_receiver(
         try:
             yield fake
             # Let the fake see every client close before it is cancelled (see
-            # tests.support.sessions for the race this avoids).
+            # tests.support.socket_peers for the race this avoids).
             await fake.settled()
         finally:
             tg.cancel_scope.cancel()

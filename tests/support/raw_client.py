@@ -66,7 +66,7 @@ def hello(
     return body
 
 
-def message(
+def message_body(
     *,
     text: str = "hello over the wire",
     request_id: str = "msg-req-1",
@@ -88,12 +88,12 @@ def message(
     }
 
 
-def status_query(*, request_id: str = "st-req-1", message_id: str = "msg-1") -> dict[str, Any]:
+def status_body(*, request_id: str = "st-req-1", message_id: str = "msg-1") -> dict[str, Any]:
     """A status query frame."""
     return {"v": 1, "type": "status", "requestId": request_id, "messageId": message_id}
 
 
-def check_reply(raw: bytes) -> frames.Response:
+def parse_reply(raw: bytes) -> frames.Response:
     """Assert ``raw`` is one reply line exactly as the contract shapes it; return it parsed.
 
     Shape (spec §3.4): one compact UTF-8 JSON line; keys ``v,type,requestId,ok,status,
@@ -192,10 +192,10 @@ class RawClient:
         return raw
 
     async def read_reply(self) -> frames.Response:
-        """The next reply line, checked with :func:`check_reply`."""
+        """The next reply line, checked with :func:`parse_reply`."""
         raw = await self.read_line()
         assert raw is not None, "the receiver closed without replying"
-        return check_reply(raw)
+        return parse_reply(raw)
 
     async def read_to_eof(self) -> bytes:
         """Every byte left until the receiver closes (a test usually expects ``b""``)."""

@@ -21,8 +21,7 @@ from typing import Any, Final
 from pi_cross_session.plugin.remote.natsd import NatsServer
 from pi_cross_session.protocol.io import environment
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.cli_procs import CLI, InboxProcess, Result, cli_env, run_cli
-from tests.support.watched import WatchedProcess
+from tests.support.processes import CLI, InboxProcess, Result, WatchedProcess, cli_env, run_cli
 
 #: Gateways here scan their local sessions this often (the CLI's default, 2 s, is fine too; a
 #: test only waits for an event, never for a time).

@@ -42,14 +42,12 @@ from pi_cross_session.security.turns import (
     TurnStarted,
 )
 from tests.data_paths import REFERENCE
-from tests.support.bounds import MUST_HAPPEN_S
+from tests.support.waiting import eventually
 
 ID_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
 INSTANCE_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
 TOKEN_RE: Final = re.compile(r"[0-9a-f]{64}")
 #: How long a condition that must come true may take (polling: the runtime offers no events).
-WAIT_LIMIT_S: Final = MUST_HAPPEN_S
-POLL_S: Final = 0.005
 
 
 # -- transcripts -----------------------------------------------------------------------------------
@@ -335,18 +333,11 @@ class LiveReceiver:
         return len(pending)
 
     async def endpoint_idle(self) -> None:
-        """Wait until the endpoint serves no connection (see tests.support.sessions for why)."""
+        """Wait until the endpoint serves no connection (see tests.support.socket_peers for why)."""
         current = self.runtime._current  # no public handle on the endpoint's counters
         if current is not None:
             endpoint = current.endpoint
             await eventually(lambda: endpoint.statistics().open_connections == 0)
-
-
-async def eventually(condition: Any, *, limit_s: float = WAIT_LIMIT_S) -> None:
-    """Poll ``condition()`` until it holds; fail after ``limit_s``."""
-    with anyio.fail_after(limit_s):
-        while not condition():  # noqa: ASYNC110 (the runtime offers state, not events)
-            await anyio.sleep(POLL_S)
 
 
 @asynccontextmanager

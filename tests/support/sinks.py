@@ -65,7 +65,7 @@ class PeerStrings:
     objective: str = "ship it"
 
 
-def registration(strings: PeerStrings) -> Registration:
+def hostile_registration(strings: PeerStrings) -> Registration:
     """A registration as a hostile peer could write it (validated like any the reader accepts)."""
     body = {
         "version": 2,
@@ -104,7 +104,7 @@ def _report(strings: PeerStrings, target: PublicPeer, *, ok: bool) -> SendReport
 
 def every_sink(strings: PeerStrings) -> list[tuple[str, str, str]]:
     """``(sink, rule, output)`` for every render sink a peer string can reach."""
-    reg = registration(strings)
+    reg = hostile_registration(strings)
     git = GitInfo(worktree=strings.worktree, branch=strings.branch, head=HEAD)
     peer = PublicPeer.from_registration(reg, git=git)
     delivery = Delivery(strings.message_id, reg, strings.text, strings.summary, 1, "g1")

@@ -31,16 +31,16 @@ from pi_cross_session.protocol.frames import Response
 from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.admission import Clock, Row, Snapshot
+from pi_cross_session.security.admission import Row, Snapshot
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S
+from tests.support.clocks import FakeClock
 from tests.support.raw_client import RawClient
 from tests.support.scripted_host import ScriptedHost, Turns
-from tests.support.sessions import published_sender
+from tests.support.socket_peers import published_sender
+from tests.support.waiting import eventually
 
 #: How long a condition that must come true may take (polling; the runtime exposes no events).
-WAIT_LIMIT_S: Final = MUST_HAPPEN_S
-POLL_S: Final = 0.005
 #: Capabilities of a legacy hello: no capabilities field at all (an empty list is legacy too).
 LEGACY: Final = None
 
@@ -66,44 +66,9 @@ _AFTER_RECEIPT: Final[dict[str, frozenset[str]]] = {
 }
 
 
-class FakeClock:
-    """Wall time (epoch ms) and monotonic time (s) that move only when told, together."""
-
-    def __init__(self, *, wall_ms: int = 1_700_000_000_000, monotonic: float = 1_000.0) -> None:
-        self._wall_ms = wall_ms
-        self._monotonic = monotonic  # whole, so sums of binary fractions stay exact
-
-    def wall_ms(self) -> int:
-        return self._wall_ms
-
-    def monotonic(self) -> float:
-        return self._monotonic
-
-    def advance(self, seconds: float) -> None:
-        """Move both clocks forward (wall time rounded to whole ms)."""
-        assert seconds >= 0
-        self._monotonic += seconds
-        self._wall_ms += round(seconds * 1000)
-
-    def step_wall(self, ms: int) -> None:
-        """Move the wall clock alone; admission's deadlines (monotonic) do not notice."""
-        self._wall_ms += ms
-
-    @property
-    def clock(self) -> Clock:
-        return Clock(wall_ms=self.wall_ms, monotonic=self.monotonic)
-
-
 def on_disk(path: str) -> bool:
     """True when anything (even a dangling symlink) is at ``path``."""
     return os.path.lexists(path)
-
-
-async def eventually(condition: Callable[[], bool], *, limit_s: float = WAIT_LIMIT_S) -> None:
-    """Poll ``condition`` until it holds; fail after ``limit_s``."""
-    with anyio.fail_after(limit_s):
-        while not condition():  # noqa: ASYNC110 (the runtime offers counters, not events)
-            await anyio.sleep(POLL_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +174,7 @@ class WireSender:
     ) -> Response:
         """One message frame (sent ``age_ms`` ago by the receiver's clock); returns the reply."""
         message_id = message_id or self.fresh_id()
-        frame = raw_client.message(
+        frame = raw_client.message_body(
             text=text if text is not None else f"text of {message_id}",
             request_id=f"{self.registration.name}-r{self._next()}",
             message_id=message_id,
@@ -222,7 +187,7 @@ class WireSender:
 
     async def status(self, message_id: str) -> Response:
         """A wire status query for ``message_id``; the reply's ``status`` is the row state."""
-        frame = raw_client.status_query(
+        frame = raw_client.status_body(
             request_id=f"{self.registration.name}-s{self._next()}", message_id=message_id
         )
         reply = await self._exchange(frame)
@@ -306,7 +271,7 @@ class Receiver:
             await eventually(lambda stamp=stamp: self.published_updated_at() == stamp)  # type: ignore[misc]
 
     async def endpoint_idle(self) -> None:
-        """Wait until the endpoint serves no connection (see tests.support.sessions for why)."""
+        """Wait until the endpoint serves no connection (see tests.support.socket_peers for why)."""
         current = self.runtime._current  # no public handle on the endpoint's counters
         if current is None:
             return

@@ -41,6 +41,8 @@ def test_the_real_defaults_are_the_contract_values() -> None:
     assert limits.MAX_CACHE_ENTRIES == 512
     assert limits.TEXT_DEDUP_WINDOW_S == 30.0
     assert limits.LIFETIME_BUDGET == 256
+    assert limits.MAX_QUEUED == 50
+    assert limits.QUEUE_TTL_S == 30.0  # tests that run a short TTL rely on this pin
 
 
 def test_an_unknown_sender_starts_with_a_full_bucket() -> None:

@@ -23,7 +23,7 @@ from tests.support.sinks import (
     PeerStrings,
     assert_every_sink_safe,
     every_sink,
-    registration,
+    hostile_registration,
 )
 
 
@@ -65,7 +65,7 @@ def test_the_sink_list_covers_every_kind_of_output() -> None:
 
 
 def delivery(text: str, name: str = "peer", session_id: str = "s-1") -> Delivery:
-    reg = registration(PeerStrings(name=name, session_id=session_id))
+    reg = hostile_registration(PeerStrings(name=name, session_id=session_id))
     return Delivery("m-1", reg, text, "summary", 1, None)
 
 
@@ -117,7 +117,7 @@ def test_the_header_quotes_a_name_that_holds_a_quote_unambiguously() -> None:
 
 def test_a_goal_scoped_message_is_fenced_and_quotes_the_objective_escaped() -> None:
     goal = GoalStatus("g1", f"fix {ESC}]0;x\x07 \u202ebug", Scope("s", INSTANCE_ID, "/w"))
-    reg = registration(PeerStrings())
+    reg = hostile_registration(PeerStrings())
     content = render.peer_message(Delivery("m-1", reg, "go", "go", 1, "g1"), goal)
     *_, notice = content.split("\n")
     assert notice.startswith("(The text between the two marker lines above was written by")

@@ -12,13 +12,8 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.admission import Phase
 from pi_cross_session.security.provenance import Provenance
 from pi_cross_session.security.turns import TurnEnded, TurnEnding, TurnOpened
-from tests.support.wire_session import (
-    LEGACY,
-    Receiver,
-    assert_accounted,
-    eventually,
-    running_receiver,
-)
+from tests.support.waiting import eventually
+from tests.support.wire_session import LEGACY, Receiver, assert_accounted, running_receiver
 
 pytestmark = pytest.mark.anyio
 

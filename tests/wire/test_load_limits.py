@@ -9,11 +9,11 @@ from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.provenance import Provenance
 from pi_cross_session.security.turns import TurnEnding
+from tests.support.waiting import eventually
 from tests.support.wire_session import (
     Receiver,
     WireSender,
     assert_accounted,
-    eventually,
     headless_session,
     running_receiver,
 )

@@ -35,7 +35,7 @@ from tests.support.fake_receiver import (
     response_body,
     response_line,
 )
-from tests.support.peers import make_registration, publish
+from tests.support.socket_peers import make_registration, publish
 from tests.support.wire_session import assert_accounted, on_disk, running_receiver
 
 pytestmark = pytest.mark.anyio

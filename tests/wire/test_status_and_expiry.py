@@ -9,7 +9,8 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.turns import TurnEnding
 from tests.support import raw_client
 from tests.support.raw_client import RawClient
-from tests.support.wire_session import assert_accounted, eventually, running_receiver
+from tests.support.waiting import eventually
+from tests.support.wire_session import assert_accounted, running_receiver
 
 pytestmark = pytest.mark.anyio
 
@@ -55,7 +56,7 @@ async def test_item14_a_status_query_without_an_authenticated_sender_is_invalid_
         probe_hello = raw_client.hello(target, request_id="probe-1")  # no "from"
         replies = await raw_client.exchange_raw(
             target.socket_path,
-            raw_client.line(probe_hello) + raw_client.line(raw_client.status_query()),
+            raw_client.line(probe_hello) + raw_client.line(raw_client.status_body()),
             replies=2,
         )
         assert [r.status for r in replies] == ["ready", "invalid_frame"]
@@ -161,7 +162,7 @@ async def test_item14_status_on_a_raw_connection_is_answered_then_half_closed(
         async with RawClient.connect(target.socket_path) as client:
             await client.send(
                 raw_client.line(hello)
-                + raw_client.line(raw_client.status_query(request_id="s-1", message_id="m-1"))
+                + raw_client.line(raw_client.status_body(request_id="s-1", message_id="m-1"))
             )
             ready = await client.read_reply()
             answer = await client.read_reply()

@@ -1,4 +1,4 @@
-"""Item 7 cases that no other host test covered, on real harnesses with a scripted model.
+"""Sending from a real harness: the reply reaching the sender, and the refusals a send can meet.
 
 The reply reaching the sender; an unknown name, a shared name and a self-send refused with the
 names that exist; identical repeats dropped and an over-rate sender refused.
@@ -19,18 +19,18 @@ from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.limits import RATE_CAPACITY
 from pi_cross_session.protocol.paths import Locations
 from tests.host.conftest import headless_peer
-from tests.host.support import (
+from tests.host.pi_harness import (
     POLL_S,
     WAIT_S,
     HoldTool,
     Recorder,
     ScriptedChat,
     call_tool,
-    eventually,
     runtime_of,
     say,
     text_of,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

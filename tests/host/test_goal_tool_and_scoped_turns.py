@@ -19,7 +19,7 @@ call per reply); peers are headless runtimes of this process. Pinned here (goal-
 * ``/cross-session-status`` shows the active goal, its members and the confirmation count.
 
 The other pinned cases (9–12: revocation, notifications, late results, restore) are in
-``test_goals_host_2.py``.
+``test_goal_endings_and_restore.py``.
 """
 
 from __future__ import annotations
@@ -37,11 +37,10 @@ from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.goals import LOCAL_COMMAND
 from tests.host.conftest import headless_peer
-from tests.host.support import (
+from tests.host.pi_harness import (
     GOAL_BOUND_TURN,
     PEER_ONLY_TURN,
     ScriptedChat,
-    eventually,
     execute_directly,
     gate_blocked,
     goal_harness,
@@ -51,6 +50,7 @@ from tests.host.support import (
     saved_tool_results,
     scoped_goal_harness,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -34,6 +33,7 @@ from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.security.goals import TaskHandle, TaskKind
 from tests.support.bounds import MUST_HAPPEN_S
+from tests.support.waiting import eventually
 
 # The module, not the function of the same name it exports (host-pi-python.md §1.11).
 langchain_stream = importlib.import_module("pi_agent_core.adapters.langchain_stream")
@@ -154,14 +154,6 @@ async def runtime_of(harness: AgentHarness) -> SessionRuntime:
     return runtime
 
 
-async def eventually(condition: Callable[[], object]) -> None:
-    """Wait (at most :data:`WAIT_S`) until ``condition()`` is true; the host reports through
-    events, not awaitables."""
-    with anyio.fail_after(WAIT_S):
-        while not condition():  # noqa: ASYNC110 (no event to wait on)
-            await anyio.sleep(POLL_S)
-
-
 def took_over(session_id: str, old: SessionRuntime) -> bool:
     """Whether a runtime other than ``old`` now serves ``session_id`` and has registered.
 
@@ -176,7 +168,7 @@ async def settle(*runtimes: SessionRuntime) -> None:
     """Wait until no endpoint of ``runtimes`` has an open connection.
 
     Stopping an endpoint while a probe's connection is still being torn down makes asyncio report
-    ``InvalidStateError`` (see tests/support/sessions.py), so tests settle before they close. The
+    ``InvalidStateError`` (see tests/support/socket_peers.py), so tests settle before closing. The
     endpoint is private to the runtime; tests may look.
     """
     for runtime in runtimes:
@@ -296,7 +288,7 @@ class FakeWorkflowTool:
         return AgentToolResult(content=[{"type": "text", "text": "workflow ran"}])
 
 
-# -- goal-grant helpers (tests/host/test_goals_host*.py) -------------------------------------------
+# -- goal-grant helpers (test_goal_*.py) ----------------------------------------------------------
 
 #: How a plan is named in a prompt or a message text: ``plan:<name>``.
 PLAN_RE = re.compile(r"\bplan:([A-Za-z0-9_-]+)")

@@ -1,7 +1,8 @@
-"""A real session in its own OS process, driven through stdin: ``python peer_process.py --name N``.
+"""A real session in its own OS process, driven through stdin.
 
-It runs a :class:`SessionRuntime` on the headless host (simulated turns of ``--busy`` seconds) in
-the agent dir of ``PI_CODING_AGENT_DIR``, and speaks JSON lines:
+``python peer_session_script.py --name N`` runs a :class:`SessionRuntime` on the headless host
+(simulated turns of ``--busy`` seconds) in the agent dir of ``PI_CODING_AGENT_DIR``, and speaks
+JSON lines:
 
 stdout (one object per line, flushed):
   ``{"event": "ready", "name", "sessionId", "instanceId", "pid", "registrationPath", "socketPath"}``

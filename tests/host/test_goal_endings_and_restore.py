@@ -1,7 +1,7 @@
 """Goal grants in a real pi-python harness: how goals end, notifications, late results, restore.
 
-The same set-up as ``test_goals_host.py`` (a real ``AgentHarness``, our extension, a scripted
-model following plans, headless peers). Pinned here (goal-scoped-v1.md §1.6, §3 and §5):
+The same set-up as ``test_goal_tool_and_scoped_turns.py`` (a real ``AgentHarness``, our extension,
+a scripted model following plans, headless peers). Pinned here (goal-scoped-v1.md §1.6, §3 and §5):
 
 * case 9: an abort, an ``error`` stop and a reload each revoke the goal; the status then shows
   no goal and how the last one ended, ``/cross-session-resume`` brings nothing back, and the old
@@ -28,11 +28,10 @@ import pytest
 from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.hosts.pi_python import GOAL_EVIDENCE_TYPE
 from pi_cross_session.plugin.runtime import SessionRuntime
-from tests.host.support import (
+from tests.host.pi_harness import (
     GOAL_BOUND_TURN,
     GoalHarness,
     ScriptedChat,
-    eventually,
     gate_blocked,
     goal_activate,
     goal_harness,
@@ -42,6 +41,7 @@ from tests.host.support import (
     scoped_goal_harness,
     took_over,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -21,7 +21,7 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from pi_cross_session.protocol import frames
-from tests.support.raw_client import check_reply
+from tests.support.raw_client import parse_reply
 
 SCRIPT: Final = str(Path(__file__).with_name("connect_client.py"))
 #: How long the other process may take to start, or to finish its exchange (a hang guard).
@@ -39,7 +39,7 @@ class Outcome:
 
     def parsed(self) -> list[frames.Response]:
         """Each reply, shape-checked against the contract."""
-        return [check_reply(line.encode("utf-8") + b"\n") for line in self.replies]
+        return [parse_reply(line.encode("utf-8") + b"\n") for line in self.replies]
 
 
 class OtherProcess:
