@@ -16,7 +16,7 @@ from pi_cross_session.cli import exits
 from pi_cross_session.plugin import render
 from pi_cross_session.protocol.limits import QUEUE_TTL_S
 from tests.mcp.test_process import mcp_process
-from tests.support.cli_procs import CLI, COMMAND_TIMEOUT_S, MESSAGE_ID_RE, cli_env
+from tests.support.processes import CLI, COMMAND_TIMEOUT_S, MESSAGE_ID_RE, cli_env
 
 pytestmark = pytest.mark.anyio
 

@@ -32,7 +32,7 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.raw_client import CAPABILITIES
-from tests.support.sessions import published_sender
+from tests.support.socket_peers import published_sender
 from tests.support.wire_session import Ledger, WireSender, eventually, on_disk
 
 pytestmark = pytest.mark.anyio

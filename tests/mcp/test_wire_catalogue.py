@@ -32,7 +32,7 @@ from tests.hostile.test_catalogue_wire import (
     message,
 )
 from tests.mcp.kit import McpPeer, mcp_peer
-from tests.support.sessions import published_sender
+from tests.support.socket_peers import published_sender
 from tests.support.wire_session import eventually
 
 pytestmark = pytest.mark.anyio

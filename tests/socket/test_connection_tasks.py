@@ -14,7 +14,8 @@ from pi_cross_session.protocol.limits import MAX_IDLE_CONNECTION_TASKS
 from pi_cross_session.protocol.paths import Locations
 from tests.support import raw_client
 from tests.support.raw_client import RawClient
-from tests.support.sessions import settled_peer, wait_until_idle
+from tests.support.socket_peers import settled_peer
+from tests.support.waiting import wait_until_idle
 
 pytestmark = pytest.mark.anyio
 
@@ -58,7 +59,7 @@ async def test_a_burst_leaves_tasks_for_the_next_burst(locations: Locations) -> 
                 for client in clients:
                     reply = await client.read_line()
                     assert reply is not None
-                    assert raw_client.check_reply(reply).status == "ready"
+                    assert raw_client.parse_reply(reply).status == "ready"
             await wait_until_idle(peer.endpoint)
             # Each burst needed a task per connection; of those, a bounded few wait for the next.
             assert tasks() == before + MAX_IDLE_CONNECTION_TASKS, f"burst {burst}"
