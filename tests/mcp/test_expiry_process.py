@@ -1,4 +1,5 @@
-"""A message to an MCP host that never reads, end to end with real processes and real time: the
+"""A message to an MCP host that never reads, end to end with real processes and real time (the
+server runs with a queue time to live of seconds, see ``tests/support/short_queue_ttl_cli.py``): the
 CLI's ``send`` is told ``queued``; after the queue's time to live the CLI's ``status`` says
 ``expired`` (its exit code says it will never be delivered); the server's own
 ``cross-session-status`` prompt lists it; and the host's next read tells its model that a message
@@ -14,9 +15,15 @@ import pytest
 
 from pi_cross_session.cli import exits
 from pi_cross_session.plugin import render
-from pi_cross_session.protocol.limits import QUEUE_TTL_S
 from tests.mcp.test_process import mcp_process
-from tests.support.processes import CLI, COMMAND_TIMEOUT_S, MESSAGE_ID_RE, cli_env
+from tests.support.processes import (
+    CLI,
+    COMMAND_TIMEOUT_S,
+    MESSAGE_ID_RE,
+    SHORT_QUEUE_TTL_CLI,
+    cli_env,
+)
+from tests.support.short_queue_ttl_cli import SHORT_QUEUE_TTL_S
 
 pytestmark = pytest.mark.anyio
 
@@ -27,14 +34,18 @@ async def cli(agent_dir: Path, *args: str) -> tuple[int, str]:
     return done.returncode, done.stdout.decode() + done.stderr.decode()
 
 
-@pytest.mark.slow
 async def test_a_message_the_host_never_reads_ends_expired_and_every_status_says_so(
     private_agent_dir: Path, tmp_path: Path
 ) -> None:
     workdir = tmp_path / "work"
     workdir.mkdir()
     async with mcp_process(
-        private_agent_dir, workdir, tmp_path / "err.log", "--name", "mcp-quiet"
+        private_agent_dir,
+        workdir,
+        tmp_path / "err.log",
+        "--name",
+        "mcp-quiet",
+        command=SHORT_QUEUE_TTL_CLI,
     ) as host:
         code, out = await cli(private_agent_dir, "send", "mcp-quiet", "is anyone reading?")
         assert code == exits.EXIT_OK, out
@@ -44,7 +55,7 @@ async def test_a_message_the_host_never_reads_ends_expired_and_every_status_says
         message_id = match.group(1)
 
         # Nobody reads: the queue drops the message once its time to live is over.
-        await anyio.sleep(QUEUE_TTL_S + 1)
+        await anyio.sleep(SHORT_QUEUE_TTL_S + 1)
         code, out = await cli(private_agent_dir, "status", "mcp-quiet", message_id)
         assert code == exits.EXIT_REFUSED, out
         assert "expired" in out

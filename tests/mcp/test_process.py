@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from tests.mcp.kit import ChannelParams
 from tests.support.bounds import MUST_HAPPEN_S
+from tests.support.processes import CLI
 from tests.support.raw_client import CAPABILITIES
 from tests.support.socket_peers import published_sender
 from tests.support.waiting import eventually
@@ -90,11 +91,11 @@ class Host:
 
 @asynccontextmanager
 async def mcp_process(
-    agent_dir: Path, workdir: Path, errlog: Path, *args: str
+    agent_dir: Path, workdir: Path, errlog: Path, *args: str, command: Sequence[str] = CLI
 ) -> AsyncIterator[Host]:
     params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "pi_cross_session", "mcp", *args],
+        command=command[0],
+        args=[*command[1:], "mcp", *args],
         env={"PI_CODING_AGENT_DIR": str(agent_dir), "PYTHONUNBUFFERED": "1"},
         cwd=str(workdir),
     )
