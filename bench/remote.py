@@ -43,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -302,10 +303,29 @@ def memory_figures(pid: int, run: Any, count: int) -> dict[str, Any]:
     time.sleep(1)
     before = rss_mib(pid)
     started = time.monotonic()
-    replies: Counter[str] = run()
+    trace: list[tuple[float, float]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(1.0):
+            trace.append((time.monotonic() - started, rss_mib(pid)))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        replies: Counter[str] = run()
+    finally:
+        done.set()
+        sampler.join()
     took = time.monotonic() - started
     time.sleep(2)
     after = rss_mib(pid)
+
+    def at(fraction: float) -> float:
+        """RSS at ``fraction`` of the flood's time (the nearest sample before it)."""
+        earlier = [rss for t, rss in trace if t <= fraction * took]
+        return round(earlier[-1] if earlier else before, 2)
+
     answered = sum(n for status, n in replies.items() if not status.startswith(NO_ANSWER))
     if answered != count:
         raise SystemExit(f"only {answered} of {count} requests were answered: {dict(replies)}")
@@ -319,6 +339,10 @@ def memory_figures(pid: int, run: Any, count: int) -> dict[str, Any]:
         "rss_before_mib": round(before, 2),
         "rss_after_mib": round(after, 2),
         "rss_delta_mib": round(after - before, 2),
+        # Sampled every second: a table filling to its bound rises early and then stays level;
+        # a leak keeps rising with the count.
+        "rss_at_quarters_mib": [at(0.25), at(0.5), at(0.75)],
+        "rss_second_half_delta_mib": round(after - at(0.5), 2),
     }
 
 
@@ -549,7 +573,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"in {m['seconds']} s, {m['answered']} answered "
                 f"({m['relayed_from_session']} by the session, relayed; "
                 f"{m['refused_by_gateway']} by the gateway's bounds); "
-                f"replies {m['replies']}"
+                f"replies {m['replies']}; RSS at 1/4, 1/2, 3/4 of the flood "
+                f"{m['rss_at_quarters_mib']} MiB, "
+                f"second half {m['rss_second_half_delta_mib']:+} MiB"
             )
     return 0
 
