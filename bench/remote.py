@@ -18,10 +18,17 @@ Three measurements, each a ratio taken side by side in one run:
    live local sessions (100 in-process endpoints of a third agent dir, probed for real). Both are
    timed in process, without the command line's start. Ratio of medians; target at most 2.
 3. **memory** — buildbox's gateway RSS before and after 100,000 signed send envelopes from one
-   trusted machine this process plays, each refused (the session refuses inbound, or the machine's
-   bounds refuse first) and the refusal signed and relayed back. Target: within 5 MiB.
+   trusted machine this process plays, each from a new sender, each refused (the session refuses
+   inbound, or the machine's bounds refuse first) and the refusal signed and sent back. Target:
+   within 5 MiB. Every request must be answered (the bench fails otherwise); the replies say how
+   many refusals came from the session (delivered, refused there, relayed back) and how many from
+   the gateway's bounds (most of them: a new sender per envelope soon fills the machine's table
+   of sender identities, and the machine's rate does the rest).
+4. **memory, relayed** — the same for 100,000 envelopes the gateway delivers: ten trusted
+   machines, 16 senders each, each machine paced under its rate, so every refusal is the
+   session's own, relayed back (``--relayed N``; the machines' rates make it take minutes).
 
-Run ``python bench/remote.py`` (``--json``; ``--sends N``; ``--refusals N``).
+Run ``python bench/remote.py`` (``--json``; ``--sends N``; ``--refusals N``; ``--relayed N``).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -70,6 +78,11 @@ from pi_cross_session.security.tokens import new_instance_id, new_token
 
 WAIT_S = 60.0
 PER_SENDER = 25
+#: Phase 4: machines, requests in flight per machine (its bound is 16), and a pace under each
+#: machine's refill (100/s) so that the gateway delivers every one.
+RELAY_MACHINES = 10
+RELAY_WIDTH = 8
+RELAY_PER_S = 90.0
 
 
 class Machine:
@@ -275,26 +288,99 @@ def remote_listing(locations: Locations) -> int:
     return len(records) + 0 * len(text)
 
 
-# -- 3: memory under refusals -------------------------------------------------------------------
+# -- 3, 4: memory under refusals ---------------------------------------------------------------
+
+
+def memory_figures(pid: int, run: Any, count: int) -> dict[str, Any]:
+    """RSS of ``pid`` around ``run()``, which sends ``count`` envelopes and counts the replies.
+
+    Every request must be answered. ``refused`` comes only from the session (it refuses inbound;
+    the gateway, with inbound on, never says it to a verified machine): those refusals were
+    delivered, refused there and relayed back. ``rate_limited`` is the gateway's own: the
+    machine's bucket, its deliveries in flight, or its table of sender identities, full. Any
+    other word is the gateway's local exchange with the session failing (``transport_error``
+    when the session's door is full), also relayed back as a refusal."""
+    time.sleep(1)
+    before = rss_mib(pid)
+    started = time.monotonic()
+    trace: list[tuple[float, float]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(1.0):
+            trace.append((time.monotonic() - started, rss_mib(pid)))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        replies: Counter[str] = run()
+    finally:
+        done.set()
+        sampler.join()
+    took = time.monotonic() - started
+    time.sleep(2)
+    after = rss_mib(pid)
+
+    def at(fraction: float) -> float:
+        """RSS at ``fraction`` of the flood's time (the nearest sample before it)."""
+        earlier = [rss for t, rss in trace if t <= fraction * took]
+        return round(earlier[-1] if earlier else before, 2)
+
+    answered = sum(n for status, n in replies.items() if not status.startswith(NO_ANSWER))
+    if answered != count:
+        raise SystemExit(f"only {answered} of {count} requests were answered: {dict(replies)}")
+    return {
+        "refusals": count,
+        "answered": answered,
+        "replies": dict(replies),
+        "relayed_from_session": replies[Code.REFUSED],
+        "refused_by_gateway": replies[Code.RATE_LIMITED],
+        "seconds": round(took, 1),
+        "rss_before_mib": round(before, 2),
+        "rss_after_mib": round(after, 2),
+        "rss_delta_mib": round(after - before, 2),
+        # Sampled every second: a table filling to its bound rises early and then stays level;
+        # a leak keeps rising with the count.
+        "rss_at_quarters_mib": [at(0.25), at(0.5), at(0.75)],
+        "rss_second_half_delta_mib": round(after - at(0.5), 2),
+    }
+
+
+#: How the flood counts a request that got no reply at all.
+NO_ANSWER = "no answer: "
 
 
 async def flood(
-    url: str, origin: str, key: MachineKey, target: str, count: int, width: int
+    url: str,
+    origin: str,
+    key: MachineKey,
+    target: str,
+    count: int,
+    width: int,
+    *,
+    senders: list[str] | None = None,
+    per_second: float | None = None,
 ) -> Counter[str]:
+    """``count`` signed sends from ``origin``, ``width`` at a time: each from a new sender, or
+    in turn from ``senders``; at most ``per_second`` started per second when given."""
     seen: Counter[str] = Counter()
     nc = await nats.connect(url)
     subject = env.request_subject("buildbox")
     sent = 0
+    began = time.monotonic()
 
     async def worker() -> None:
         nonlocal sent
         while sent < count:
             sent += 1
+            if per_second is not None:
+                await anyio.sleep(max(0.0, began + sent / per_second - time.monotonic()))
+            sender_iid = secrets.token_hex(16) if senders is None else senders[sent % len(senders)]
             now = time.time_ns() // 1_000_000
             body = env.SendBody(
                 target=target,
                 sender=env.RemoteSender(
-                    id="flood", instance_id=secrets.token_hex(16), name="flood", capabilities=[]
+                    id="flood", instance_id=sender_iid, name="flood", capabilities=[]
                 ),
                 message=env.RemoteMessage(
                     message_id=secrets.token_hex(8),
@@ -316,8 +402,8 @@ async def flood(
                 msg = await nc.request(subject, key.seal(env.encode(envelope)), timeout=10)
                 reply = env.decode(bytes(msg.data)[64:]).read_body()
                 seen[getattr(reply, "status", "?")] += 1
-            except Exception as exc:
-                seen[type(exc).__name__] += 1
+            except Exception as exc:  # no answer (a timeout, a closed connection)
+                seen[f"{NO_ANSWER}{type(exc).__name__}"] += 1
 
     try:
         async with anyio.create_task_group() as group:
@@ -333,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--sends", type=int, default=200, help="sends of each kind (max 250)")
     parser.add_argument("--refusals", type=int, default=100_000)
+    parser.add_argument("--relayed", type=int, default=100_000)
     parser.add_argument("--listing-repeat", type=int, default=30)
     args = parser.parse_args(argv)
     sends = min(args.sends, 250)
@@ -346,9 +433,12 @@ def main(argv: list[str] | None = None) -> int:
         machines = [laptop, buildbox]
         farms = [(f"farm{i}", MachineKey.generate()) for i in range(2)]
         flooder = MachineKey.generate()
+        relayers = [(f"relay{i}", MachineKey.generate()) for i in range(RELAY_MACHINES)]
         laptop.trust("buildbox", buildbox.identity.key.public_text())
         buildbox.trust("laptop", laptop.identity.key.public_text())
         buildbox.trust("flooder", flooder.public_text())
+        for name, key in relayers:
+            buildbox.trust(name, key.public_text())
         for name, key in farms:
             laptop.trust(name, key.public_text())
         logs = root / "logs"
@@ -417,23 +507,45 @@ def main(argv: list[str] | None = None) -> int:
         # 3: memory under refusals
         wall = buildbox.registration("wall")
         anyio.run(flood, server.url, "flooder", flooder, wall.instance_id, 2_000, 32)
-        time.sleep(1)
-        before = rss_mib(gateway.pid)
-        started = time.monotonic()
-        replies = anyio.run(
-            flood, server.url, "flooder", flooder, wall.instance_id, args.refusals, 32
+        result["memory"] = memory_figures(
+            gateway.pid,
+            lambda: anyio.run(
+                flood, server.url, "flooder", flooder, wall.instance_id, args.refusals, 32
+            ),
+            args.refusals,
         )
-        took = time.monotonic() - started
-        time.sleep(2)
-        after = rss_mib(gateway.pid)
-        result["memory"] = {
-            "refusals": args.refusals,
-            "replies": dict(replies),
-            "seconds": round(took, 1),
-            "rss_before_mib": round(before, 2),
-            "rss_after_mib": round(after, 2),
-            "rss_delta_mib": round(after - before, 2),
-        }
+
+        # 4: memory under refusals the session gives, each relayed back
+        senders = {name: [secrets.token_hex(16) for _ in range(16)] for name, _ in relayers}
+
+        async def relayed(count: int) -> Counter[str]:
+            share = count // len(relayers)
+            totals: Counter[str] = Counter()
+
+            async def one(name: str, key: MachineKey, n: int) -> None:
+                totals.update(
+                    await flood(
+                        server.url,
+                        name,
+                        key,
+                        wall.instance_id,
+                        n,
+                        RELAY_WIDTH,
+                        senders=senders[name],
+                        per_second=RELAY_PER_S,
+                    )
+                )
+
+            async with anyio.create_task_group() as group:
+                for index, (name, key) in enumerate(relayers):
+                    n = share + (count - share * len(relayers) if index == 0 else 0)
+                    group.start_soon(one, name, key, n)
+            return totals
+
+        anyio.run(relayed, 800)  # every sender known before the measurement
+        result["relayed"] = memory_figures(
+            gateway.pid, lambda: anyio.run(relayed, args.relayed), args.relayed
+        )
     finally:
         for machine in machines:
             machine.stop()
@@ -442,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        s, li, m = result["send"], result["listing"], result["memory"]
+        s, li = result["send"], result["listing"]
         print(
             f"send p50: local {s['local_p50_ms']} ms, remote {s['remote_p50_ms']} ms, "
             f"ratio {s['ratio_p50']} (target <= 2); "
@@ -454,11 +566,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{li['local_sessions']} local in {li['local_listing_ms']} ms, ratio {li['ratio']} "
             "(target <= 2)"
         )
-        print(
-            f"memory: gateway RSS {m['rss_before_mib']} -> {m['rss_after_mib']} MiB "
-            f"({m['rss_delta_mib']:+} MiB, target within 5) after {m['refusals']} refusals in "
-            f"{m['seconds']} s; replies {m['replies']}"
-        )
+        for label, m in (("memory", result["memory"]), ("relayed", result["relayed"])):
+            print(
+                f"{label}: gateway RSS {m['rss_before_mib']} -> {m['rss_after_mib']} MiB "
+                f"({m['rss_delta_mib']:+} MiB, target within 5) after {m['refusals']} refusals "
+                f"in {m['seconds']} s, {m['answered']} answered "
+                f"({m['relayed_from_session']} by the session, relayed; "
+                f"{m['refused_by_gateway']} by the gateway's bounds); "
+                f"replies {m['replies']}; RSS at 1/4, 1/2, 3/4 of the flood "
+                f"{m['rss_at_quarters_mib']} MiB, "
+                f"second half {m['rss_second_half_delta_mib']:+} MiB"
+            )
     return 0
 
 

@@ -12,7 +12,7 @@ import anyio
 
 from pi_cross_session.cli import exits
 from pi_cross_session.protocol.remote.envelope import request_subject
-from tests.support.remote import Fleet, Machine, RawMachine, raw_request, reply_of
+from tests.support.remote import Fleet, Machine, RawMachine, Tap, raw_request, reply_of
 
 
 def _target(machine: Machine, name: str) -> str:
@@ -34,12 +34,17 @@ def test_a_frozen_receiving_gateway_is_receipt_unknown_never_a_retry(fleet: Flee
     laptop.start_gateway()
     remote_gateway = buildbox.start_gateway()
     laptop.wait_peer("bob@buildbox")
-    remote_gateway.process.send_signal(signal.SIGSTOP)  # a partition, seen from laptop
-    try:
-        sent = laptop.cli("send", "bob@buildbox", "are you there?", "--json")
-    finally:
-        remote_gateway.process.send_signal(signal.SIGCONT)
-    report = sent.json()
+    subject = request_subject("buildbox")
+    with Tap(fleet.url, [subject]) as tap:
+        remote_gateway.process.send_signal(signal.SIGSTOP)  # a partition, seen from laptop
+        try:
+            sent = laptop.cli("send", "bob@buildbox", "are you there?", "--json")
+        finally:
+            remote_gateway.process.send_signal(signal.SIGCONT)
+        report = sent.json()
+        bob.wait_event("message", messageId=report["messageId"])
+        # Sent once, never again: the lost hop was not retried by anyone.
+        assert tap.count(subject) == 1
     assert sent.returncode == exits.EXIT_UNKNOWN, sent
     assert (report["status"], report["state"]) == ("connection_closed", "receipt_unknown")
     assert report["retryable"] is False
@@ -92,6 +97,7 @@ def test_a_nats_restart_refuses_meanwhile_and_recovers(fleet: Fleet) -> None:
         raise AssertionError("the gateways never came back")
     bob.wait_event("message", messageId=after.json()["messageId"])
     assert _received(bob, during.json()["messageId"]) == 0
+    assert _received(bob, after.json()["messageId"]) == 1
 
 
 #: (how far the sending machine's clock is from ours, whether the message gets through)

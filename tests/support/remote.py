@@ -8,10 +8,14 @@ stops all of them and removes every runtime dir under ``/tmp`` its agent dirs ma
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -149,6 +153,7 @@ class Fleet:
         self.servers: list[NatsServer] = []
         self.processes: list[WatchedProcess] = []
         self.machines: list[Machine] = []
+        self.links: list[Link] = []
 
     @property
     def url(self) -> str:
@@ -159,6 +164,12 @@ class Fleet:
         self.servers.append(server)
         server.start()
         return server
+
+    def link(self) -> Link:
+        """A TCP link to the first server that a test can freeze or cut (a partition)."""
+        made = Link(self.servers[0].port)
+        self.links.append(made)
+        return made
 
     def machine(self, name: str) -> Machine:
         made = Machine(self, name)
@@ -180,6 +191,8 @@ class Fleet:
             except Exception:  # pragma: no cover - best effort; the next ones still stop
                 if process.process.poll() is None:
                     process.process.kill()
+        for link in self.links:
+            link.close()
         for server in self.servers:
             server.stop(kill=True)
         for machine in self.machines:
@@ -277,3 +290,169 @@ def reply_of(data: bytes | None) -> tuple[str, str] | None:
     body = env.decode(data[64:]).read_body()
     assert isinstance(body, env.ReplyBody)
     return body.outcome.value, body.status
+
+
+class Link:
+    """A real TCP hop between a gateway and its NATS server, on 127.0.0.1, that a test can break.
+
+    :meth:`freeze` is a *silent* partition: the connections stay open but no byte moves either
+    way (what a dead route looks like before anything times out); :meth:`thaw` lets the held
+    bytes through. :meth:`cut` is a *broken* link: every connection is closed and new ones are
+    closed as soon as they arrive, until :meth:`heal`. The NATS server itself never stops.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
+        self._upstream = upstream_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self.port: int = self._listener.getsockname()[1]
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._open = threading.Event()
+        self._open.set()
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def freeze(self) -> None:
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._flowing.set()
+
+    def cut(self) -> None:
+        self._open.clear()
+        self._drop_all()
+
+    def heal(self) -> None:
+        self._flowing.set()
+        self._open.set()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._open.clear()
+        self._drop_all()
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(timeout=MUST_HAPPEN_S)
+
+    def _drop_all(self) -> None:
+        with self._lock:
+            dropped, self._sockets = self._sockets, []
+        for sock in dropped:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not self._open.is_set():
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self._upstream), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                source.settimeout(0.1)
+                pump = threading.Thread(target=self._pump, args=(source, sink), daemon=True)
+                self._threads.append(pump)
+                pump.start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while not self._closed.is_set():
+                if not self._flowing.wait(timeout=0.1):
+                    continue  # frozen: the bytes wait in the kernel's buffers
+                try:
+                    data = source.recv(65536)
+                except TimeoutError:
+                    continue
+                if not data:
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass  # cut, or the other side went
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+class Tap:
+    """A plain NATS subscriber beside the gateways: every message published on ``subjects``
+    (``>``: everything in the account, requests, replies and the bucket's puts alike), as a
+    third party on the server would see it. Use it as a context manager."""
+
+    def __init__(self, url: str, subjects: Sequence[str] = (">",)) -> None:
+        self._url = url
+        self._subjects = list(subjects)
+        self._seen: list[tuple[str, bytes]] = []
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Tap:
+        self._thread.start()
+        assert self._ready.wait(MUST_HAPPEN_S), "the tap never subscribed"
+        if self._failure is not None:
+            raise self._failure
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=MUST_HAPPEN_S)
+
+    def seen(self) -> list[tuple[str, bytes]]:
+        with self._lock:
+            return list(self._seen)
+
+    def count(self, subject: str) -> int:
+        return sum(1 for seen, _ in self.seen() if seen == subject)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # reported to the test by __enter__
+            self._failure = exc
+            self._ready.set()
+
+    async def _main(self) -> None:
+        import nats
+
+        nc = await nats.connect(self._url)
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+
+        async def seen(msg: Any) -> None:
+            with self._lock:
+                self._seen.append((msg.subject, bytes(msg.data)))
+
+        try:
+            for subject in self._subjects:
+                await nc.subscribe(subject, cb=seen)
+            await nc.flush()
+            self._ready.set()
+            await self._stop.wait()
+            await nc.flush()
+        finally:
+            await nc.close()

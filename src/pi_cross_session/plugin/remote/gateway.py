@@ -199,6 +199,7 @@ class Gateway:
         self._skew_ms: dict[str, int] = {}
         self._proxies: dict[str, _Proxy] = {}
         self._senders: dict[str, _SenderIdentity] = {}
+        self._making_identity = anyio.Lock()
         self._sender_table = SenderTable()
         self._flow = MachineFlow()
         self._budget = ConnectionBudget(cap=MAX_GATEWAY_CONNECTIONS)
@@ -677,6 +678,21 @@ class Gateway:
             return None
         if claimed.evicted is not None and claimed.evicted not in self._proxies:
             await self._remove_sender(claimed.evicted)
+        proxy = self._proxies.get(local_id)
+        if proxy is not None:
+            return proxy.registration, proxy.token
+        known = self._senders.get(local_id)
+        if known is not None:
+            return known.registration, known.token
+        # Made under a lock: a sender's first messages often arrive together, and two
+        # identities made at once would each write the registration with its own token, so
+        # the deliveries holding the token that lost would fail authentication, then and later.
+        async with self._making_identity:
+            return await self._new_identity(machine, local_id, remote)
+
+    async def _new_identity(
+        self, machine: str, local_id: str, remote: RemoteSender
+    ) -> tuple[Registration, str] | None:
         proxy = self._proxies.get(local_id)
         if proxy is not None:
             return proxy.registration, proxy.token
