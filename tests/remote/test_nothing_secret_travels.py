@@ -24,9 +24,8 @@ from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.registration import Registration, parse_registration
 from pi_cross_session.protocol.remote import envelope as env
 from pi_cross_session.security.io import fs
-from tests.support.peers import make_message
 from tests.support.remote import Fleet, Machine, Tap
-from tests.support.sessions import as_sender, published_sender
+from tests.support.socket_peers import as_sender, make_message, published_sender
 
 
 def _registration(machine: Machine, name: str) -> Registration:

@@ -15,7 +15,7 @@ from typing import Any
 from pi_cross_session.cli import exits
 from pi_cross_session.protocol.remote.envelope import request_subject
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.cli_procs import Result
+from tests.support.processes import Result
 from tests.support.remote import Fleet, Machine, Tap
 
 

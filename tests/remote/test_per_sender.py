@@ -19,7 +19,7 @@ from pi_cross_session.cli import exits
 from pi_cross_session.protocol.codes import OK_RECEIPTS
 from pi_cross_session.protocol.limits import LIFETIME_BUDGET, RATE_CAPACITY
 from pi_cross_session.protocol.remote.envelope import request_subject
-from tests.support.cli_procs import InboxProcess
+from tests.support.processes import InboxProcess
 from tests.support.remote import Fleet, Machine, RawMachine, fleet_at, reply_of
 
 MACHINES = ("alpha", "beta", "gamma", "delta")
