@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.processes import run_demo
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "demo" / "agents_demo.py"
@@ -15,21 +14,9 @@ DEMO = ROOT / "demo" / "agents_demo.py"
 
 @pytest.mark.slow
 def test_the_agents_demo_passes_every_act(tmp_path: Path) -> None:
-    scratch = tmp_path / "demo-tmp"  # the demo's temporary dir goes here, and must be removed
-    scratch.mkdir()
-    env = {**os.environ, "TMPDIR": str(scratch), "PYTHONWARNINGS": "ignore"}
-    env.pop("PI_CROSS_SESSION_INBOUND", None)
-    done = subprocess.run(
-        [sys.executable, str(DEMO)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    output = run_demo(
+        DEMO, tmp_path / "demo-tmp", timeout_s=600, unset=("PI_CROSS_SESSION_INBOUND",)
     )
-    output = done.stdout
-    assert done.returncode == 0, output + done.stderr
     for line in (
         "✓ beta's turn starts from alpha's peer message",
         "✓ beta's model reads it framed as peer text",
@@ -68,4 +55,3 @@ def test_the_agents_demo_passes_every_act(tmp_path: Path) -> None:
     assert '"status": "budget_exhausted"' in receipts["a side note [no goal]"], receipts
     assert '"status": "goal_not_authorized"' in receipts["after complete [goal]"], receipts
     assert receipts["after complete [goal]"].endswith("· beta budget 1"), receipts
-    assert not any(scratch.iterdir()), "the demo left files in its temporary dir"

@@ -11,7 +11,7 @@ the wire byte by byte, so every receipt is shape-checked, into a ``Ledger`` that
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,13 +27,9 @@ from pi_cross_session.plugin.hosts.mcp import CHANNEL_METHOD, McpHost, McpOption
 from pi_cross_session.plugin.hosts.mcp_seat import DeliveryMode
 from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.admission import Snapshot
-from tests.support import raw_client
 from tests.support.clocks import FakeClock
-from tests.support.socket_peers import published_sender
 from tests.support.waiting import eventually
-from tests.support.wire_session import Ledger, WireSender, runtime_options
+from tests.support.wire_session import Ledger, SessionViews, runtime_options
 
 
 class ChannelParams(BaseModel):
@@ -44,7 +40,7 @@ class ChannelParams(BaseModel):
 
 
 @dataclass
-class McpPeer:
+class McpPeer(SessionViews):
     """The peer under test, its MCP client, and what the senders were told."""
 
     session: ClientSession
@@ -60,34 +56,6 @@ class McpPeer:
         assert isinstance(host, McpHost)
         return host
 
-    @property
-    def registration(self) -> Registration:
-        registration = self.runtime.registration()
-        assert registration is not None, "the MCP peer is not registered"
-        return registration
-
-    def snapshot(self) -> Snapshot:
-        snapshot = self.runtime.snapshot()
-        assert snapshot is not None
-        return snapshot
-
-    def sender(
-        self, name: str, *, capabilities: Iterable[str] | None = raw_client.CAPABILITIES
-    ) -> WireSender:
-        return WireSender(
-            published_sender(self.locations, name),
-            lambda: self.registration,
-            ledger=self.ledger,
-            wall_ms=self.clock.wall_ms,
-            capabilities=capabilities,
-        )
-
-    def state(self, sender: WireSender, message_id: str) -> str | None:
-        for row in self.snapshot().rows:
-            if (row.sender_instance_id, row.message_id) == (sender.instance_id, message_id):
-                return row.state
-        return None
-
     def advance(self, seconds: float) -> None:
         """Move admission time forward and wake the runtime's maintenance loop."""
         self.clock.advance(seconds)
@@ -102,12 +70,6 @@ class McpPeer:
 
     async def channel_count(self, count: int) -> None:
         await eventually(lambda: len(self.channel) >= count)
-
-    async def endpoint_idle(self) -> None:
-        current = self.runtime._current  # no public handle on the endpoint's counters
-        if current is not None:
-            endpoint = current.endpoint
-            await eventually(lambda: endpoint.statistics().open_connections == 0)
 
 
 @asynccontextmanager

@@ -3,12 +3,11 @@ a headless inbox, through push, pull and withdrawal."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.processes import run_demo
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "demo" / "mcp_demo.py"
@@ -16,20 +15,7 @@ DEMO = ROOT / "demo" / "mcp_demo.py"
 
 @pytest.mark.slow
 def test_the_mcp_demo_runs_every_act(tmp_path: Path) -> None:
-    scratch = tmp_path / "demo-tmp"  # the demo's temporary dir goes here, and must be removed
-    scratch.mkdir()
-    env = {**os.environ, "TMPDIR": str(scratch), "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run(
-        [sys.executable, str(DEMO)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    output = done.stdout
-    assert done.returncode == 0, output + done.stderr
+    output = run_demo(DEMO, tmp_path / "demo-tmp", timeout_s=300)
     for line in (
         "[claude] initialized: capabilities.experimental = {'claude/channel': {}}",
         "[claude] channel notification (notifications/claude/channel):",
@@ -42,4 +28,3 @@ def test_the_mcp_demo_runs_every_act(tmp_path: Path) -> None:
     ):
         assert line in output, output
     assert "\x1b[2J" not in output
-    assert list(scratch.iterdir()) == []

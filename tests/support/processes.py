@@ -553,3 +553,27 @@ def pid_exists(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# -- the demos -------------------------------------------------------------------------------------
+
+
+def run_demo(script: Path, scratch: Path, *, timeout_s: float, unset: tuple[str, ...] = ()) -> str:
+    """Run a demo script from the checkout's root as ``make`` does, with its temporary files in
+    ``scratch`` (which it must leave empty); returns its output once it exited 0."""
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "PYTHONWARNINGS": "ignore"}
+    for name in unset:
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=script.parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not any(scratch.iterdir()), "the demo left files in its temporary dir"
+    return done.stdout

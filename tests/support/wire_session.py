@@ -195,18 +195,15 @@ class WireSender:
         return reply
 
 
-@dataclass
-class Receiver:
-    """The session under test: its runtime, host, turns, fake clock and the wire ledger."""
+class SessionViews:
+    """What every in-process session under test offers, from the attributes its dataclass holds:
+    ``runtime``, ``clock``, ``locations`` and ``ledger``. :class:`Receiver` (a scripted host) and
+    the MCP peer (tests/mcp/kit.py) share it."""
 
     runtime: SessionRuntime
-    host: ScriptedHost
-    turns: Turns
     clock: FakeClock
     locations: Locations
     ledger: Ledger
-    #: Every row change the runtime reported (``on_row``), across incarnations.
-    row_events: list[Row]
 
     @property
     def registration(self) -> Registration:
@@ -236,6 +233,28 @@ class Receiver:
             if (row.sender_instance_id, row.message_id) == (sender.instance_id, message_id):
                 return row.state
         return None
+
+    async def endpoint_idle(self) -> None:
+        """Wait until the endpoint serves no connection (see tests.support.socket_peers for why)."""
+        current = self.runtime._current  # no public handle on the endpoint's counters
+        if current is None:
+            return
+        endpoint = current.endpoint
+        await eventually(lambda: endpoint.statistics().open_connections == 0)
+
+
+@dataclass
+class Receiver(SessionViews):
+    """The session under test: its runtime, host, turns, fake clock and the wire ledger."""
+
+    runtime: SessionRuntime
+    host: ScriptedHost
+    turns: Turns
+    clock: FakeClock
+    locations: Locations
+    ledger: Ledger
+    #: Every row change the runtime reported (``on_row``), across incarnations.
+    row_events: list[Row]
 
     async def wait_state(self, sender: WireSender, message_id: str, state: str) -> None:
         await eventually(lambda: self.state(sender, message_id) == state)
@@ -269,14 +288,6 @@ class Receiver:
             stamp = self.clock.wall_ms()
             self.runtime.on_session_info_changed()
             await eventually(lambda stamp=stamp: self.published_updated_at() == stamp)  # type: ignore[misc]
-
-    async def endpoint_idle(self) -> None:
-        """Wait until the endpoint serves no connection (see tests.support.socket_peers for why)."""
-        current = self.runtime._current  # no public handle on the endpoint's counters
-        if current is None:
-            return
-        endpoint = current.endpoint
-        await eventually(lambda: endpoint.statistics().open_connections == 0)
 
 
 def runtime_options(clock: FakeClock | None = None, **overrides: Any) -> RuntimeOptions:
