@@ -74,6 +74,13 @@ def _issue(
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=_VALID_DAYS))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        # Key identifiers on every certificate: Python 3.13's default TLS context verifies
+        # strictly (X.509 strict mode), which refuses a chain whose certificates lack them.
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
+            critical=False,
+        )
     )
     if hosts:
         builder = builder.add_extension(
