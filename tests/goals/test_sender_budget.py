@@ -34,7 +34,6 @@ from pi_cross_session.protocol.limits import (
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.goals import USER_TURN, GoalConfirmations, Reservation
-from pi_cross_session.security.io import fs
 from tests.goals.kit import (
     FORGED_GOAL,
     accepted_connections,
@@ -44,7 +43,7 @@ from tests.goals.kit import (
     start_goal,
 )
 from tests.support.fake_receiver import FakeReceiver, Reply, Step, fake_receiver, ready, receipt
-from tests.support.socket_peers import make_registration, publish, running_peer
+from tests.support.socket_peers import make_registration, running_peer
 from tests.support.wire_session import assert_accounted, running_receiver
 
 pytestmark = pytest.mark.anyio
@@ -142,12 +141,8 @@ async def goal_capable_fake(
         ready(registration, capabilities=(CANCEL_SAFE_QUEUE, GOAL_SCOPED_PEER)),
         Reply(answer),
     ]
-    async with fake_receiver(locations, script, registration=registration) as fake:
-        publish(locations, registration)
-        try:
-            yield fake
-        finally:
-            fs.remove_file(locations.registration_path(registration.instance_id))
+    async with fake_receiver(locations, script, registration=registration, published=True) as fake:
+        yield fake
 
 
 async def test_case14_one_free_attempt_in_flight_and_an_unknown_receipt_ends_the_confirmation(

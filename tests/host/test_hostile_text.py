@@ -50,7 +50,7 @@ from tests.support.hostile_text import (
     assert_safe_text,
     unsafe_in,
 )
-from tests.support.socket_peers import make_registration, now_ms, publish, serving
+from tests.support.socket_peers import make_registration, now_ms, serving
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
@@ -204,12 +204,8 @@ async def test_the_model_reads_a_hostile_receivers_status_as_one_escaped_line(
         return call_tool("send_pi_message", {"target": "liar", "message": "status?"})
 
     model.responder = respond_to
-    async with fake_receiver(locations, script, registration=registration):
-        publish(locations, registration)
-        try:
-            await reply_text(harness, "ask liar for its status")
-        finally:
-            fs.remove_file(locations.registration_path(registration.instance_id))
+    async with fake_receiver(locations, script, registration=registration, published=True):
+        await reply_text(harness, "ask liar for its status")
     [result] = model.tool_results()
     assert_safe_line(result)
     assert "unrecognized_status" in result

@@ -16,8 +16,7 @@ reads (render's reports) and the structured details must never carry one of thos
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -28,16 +27,14 @@ from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codes import Code, classify
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.io import fs
 from tests.support.fake_receiver import (
-    FakeReceiver,
     Reply,
     Step,
-    fake_receiver,
     ready,
     respond,
     response_body,
     response_line,
+    scripted_peer,
 )
 from tests.support.hostile_text import (
     ALL_ATTACKS,
@@ -47,7 +44,6 @@ from tests.support.hostile_text import (
     strings_in,
     unsafe_in,
 )
-from tests.support.socket_peers import make_registration, publish
 from tests.support.wire_session import running_receiver
 
 pytestmark = pytest.mark.anyio
@@ -60,19 +56,6 @@ HOSTILE_FIELDS: dict[str, Any] = {
     "next": ALL_ATTACKS,
     "error": ALL_ATTACKS,
 }
-Script = Callable[[Registration], Sequence[Step]]
-
-
-@asynccontextmanager
-async def hostile_receiver(locations: Locations, steps: Script) -> AsyncIterator[FakeReceiver]:
-    """A scripted receiver published under :data:`PEER`, so listings find it by name."""
-    registration = make_registration(locations, PEER)
-    async with fake_receiver(locations, steps(registration), registration=registration) as fake:
-        publish(locations, registration)
-        try:
-            yield fake
-        finally:
-            fs.remove_file(locations.registration_path(registration.instance_id))
 
 
 def by_frame(registration: Registration, **answers: dict[str, Any]) -> Reply:
@@ -113,7 +96,7 @@ async def test_a_refusal_with_a_status_outside_the_contract_is_our_unknown_code(
     caplog.set_level(logging.DEBUG)
     async with (
         running_receiver(locations, listing_at_start=False) as rx,
-        hostile_receiver(locations, steps),
+        scripted_peer(locations, PEER, steps),
     ):
         report = await rx.runtime.send(PEER, "are you there?")
     assert_no_raw_peer_text(report)
@@ -140,7 +123,7 @@ async def test_the_model_reads_the_refusal_as_one_escaped_line(locations: Locati
 
     async with (
         running_receiver(locations, listing_at_start=False) as rx,
-        hostile_receiver(locations, steps),
+        scripted_peer(locations, PEER, steps),
     ):
         params = tools.SendPiMessageParams.model_validate({"target": PEER, "message": "hi"})
         output = await tools.run_send_pi_message(rx.runtime, params)
@@ -163,7 +146,7 @@ async def test_a_known_refusal_keeps_its_code_but_not_the_receivers_texts(
 
     async with (
         running_receiver(locations, listing_at_start=False) as rx,
-        hostile_receiver(locations, steps),
+        scripted_peer(locations, PEER, steps),
     ):
         report = await rx.runtime.send(PEER, "hello")
     assert_no_raw_peer_text(report)
@@ -183,7 +166,7 @@ async def test_an_ok_receipt_with_a_status_outside_the_contract_is_an_invalid_re
 
     async with (
         running_receiver(locations, listing_at_start=False) as rx,
-        hostile_receiver(locations, steps),
+        scripted_peer(locations, PEER, steps),
     ):
         report = await rx.runtime.send(PEER, "hello")
     assert_no_raw_peer_text(report)
@@ -201,7 +184,7 @@ async def test_a_status_answer_outside_the_contract_is_an_invalid_receipt(
 
     async with (
         running_receiver(locations, listing_at_start=False) as rx,
-        hostile_receiver(locations, steps),
+        scripted_peer(locations, PEER, steps),
     ):
         report = await rx.runtime.query_status(PEER, "m-1")
     assert_no_raw_peer_text(report)
@@ -220,7 +203,7 @@ async def test_a_status_answer_with_a_hostile_diagnostic_shows_it_escaped(
 
     async with (
         running_receiver(locations, listing_at_start=False) as rx,
-        hostile_receiver(locations, steps),
+        scripted_peer(locations, PEER, steps),
     ):
         report = await rx.runtime.query_status(PEER, "m-1")
     assert_no_raw_peer_text(report)
@@ -243,7 +226,7 @@ async def test_a_delivery_word_outside_the_contract_ends_the_wait_as_unknown(
 
     async with (
         running_receiver(locations, listing_at_start=False) as rx,
-        hostile_receiver(locations, steps),
+        scripted_peer(locations, PEER, steps),
     ):
         report = await rx.runtime.send(PEER, "hello", wait_s=5)
     assert_no_raw_peer_text(report)

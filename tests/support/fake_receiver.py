@@ -10,6 +10,7 @@ It shares no code with the package's endpoint or codec: a line is whatever ends 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -24,7 +25,7 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.socket_peers import make_registration
+from tests.support.socket_peers import make_registration, publish
 
 #: What a step computes its reply from: the received line's JSON (None if it is not JSON).
 Responder = Callable[[Any], bytes]
@@ -263,11 +264,13 @@ async def fake_receiver(
     *,
     registration: Registration | None = None,
     name: str = "fake",
+    published: bool = False,
 ) -> AsyncIterator[FakeReceiver]:
     """Serve ``script`` at the socket path of ``registration`` (a fresh one by default).
 
-    The registration is returned on the fake but not published: the exchange side needs only the
-    registration object, and nothing reads the file.
+    The registration is returned on the fake; with ``published`` it is also written to the peers
+    dir once the socket listens (so listings find the fake by name) and removed at the end.
+    Otherwise nothing reads the file: the exchange side needs only the registration object.
     """
     registration = registration or make_registration(locations, name)
     fs.ensure_private_dir(locations.runtime_dir)
@@ -275,10 +278,28 @@ async def fake_receiver(
     async with anyio.create_task_group() as tg:
         await tg.start(fake.serve)
         try:
-            yield fake
+            if published:
+                publish(locations, registration)
+            try:
+                yield fake
+            finally:
+                if published:
+                    fs.remove_file(locations.registration_path(registration.instance_id))
             # Let the fake see every client close before it is cancelled (see
             # tests.support.socket_peers for the race this avoids).
             await fake.settled()
         finally:
             tg.cancel_scope.cancel()
             fs.remove_file(fake.path)
+
+
+#: A fake's script, written once its registration (and so its identity) exists.
+Script = Callable[[Registration], Sequence[Step]]
+
+
+def scripted_peer(
+    locations: Locations, name: str, script: Script
+) -> contextlib.AbstractAsyncContextManager[FakeReceiver]:
+    """A published fake receiver named ``name``, answering with ``script`` of its registration."""
+    registration = make_registration(locations, name)
+    return fake_receiver(locations, script(registration), registration=registration, published=True)

@@ -10,8 +10,7 @@ load it could land after a test's send and add a probe to the frames a fake rece
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -22,7 +21,6 @@ from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.io import fs
 from tests.support.fake_receiver import (
     ABSENT,
     CLOSE,
@@ -30,30 +28,16 @@ from tests.support.fake_receiver import (
     FakeReceiver,
     Reply,
     Step,
-    fake_receiver,
     ready,
     response_body,
     response_line,
+    scripted_peer,
 )
-from tests.support.socket_peers import make_registration, publish
 from tests.support.wire_session import assert_accounted, on_disk, running_receiver
 
 pytestmark = pytest.mark.anyio
 
 PEER = "scripted-peer"
-Script = Callable[[Registration], Sequence[Step]]
-
-
-@asynccontextmanager
-async def published_fake(locations: Locations, steps: Script) -> AsyncIterator[FakeReceiver]:
-    """A scripted receiver registered under :data:`PEER` (so listings find it)."""
-    registration = make_registration(locations, PEER)
-    async with fake_receiver(locations, steps(registration), registration=registration) as fake:
-        publish(locations, registration)
-        try:
-            yield fake
-        finally:
-            fs.remove_file(locations.registration_path(registration.instance_id))
 
 
 def _messages(fake: FakeReceiver) -> list[dict[str, Any]]:
@@ -87,7 +71,7 @@ async def test_item15_a_receiver_without_the_capability_gets_unsupported_and_no_
 
     async with (
         running_receiver(locations, listing_at_start=False) as rx,
-        published_fake(locations, steps) as fake,
+        scripted_peer(locations, PEER, steps) as fake,
     ):
         report = await rx.runtime.send(PEER, "hello, old peer")
         assert (report.ok, report.status, report.state, report.retryable) == (
@@ -112,7 +96,7 @@ async def test_item16_receipt_loss_is_connection_closed_receipt_unknown_one_mess
 
     async with (
         running_receiver(locations, listing_at_start=False) as rx,
-        published_fake(locations, steps) as fake,
+        scripted_peer(locations, PEER, steps) as fake,
     ):
         report = await rx.runtime.send(PEER, "will the receipt arrive?")
         assert (report.ok, report.status, report.state, report.retryable) == (
@@ -136,7 +120,7 @@ async def test_item16_a_silent_peer_is_a_timeout_at_the_send_deadline_one_messag
     exchange = ExchangeConfig(send_deadline_s=0.5)
     async with (
         running_receiver(locations, exchange=exchange, listing_at_start=False) as rx,
-        published_fake(locations, steps) as fake,
+        scripted_peer(locations, PEER, steps) as fake,
     ):
         await rx.runtime.list_peers()
         report = await rx.runtime.send(PEER, "anyone there?")
@@ -162,7 +146,7 @@ async def test_item16_shutdown_during_a_send_is_cancelled_receipt_unknown_one_me
     reports: list[SendReport] = []
     async with (
         running_receiver(locations, listing_at_start=False) as rx,
-        published_fake(locations, steps) as fake,
+        scripted_peer(locations, PEER, steps) as fake,
     ):
         registration = rx.registration
 
@@ -215,7 +199,7 @@ async def test_item16_shutdown_before_the_message_frame_reports_it_was_not_writt
     reports: list[SendReport] = []
     async with (
         running_receiver(locations, listing_at_start=False) as rx,
-        published_fake(locations, _ready_to_probes_only) as fake,
+        scripted_peer(locations, PEER, _ready_to_probes_only) as fake,
     ):
 
         async def send() -> None:
@@ -242,7 +226,7 @@ async def test_item13_an_oversized_outbound_message_costs_no_budget_unit(
 
     async with (
         running_receiver(locations, listing_at_start=False) as rx,
-        published_fake(locations, steps) as fake,
+        scripted_peer(locations, PEER, steps) as fake,
     ):
         text = "界" * 400_000  # 400,000 UTF-16 units (allowed), 1.2 MB of UTF-8 (too large)
         report = await rx.runtime.send(PEER, text)
