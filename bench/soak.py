@@ -428,6 +428,38 @@ async def flood_attempt(plan: AttackPlan, tally: AttackTally, kind: str, serial:
         await anyio.aclose_forcefully(stream)
 
 
+async def trickle_until_cut(
+    stream: anyio.abc.ByteStream, payload: bytes, plan: AttackPlan, *, first_byte_at_once: bool
+) -> bool:
+    """Send ``payload`` one byte every ``plan.trickle_s`` (the first at once, or after a pause)
+    until the receiver closes the connection or ``plan.max_hold_s`` passes; True if it closed."""
+    cut = False
+    async with anyio.create_task_group() as group:
+
+        async def trickle() -> None:
+            for index, byte in enumerate(payload):
+                if index or not first_byte_at_once:
+                    await anyio.sleep(plan.trickle_s)
+                try:
+                    await stream.send(bytes([byte]))
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    return
+
+        async def watch() -> None:
+            nonlocal cut
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                while await stream.receive():
+                    pass
+            cut = True
+            group.cancel_scope.cancel()
+
+        group.start_soon(trickle)
+        group.start_soon(watch)
+        await anyio.sleep(plan.max_hold_s)
+        group.cancel_scope.cancel()
+    return cut
+
+
 async def slow_connection(plan: AttackPlan, tally: AttackTally) -> None:
     """Connect, then trickle bytes without ever an LF, until the receiver closes or we give up."""
     try:
@@ -439,29 +471,8 @@ async def slow_connection(plan: AttackPlan, tally: AttackTally) -> None:
     opened = time.monotonic()
     cut = False
     try:
-        async with anyio.create_task_group() as group:
-
-            async def trickle() -> None:
-                payload = b'{"v":1,"type":"hello","requestId":"' + b"s" * 10_000
-                for byte in payload:
-                    try:
-                        await stream.send(bytes([byte]))
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                        return
-                    await anyio.sleep(plan.trickle_s)
-
-            async def watch() -> None:
-                nonlocal cut
-                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-                    while await stream.receive():
-                        pass
-                cut = True
-                group.cancel_scope.cancel()
-
-            group.start_soon(trickle)
-            group.start_soon(watch)
-            await anyio.sleep(plan.max_hold_s)
-            group.cancel_scope.cancel()
+        payload = b'{"v":1,"type":"hello","requestId":"' + b"s" * 10_000
+        cut = await trickle_until_cut(stream, payload, plan, first_byte_at_once=True)
     finally:
         await anyio.aclose_forcefully(stream)
     if cut:
@@ -497,28 +508,8 @@ async def ready_trickle_connection(plan: AttackPlan, tally: AttackTally) -> None
         if status != "ready":
             return
         ready_at = time.monotonic()
-        async with anyio.create_task_group() as group:
-
-            async def trickle() -> None:
-                for byte in b'{"v":1,"type":"message","requestId":"r","text":"' + b"t" * 10_000:
-                    await anyio.sleep(plan.trickle_s)
-                    try:
-                        await stream.send(bytes([byte]))
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                        return
-
-            async def watch() -> None:
-                nonlocal cut
-                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-                    while await stream.receive():
-                        pass
-                cut = True
-                group.cancel_scope.cancel()
-
-            group.start_soon(trickle)
-            group.start_soon(watch)
-            await anyio.sleep(plan.max_hold_s)
-            group.cancel_scope.cancel()
+        payload = b'{"v":1,"type":"message","requestId":"r","text":"' + b"t" * 10_000
+        cut = await trickle_until_cut(stream, payload, plan, first_byte_at_once=False)
     finally:
         await anyio.aclose_forcefully(stream)
     if ready_at is not None:
