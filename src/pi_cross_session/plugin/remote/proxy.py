@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.abc
 
-from pi_cross_session.protocol.codec import NEED_DATA, Fault, Frame, FrameDecoder, encode_frame
+from pi_cross_session.protocol.codec import NEED_DATA, Fault, Frame, FrameDecoder
 from pi_cross_session.protocol.codes import Code, refusal_text
 from pi_cross_session.protocol.credentials import PeerCredentials
 from pi_cross_session.protocol.errors import FrameError, FrameValidationError
@@ -32,8 +32,8 @@ from pi_cross_session.protocol.frames import (
     Message,
     Response,
     StatusQuery,
-    dumps_frame,
-    loads_frame,
+    frame_from_text,
+    frame_to_bytes,
     parse_hello,
     parse_request,
 )
@@ -205,7 +205,7 @@ class ProxySocket:
         code: Code | None = None if affordable_hello else Code.AUTHENTICATION_FAILED
         if code is None:
             try:
-                hello = parse_hello(loads_frame(frame.text))
+                hello = frame_from_text(frame.text, parse_hello)
             except FrameError:
                 code = Code.INVALID_FRAME
             except FrameValidationError:
@@ -222,7 +222,7 @@ class ProxySocket:
         try:
             if not affordable(frame.text, RECEIVER_BOUNDS):
                 raise FrameValidationError("too costly")
-            request = parse_request(loads_frame(frame.text))
+            request = frame_from_text(frame.text, parse_request)
         except (FrameError, FrameValidationError):
             self.stats.faults += 1
             await self._fault(stream, Code.INVALID_FRAME)
@@ -258,7 +258,7 @@ class ProxySocket:
 
 
 async def _send(stream: anyio.abc.SocketStream, reply: Response) -> None:
-    await stream.send(encode_frame(dumps_frame(reply)))
+    await stream.send(frame_to_bytes(reply))
 
 
 async def _receive(stream: anyio.abc.SocketStream) -> bytes:
