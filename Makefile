@@ -42,9 +42,11 @@ test: $(STAMP)
 	$(PYTEST) $(PARALLEL) $(PYTEST_ARGS)
 
 # The same suite under the `long` hypothesis profile: ten times the examples of every property,
-# stateful machine and the fuzzer (20,000 examples). Tens of minutes; for a scheduled CI job.
+# stateful machine and the fuzzer (20,000 examples), and every command line started with
+# `python -m pi_cross_session` rather than forked from the suite's fork server
+# (tests/support/forked.py). Tens of minutes; for a scheduled CI job.
 test-long: $(STAMP)
-	PI_XS_HYPOTHESIS_PROFILE=long $(PYTEST) $(PARALLEL) --timeout=1800 $(PYTEST_ARGS)
+	PI_XS_HYPOTHESIS_PROFILE=long PI_XS_TEST_EXEC=1 $(PYTEST) $(PARALLEL) --timeout=1800 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench demo

@@ -16,7 +16,7 @@ from pi_cross_session.protocol import paths
 from pi_cross_session.protocol.io import environment
 from tests import hypothesis_profiles
 
-pytest_plugins = ["tests.confinement"]
+pytest_plugins = ["tests.confinement", "tests.scratch"]
 
 hypothesis_profiles.load_from_environment()
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
+from tests.support import forked
 from tests.support.bounds import MUST_HAPPEN_S
 
 # -- a watched process -----------------------------------------------------------------------------
@@ -60,15 +61,12 @@ class WatchedProcess:
         self.lines: list[str] = []
         self.err_lines: list[str] = []
         self._open_streams = 2
-        self.process = subprocess.Popen(
-            list(argv),
+        self.process = forked.start(
+            argv,
             env=env,
             cwd=cwd,
             stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
+            fork_prefix=CLI,
         )
         assert self.process.stdout is not None
         assert self.process.stderr is not None
@@ -260,20 +258,22 @@ def run_cli(
     """Run ``pi-cross-session ARGS`` to completion (``stdin``: text to feed it; ``env``: extra
     variables; ``encoding``: how its output is decoded, with escapes for what does not decode;
     ``command``: the program, :data:`CLI` unless a test needs a variant)."""
-    done = subprocess.run(
+    process = forked.start(
         [*command, *args],
         env={**cli_env(agent_dir), **(env or {})},
         cwd=cwd,
-        input=stdin,
-        stdin=None if stdin is not None else subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         encoding=encoding,
         errors="backslashreplace",
-        timeout=timeout,
-        check=False,
+        fork_prefix=CLI,
     )
-    return Result(tuple(args), done.returncode, done.stdout, done.stderr)
+    try:
+        out, err = process.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise
+    return Result(tuple(args), process.wait(), out, err)
 
 
 def run_with_tty_stderr(
@@ -334,10 +334,16 @@ class InboxProcess(WatchedProcess):
         as_json: bool = True,
         cwd: str | os.PathLike[str] | None = None,
         command: Sequence[str] = CLI,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.args = ("inbox", *args, *(("--json",) if as_json else ()))
         self.as_json = as_json
-        super().__init__([*command, *self.args], env=cli_env(agent_dir), label="inbox", cwd=cwd)
+        super().__init__(
+            [*command, *self.args],
+            env={**cli_env(agent_dir), **(env or {})},
+            label="inbox",
+            cwd=cwd,
+        )
 
     def exited_error(self, message: str) -> AssertionError:
         return InboxExitedError(message)
