@@ -117,7 +117,7 @@ def _read_line(conn: socket.socket, timeout: float | None) -> bytes:
         ready, _, _ = select.select([conn], [], [], timeout)
         if not ready:
             raise TimeoutError
-        chunk = conn.recv(64)
+        chunk = conn.recv(1)  # a byte at a time: what follows the line is another's to read
         if not chunk:
             raise ConnectionError("the fork server's monitor went away")
         data += chunk
