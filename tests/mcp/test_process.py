@@ -157,8 +157,8 @@ async def test_a_host_drives_every_tool_and_a_pull_read_then_its_exit_withdraws_
         assert hints == {
             "list_pi": (True, False, True, False),
             "send_pi_message": (False, False, False, True),
-            "read_pi_messages": (True, False, False, False),
-            "wait_pi_message": (True, False, False, False),
+            "read_pi_messages": (False, False, False, False),
+            "wait_pi_message": (False, False, False, False),
         }
         assert all(tool.annotations is not None for tool in tools.values())
 

@@ -192,8 +192,8 @@ async def test_stdout_carries_only_mcp_messages_through_junk_a_flood_and_shutdow
         }
         if delivery == "pull":
             expected_hints |= {
-                "read_pi_messages": (True, False, False, False),
-                "wait_pi_message": (True, False, False, False),
+                "read_pi_messages": (False, False, False, False),
+                "wait_pi_message": (False, False, False, False),
             }
         assert {
             name: (

@@ -115,15 +115,15 @@ class WaitPiMessageParams(BaseModel):
     )
 
 
-#: Reading changes nothing outside this session's own inbox (it tells the sender "delivered"),
-#: so hosts need not ask before it.
+#: Not read-only: reading takes the messages out of this session's inbox (a second read does not
+#: return them) and turns each into "delivered" for the sender's status query. Nothing is
+#: destroyed, and nothing outside this machine's sessions is touched (closed world).
 READ_SPEC: Final = tools.ToolSpec(
     name=READ_PI_MESSAGES,
     label=render.READ_LABEL,
     description=render.READ_DESCRIPTION,
     snippet=render.READ_DESCRIPTION,
     parameters=ReadPiMessagesParams,
-    read_only=True,
     open_world=False,
 )
 WAIT_SPEC: Final = tools.ToolSpec(
@@ -132,7 +132,6 @@ WAIT_SPEC: Final = tools.ToolSpec(
     description=render.WAIT_DESCRIPTION,
     snippet=render.WAIT_DESCRIPTION,
     parameters=WaitPiMessageParams,
-    read_only=True,
     open_world=False,
 )
 
