@@ -31,10 +31,11 @@ next send, so receipts are ``submitted`` (the counts of every status are reporte
 After the timed run, ``--phase-sends`` more probes and sends (and raw ones) are made with a
 timestamp at each step — taken through the Exchanger's own seams (its vetting and connector
 arguments), no change to the package, by one exchanger that vets on the loop as the timed one does
-— to show where their time goes; the script receiver also times its two handlers (hello, and
-message or status) through the endpoint's handler interface, and stamps each connection's steps
-(accepted, its task running, hello read, handed to the handler, reply written) by wrapping its
-listener, connection task, stream and handler (:func:`mark_receiver`).
+— to show where their time goes. They go to a new incarnation of the script receiver, started for
+this part only, which times its two handlers (hello, and message or status) through the endpoint's
+handler interface and stamps each connection's steps (accepted, its task running, hello read,
+handed to the handler, reply written) by wrapping its listener, connection task, stream and
+handler (:func:`mark_receiver`). The timed run's receivers carry no such wrapping.
 
 Run ``python bench/exchange.py`` (``--json`` for machine-readable output; ``--profile`` adds a
 cProfile of both sides of the send path, untimed). Everything it creates — the temporary agent
@@ -649,11 +650,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     locations = environment.resolve(env={paths.AGENT_DIR_ENV: agent_dir})
     timings_prefix = str(root / "receiver-timings")
     env = {**os.environ, paths.AGENT_DIR_ENV: agent_dir, "PYTHONUNBUFFERED": "1"}
-    env[TIMINGS_ENV] = timings_prefix
     raw_socket = str(root / "raw.sock")
     children: list[Child] = []
     receiver_profile = str(root / "receiver.prof")
     profiling = False
+    # Only the receivers of the step breakdown stamp their steps: the timed run measures the
+    # receiver as it ships, not wrapped by the instrument.
+    instrumenting = False
 
     async def start_receiver() -> Child:
         if args.receiver == "cli":
@@ -661,7 +664,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             argv += ["--name", "bench-receiver"]
         else:
             argv = [sys.executable, THIS_FILE, "--serve-receiver", "bench-receiver"]
-        child_env = {**env, PROFILE_ENV: receiver_profile} if profiling else env
+        child_env = dict(env)
+        if profiling:
+            child_env[PROFILE_ENV] = receiver_profile
+        if instrumenting:
+            child_env[TIMINGS_ENV] = timings_prefix
         return await anyio.to_thread.run_sync(start_child, "receiver", argv, child_env, root)
 
     senders = Senders(locations, start_receiver, args.per_sender, args.per_receiver)
@@ -735,6 +742,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         raw_probe_runs: list[dict[str, int]] = []
         clock = PhaseClock()
         instrumented = Exchanger(locations, clock, connect=clock.connect)
+        instrumenting = True
+        await senders.restart_receiver()  # a new incarnation that stamps its steps
+        instrumenting = False
         assert senders.target is not None
         await instrumented.probe(senders.target)  # it learns, once, that the dir is local
         for _ in range(args.phase_sends):
