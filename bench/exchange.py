@@ -394,6 +394,11 @@ class TimedStream(sockets.UnixStream):
             self._clock.mark(f"reply_{self._lines}")
         return data
 
+    def close(self) -> None:
+        self._clock.mark("close_start")
+        super().close()
+        self._clock.mark("closed")
+
 
 #: The steps of a send, as (label, from mark, to mark); "start"/"end" bracket the whole call.
 OUR_PHASES: Final = (
@@ -406,12 +411,16 @@ OUR_PHASES: Final = (
     # One step: anyio's send yields to the loop, so where "message written" falls between
     # parsing the ready and receiving the receipt is scheduling noise.
     ("ready -> receipt (both sides)", "reply_1", "reply_2"),
-    ("parse receipt, close", "reply_2", "end"),
+    ("parse receipt", "reply_2", "close_start"),
+    # The close wakes the receiver (its read sees EOF), which on two busy cores may take the CPU.
+    ("close", "close_start", "closed"),
+    ("closed -> returned", "closed", "end"),
 )
 #: The steps of a probe: as a send's, up to the ready.
 OUR_PROBE_PHASES: Final = (
     *OUR_PHASES[:6],
-    ("parse ready, close", "reply_1", "end"),
+    ("parse ready", "reply_1", "close_start"),
+    *OUR_PHASES[-2:],
 )
 RAW_PROBE_PHASES: Final = (
     ("connect", "start", "connect_end"),
