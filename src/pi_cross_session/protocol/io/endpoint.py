@@ -10,7 +10,8 @@ capacity and how much each process may have read are the pure policies of
 1. refuses at once (closes without a reply) when ``max_connections`` are already open and nobody
    should give way;
 2. feeds what it reads to the conversation, under the conversation's deadline (one cancel scope
-   per connection, moved when the deadline moves);
+   per connection, moved when the deadline moves: on asyncio a single loop timer, see
+   :mod:`~pi_cross_session.protocol.io.loop`);
 3. hands a hello to :meth:`InboundHandler.on_hello` and a message or status query to
    :meth:`InboundHandler.on_request`, and writes what the conversation makes of their replies
    (half-closing after the request's);
