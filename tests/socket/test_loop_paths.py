@@ -87,6 +87,21 @@ async def test_cancel_before_entering_cuts_at_the_first_wait() -> None:
     assert scope.cancelled_caught
 
 
+async def test_a_scope_cancelled_before_entry_and_left_without_waiting_leaves_no_cancellation() -> (
+    None
+):
+    """Shedding may cancel a connection before its task has started serving it; if the task then
+    leaves the scope without waiting (its socket already closed), it must not stay cancelled:
+    a task cancelled while it runs is cancelled at its next wait, even outside the scope."""
+    scope = loop.deadline_scope(math.inf)
+    scope.cancel()
+    with pytest.raises(ConnectionResetError), scope:
+        raise ConnectionResetError
+    assert not scope.cancelled_caught
+    with anyio.fail_after(MUST_HAPPEN_S):
+        await anyio.sleep(PAST_S)  # a wait after the scope: not cancelled
+
+
 async def test_cancel_from_another_task_cuts_the_wait() -> None:
     scope = loop.deadline_scope(math.inf)
     entered = anyio.Event()

@@ -101,7 +101,7 @@ class _TimerScope:
     def __init__(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
         self._loop = loop
         self._deadline = deadline
-        self._handle: asyncio.TimerHandle | None = None
+        self._handle: asyncio.Handle | None = None
         self._scheduled = math.inf
         self._task: asyncio.Task[object] | None = None
         self._cancelling = 0
@@ -125,7 +125,7 @@ class _TimerScope:
             return
         self.cancel_called = True
         if self._entered:
-            self._deliver()
+            self._deliver_soon()
 
     def __enter__(self) -> _TimerScope:
         task = asyncio.current_task()
@@ -135,7 +135,7 @@ class _TimerScope:
         self._cancelling = task.cancelling()
         self._entered = True
         if self.cancel_called:
-            self._deliver()
+            self._deliver_soon()
         else:
             self._schedule()
         return self
@@ -176,9 +176,18 @@ class _TimerScope:
         self.cancel_called = True
         self._deliver()
 
-    def _deliver(self) -> None:
+    def _deliver_soon(self) -> None:
+        # From the loop, never from inside the task: a task cancelled while it runs stays
+        # cancelled until its next wait, even one after this scope (Python 3.11's uncancel()
+        # does not clear that), where nothing would catch it.
         self._unschedule()
-        if not self._delivered:
+        self._handle = self._loop.call_soon(self._deliver)
+
+    def _deliver(self) -> None:
+        # Only ever called by the loop (a timer or call_soon): the task is waiting, so the
+        # cancellation lands on that wait, inside this scope.
+        self._handle = None
+        if self._entered and not self._delivered:
             assert self._task is not None
             self._delivered = True
             self._task.cancel()
