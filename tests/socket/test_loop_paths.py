@@ -213,6 +213,53 @@ async def test_a_write_to_a_peer_that_does_not_read_waits_for_room_and_closing_e
         assert outcome == [anyio.ClosedResourceError]
 
 
+async def test_a_read_and_a_write_may_wait_on_one_stream_at_once() -> None:
+    """A byte stream may be read in one task while another writes (anyio's contract)."""
+    with stream_pair() as (stream, theirs):
+        big = b"w" * (4 << 20)
+        got: list[bytes] = []
+
+        async def reader() -> None:
+            got.append(await stream.receive())
+
+        with anyio.fail_after(MUST_HAPPEN_S):
+            async with anyio.create_task_group() as group:
+                group.start_soon(stream.send, big)  # blocks: nobody reads yet
+                group.start_soon(reader)  # waits: nothing sent yet
+                await anyio.sleep(PAST_S)
+                theirs.send(b"r")  # wakes the reader ...
+                received = 0
+                while received < len(big):  # ... and room for the writer
+                    received += len(await anyio.to_thread.run_sync(theirs.recv, 1 << 16))
+        assert got == [b"r"]
+        assert not watched(stream.socket.fileno())
+        assert not asyncio.get_running_loop().remove_writer(stream.socket.fileno())
+
+
+async def test_closing_a_stream_wakes_both_its_reader_and_its_writer() -> None:
+    with stream_pair() as (stream, _theirs):
+        big = b"c" * (4 << 20)
+        outcome: list[str] = []
+
+        async def reader() -> None:
+            with pytest.raises(anyio.ClosedResourceError):
+                await stream.receive()
+            outcome.append("reader")
+
+        async def writer() -> None:
+            with pytest.raises(anyio.ClosedResourceError):
+                await stream.send(big)
+            outcome.append("writer")
+
+        with anyio.fail_after(MUST_HAPPEN_S):
+            async with anyio.create_task_group() as group:
+                group.start_soon(writer)
+                group.start_soon(reader)
+                await anyio.sleep(PAST_S)  # both waiting
+                stream.close()
+        assert sorted(outcome) == ["reader", "writer"]
+
+
 async def test_a_write_completes_once_the_peer_reads() -> None:
     with stream_pair() as (stream, theirs):
         big = b"z" * (1 << 20)

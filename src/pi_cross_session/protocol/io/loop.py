@@ -194,38 +194,38 @@ class _TimerScope:
 
 
 class Readiness:
-    """One descriptor's wait for readability or writability (one at a time), on the asyncio
-    loop's own callbacks; under another backend, anyio's. The owner calls :meth:`closing` before
-    it closes the descriptor, so the loop never watches a descriptor number the kernel may hand
-    out again."""
+    """One descriptor's wait for readability, or for writability (one wait at a time; a stream
+    keeps one of each), on the asyncio loop's own callbacks; under another backend, anyio's. The
+    owner calls :meth:`closing` before it closes the descriptor, so the loop never watches a
+    descriptor number the kernel may hand out again."""
 
     __slots__ = ("_elsewhere", "_fd", "_future", "_loop", "_writing")
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, *, writing: bool) -> None:
         self._fd = fd
+        self._writing = writing
         self._future: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._writing = False
         #: Waits in progress through anyio (under another backend).
         self._elsewhere = 0
 
-    async def wait(self, *, writing: bool) -> None:
+    async def wait(self) -> None:
         """Until the descriptor is readable (or writable); :class:`anyio.ClosedResourceError` if
         :meth:`closing` is called meanwhile."""
         loop = asyncio_loop()
         if loop is None:
             self._elsewhere += 1
             try:
-                await (anyio.wait_writable if writing else anyio.wait_readable)(self._fd)
+                await (anyio.wait_writable if self._writing else anyio.wait_readable)(self._fd)
             finally:
                 self._elsewhere -= 1
             return
         future: asyncio.Future[None] = loop.create_future()
-        if writing:
+        if self._writing:
             loop.add_writer(self._fd, self._ready, future)
         else:
             loop.add_reader(self._fd, self._ready, future)
-        self._future, self._loop, self._writing = future, loop, writing
+        self._future, self._loop = future, loop
         try:
             await future
         finally:

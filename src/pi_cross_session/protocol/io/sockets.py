@@ -48,7 +48,8 @@ class UnixStream(anyio.abc.ByteStream):
         self.socket = sock
         self._fd = sock.fileno()
         self._closed = False
-        self._readiness = Readiness(self._fd)
+        self._readable = Readiness(self._fd, writing=False)
+        self._writable = Readiness(self._fd, writing=True)
 
     @property
     def extra_attributes(self) -> dict[Any, Any]:
@@ -60,7 +61,7 @@ class UnixStream(anyio.abc.ByteStream):
             try:
                 data = self.socket.recv(max_bytes)
             except BlockingIOError:
-                await self._wait(writing=False)
+                await self._wait(self._readable)
                 continue
             except OSError as exc:
                 raise self._failure(exc) from exc
@@ -79,7 +80,7 @@ class UnixStream(anyio.abc.ByteStream):
             try:
                 sent = self.socket.send(view)
             except BlockingIOError:
-                await self._wait(writing=True)
+                await self._wait(self._writable)
                 continue
             except OSError as exc:
                 raise self._failure(exc) from exc
@@ -101,13 +102,14 @@ class UnixStream(anyio.abc.ByteStream):
         if self._closed:
             return
         self._closed = True
-        self._readiness.closing()
+        self._readable.closing()
+        self._writable.closing()
         self.socket.close()
 
-    async def _wait(self, *, writing: bool) -> None:
+    async def _wait(self, readiness: Readiness) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
-        await self._readiness.wait(writing=writing)
+        await readiness.wait()
 
     def _failure(self, exc: OSError) -> Exception:
         if self._closed:
@@ -123,7 +125,7 @@ class UnixListener:
         self.socket = sock
         self._fd = sock.fileno()
         self._closed = False
-        self._readiness = Readiness(self._fd)
+        self._readable = Readiness(self._fd, writing=False)
         # Whether the last accept found a connection without waiting: then the next one yields
         # first, so a flood of connections cannot keep the loop from the others.
         self._hot = False
@@ -145,7 +147,7 @@ class UnixListener:
                 client, _ = self.socket.accept()
             except BlockingIOError:
                 self._hot = False
-                await self._readiness.wait(writing=False)
+                await self._readable.wait()
                 continue
             self._hot = True
             client.setblocking(False)
@@ -156,7 +158,7 @@ class UnixListener:
         if self._closed:
             return
         self._closed = True
-        self._readiness.closing()
+        self._readable.closing()
         self.socket.close()
 
 
