@@ -31,10 +31,11 @@ next send, so receipts are ``submitted`` (the counts of every status are reporte
 After the timed run, ``--phase-sends`` more probes and sends (and raw ones) are made with a
 timestamp at each step — taken through the Exchanger's own seams (its vetting and connector
 arguments), no change to the package, by one exchanger that vets on the loop as the timed one does
-— to show where their time goes; the script receiver also times its two handlers (hello, and
-message or status) through the endpoint's handler interface, and stamps each connection's steps
-(accepted, its task running, hello read, handed to the handler, reply written) by wrapping its
-listener, connection task, stream and handler (:func:`mark_receiver`).
+— to show where their time goes. They go to a new incarnation of the script receiver, started for
+this part only, which times its two handlers (hello, and message or status) through the endpoint's
+handler interface and stamps each connection's steps (accepted, its task running, hello read,
+handed to the handler, reply written) by wrapping its listener, connection task, stream and
+handler (:func:`mark_receiver`). The timed run's receivers carry no such wrapping.
 
 Run ``python bench/exchange.py`` (``--json`` for machine-readable output; ``--profile`` adds a
 cProfile of both sides of the send path, untimed). Everything it creates — the temporary agent
@@ -393,6 +394,11 @@ class TimedStream(sockets.UnixStream):
             self._clock.mark(f"reply_{self._lines}")
         return data
 
+    def close(self) -> None:
+        self._clock.mark("close_start")
+        super().close()
+        self._clock.mark("closed")
+
 
 #: The steps of a send, as (label, from mark, to mark); "start"/"end" bracket the whole call.
 OUR_PHASES: Final = (
@@ -405,12 +411,16 @@ OUR_PHASES: Final = (
     # One step: anyio's send yields to the loop, so where "message written" falls between
     # parsing the ready and receiving the receipt is scheduling noise.
     ("ready -> receipt (both sides)", "reply_1", "reply_2"),
-    ("parse receipt, close", "reply_2", "end"),
+    ("parse receipt", "reply_2", "close_start"),
+    # The close wakes the receiver (its read sees EOF), which on two busy cores may take the CPU.
+    ("close", "close_start", "closed"),
+    ("closed -> returned", "closed", "end"),
 )
 #: The steps of a probe: as a send's, up to the ready.
 OUR_PROBE_PHASES: Final = (
     *OUR_PHASES[:6],
-    ("parse ready, close", "reply_1", "end"),
+    ("parse ready", "reply_1", "close_start"),
+    *OUR_PHASES[-2:],
 )
 RAW_PROBE_PHASES: Final = (
     ("connect", "start", "connect_end"),
@@ -649,11 +659,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     locations = environment.resolve(env={paths.AGENT_DIR_ENV: agent_dir})
     timings_prefix = str(root / "receiver-timings")
     env = {**os.environ, paths.AGENT_DIR_ENV: agent_dir, "PYTHONUNBUFFERED": "1"}
-    env[TIMINGS_ENV] = timings_prefix
     raw_socket = str(root / "raw.sock")
     children: list[Child] = []
     receiver_profile = str(root / "receiver.prof")
     profiling = False
+    # Only the receivers of the step breakdown stamp their steps: the timed run measures the
+    # receiver as it ships, not wrapped by the instrument.
+    instrumenting = False
 
     async def start_receiver() -> Child:
         if args.receiver == "cli":
@@ -661,7 +673,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             argv += ["--name", "bench-receiver"]
         else:
             argv = [sys.executable, THIS_FILE, "--serve-receiver", "bench-receiver"]
-        child_env = {**env, PROFILE_ENV: receiver_profile} if profiling else env
+        child_env = dict(env)
+        if profiling:
+            child_env[PROFILE_ENV] = receiver_profile
+        if instrumenting:
+            child_env[TIMINGS_ENV] = timings_prefix
         return await anyio.to_thread.run_sync(start_child, "receiver", argv, child_env, root)
 
     senders = Senders(locations, start_receiver, args.per_sender, args.per_receiver)
@@ -679,6 +695,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         samples: dict[str, list[int]] = {"probe": [], "send": [], "raw_probe": [], "raw_send": []}
         statuses: Counter[str] = Counter()
         failures: Counter[str] = Counter()
+        probe_failures: Counter[str] = Counter()
 
         async def ours_probe() -> None:
             assert senders.target is not None
@@ -718,8 +735,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     elapsed = time.perf_counter_ns() - before
                     if timed:
                         statuses[receipt.status] += 1
+                elif case == "probe":
+                    before = time.perf_counter_ns()
+                    try:
+                        await ours_probe()
+                    except ExchangeError as exc:
+                        # Counted, and timed: the caller waited that long (a timeout on a
+                        # stalled machine is the probe's 350 ms).
+                        if timed:
+                            probe_failures[exc.code] += 1
+                    elapsed = time.perf_counter_ns() - before
                 else:
-                    call = {"probe": ours_probe, "raw_probe": raw_probe, "raw_send": raw_send}[case]
+                    call = {"raw_probe": raw_probe, "raw_send": raw_send}[case]
                     before = time.perf_counter_ns()
                     await call()
                     elapsed = time.perf_counter_ns() - before
@@ -735,14 +762,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         raw_probe_runs: list[dict[str, int]] = []
         clock = PhaseClock()
         instrumented = Exchanger(locations, clock, connect=clock.connect)
+        instrumenting = True
+        await senders.restart_receiver()  # a new incarnation that stamps its steps
+        instrumenting = False
         assert senders.target is not None
         await instrumented.probe(senders.target)  # it learns, once, that the dir is local
         for _ in range(args.phase_sends):
             assert senders.target is not None
             marks = clock.restart()
             clock.mark("start")
-            await instrumented.probe(senders.target)
-            clock.mark("end")
+            with contextlib.suppress(ExchangeError):  # a failed one lacks its "end" mark
+                await instrumented.probe(senders.target)
+                clock.mark("end")
             probe_runs.append(marks)
             raw_clock = PhaseClock()
             await timed_raw_send(raw_socket, frames, raw_clock, probe=True)
@@ -750,8 +781,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             target, sender, message = await senders.next_send()
             marks = clock.restart()
             clock.mark("start")
-            await instrumented.send(target, sender=sender, message=message)
-            clock.mark("end")
+            with contextlib.suppress(ExchangeError):
+                await instrumented.send(target, sender=sender, message=message)
+                clock.mark("end")
             ours_runs.append(marks)
             raw_clock = PhaseClock()
             await timed_raw_send(raw_socket, frames, raw_clock)
@@ -815,6 +847,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "send_phases_p50": phases,
             "send_statuses": dict(statuses),
             "send_failures": dict(failures),
+            "probe_failures": dict(probe_failures),
             "receiver": args.receiver,
             "receiver_incarnations": senders.receivers,
             "sender_identities": senders.senders,
@@ -874,6 +907,7 @@ def print_report(result: dict[str, Any]) -> None:
     print(f"send p50 ratio target <= {target:g}: {verdict}")
     failures = result["send_failures"] or 0
     print(f"timed send receipts: {result['send_statuses']}; failed sends (any): {failures}")
+    print(f"failed probes (timed, counted in the figures): {result['probe_failures'] or 0}")
     phases = result["send_phases_p50"]
     print(f"\nwhere a send's time goes (median of {phases['n']} instrumented sends each, µs):")
     for label, value in phases["ours_us"].items():

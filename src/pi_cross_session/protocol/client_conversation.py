@@ -295,13 +295,13 @@ class ClientConversation:
     # -- judging replies -------------------------------------------------------------------------
 
     def _judge(self, text: str) -> Settled | ReadyReceived | Failed:
-        try:
-            reply = response_from_text(text)
-        except (FrameError, FrameValidationError) as exc:
-            return self._fail(Code.INVALID_RESPONSE, f"the reply is not a valid response: {exc}")
         awaiting_ready = self._state is ClientState.AWAIT_READY
         request = self._request
         expected_id = self._hello_id if awaiting_ready or request is None else request.request_id
+        try:
+            reply = response_from_text(text, expected_id)
+        except (FrameError, FrameValidationError) as exc:
+            return self._fail(Code.INVALID_RESPONSE, f"the reply is not a valid response: {exc}")
         if reply.request_id != expected_id:
             return self._fail(Code.INVALID_RECEIPT, "a reply for another request (or for none)")
         if not reply.ok:

@@ -44,7 +44,7 @@ from pi_cross_session.protocol import jsonwire
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.codec import encode_frame
 from pi_cross_session.protocol.codes import Code, is_retryable, wire_next
-from pi_cross_session.protocol.errors import FrameTooLargeError, FrameValidationError
+from pi_cross_session.protocol.errors import FrameError, FrameTooLargeError, FrameValidationError
 from pi_cross_session.protocol.limits import (
     MAX_CAPABILITIES,
     MAX_CAPABILITY_UNITS,
@@ -52,6 +52,7 @@ from pi_cross_session.protocol.limits import (
     MAX_FRAME_BYTES,
     MAX_FRAME_TEMPLATES,
     MAX_ID_CHARS,
+    MAX_KNOWN_REPLY_CHARS,
     MAX_NEXT_UNITS,
     MAX_SAFE_INTEGER,
     MAX_SESSION_ID_UNITS,
@@ -662,14 +663,60 @@ def _plainly_a_response(data: object) -> bool:
     return True
 
 
-def response_from_text(text: str) -> ReceivedResponse:
+def response_from_text(text: str, request_id: str | None = None) -> ReceivedResponse:
     """The sender's way in: a reply's text → JSON → a :class:`ReceivedResponse`, judged by the
-    rules of :func:`parse_response` and failing as it does (``invalid_response``)."""
+    rules of :func:`parse_response` and failing as it does (``invalid_response``).
+
+    ``request_id`` is the id the reply should carry, when the caller knows it. A reply whose text
+    is, but for that id, the text of a reply judged plainly valid before is that reply with this
+    id: the same characters around a valid id give the same JSON and the same verdicts, so it is
+    taken without being parsed again (a peer's every ``ready`` differs only in its id)."""
+    around = None if request_id is None else _around_id(text, request_id)
+    if around is not None:
+        known = _KNOWN_REPLIES.get(around)
+        if known is not None:
+            return ReceivedResponse({**known, "requestId": request_id})
     data = jsonwire.loads(text)
     if _plainly_a_response(data):
+        if around is not None and data["requestId"] == request_id:
+            _remember_reply(around, data)
         return ReceivedResponse(data)
     model = parse_response(data)  # raises for anything invalid
     return ReceivedResponse(data, model)
+
+
+#: Replies judged plainly valid, by their text before and after ``"requestId":"<id>"`` (oldest
+#: dropped first), with their JSON; see :func:`response_from_text`.
+_KNOWN_REPLIES: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def _around_id(text: str, request_id: str) -> tuple[str, str] | None:
+    """The text before and after the one ``"requestId":"<request_id>"`` in it (none if it is
+    missing, appears twice, or the reply is too long to keep)."""
+    if len(text) > MAX_KNOWN_REPLY_CHARS:
+        return None
+    member = f'"requestId":"{request_id}"'
+    at = text.find(member)
+    if at < 0 or text.find(member, at + 1) >= 0:
+        return None
+    return text[:at], text[at + len(member) :]
+
+
+def _remember_reply(around: tuple[str, str], data: dict[str, Any]) -> None:
+    """Keep ``data`` for its text around its id — only if that spot *is* its ``requestId``:
+    another id written there must change the reply's ``requestId`` and nothing else (the same
+    characters could be a nested member, or a key repeated later, which JSON lets win)."""
+    head, tail = around
+    other_id = "-" if data["requestId"] == "_" else "_"  # any other valid id
+    try:
+        other = jsonwire.loads(f'{head}"requestId":"{other_id}"{tail}')
+    except FrameError:
+        return
+    if type(other) is not dict or other != {**data, "requestId": other_id}:
+        return
+    if len(_KNOWN_REPLIES) >= MAX_FRAME_TEMPLATES:
+        del _KNOWN_REPLIES[next(iter(_KNOWN_REPLIES))]
+    _KNOWN_REPLIES[around] = dict(data)
 
 
 def frame_from_text(text: str, parse: Callable[[object], _ParsedT]) -> _ParsedT:

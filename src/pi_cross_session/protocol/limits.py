@@ -19,6 +19,11 @@ MAX_FRAME_BYTES: Final = 1_048_576
 #: growing the table: past it, the oldest template is dropped. A listing probes at most 512
 #: peers, so each of its hellos stays a template between two listings.
 MAX_FRAME_TEMPLATES: Final = 1_024
+#: The longest reply (characters) a sender keeps as a template, to take the same reply again
+#: without parsing it (every ``ready`` of a peer differs only in its id). A ``ready`` is about
+#: 300 characters and a refusal with the longest error text under 1,500; the bound keeps a
+#: hostile receiver's padded replies (a frame may be 1 MiB) from filling the table.
+MAX_KNOWN_REPLY_CHARS: Final = 2_048
 
 # -- identifiers and field lengths (units noted: utf16 = UTF-16 code units, cp = code points) ----
 #: requestId / messageId / goalId: ``[A-Za-z0-9_-]{1,128}``.

@@ -10,7 +10,8 @@ capacity and how much each process may have read are the pure policies of
 1. refuses at once (closes without a reply) when ``max_connections`` are already open and nobody
    should give way;
 2. feeds what it reads to the conversation, under the conversation's deadline (one cancel scope
-   per connection, moved when the deadline moves);
+   per connection, moved when the deadline moves: on asyncio a single loop timer, see
+   :mod:`~pi_cross_session.protocol.io.loop`);
 3. hands a hello to :meth:`InboundHandler.on_hello` and a message or status query to
    :meth:`InboundHandler.on_request`, and writes what the conversation makes of their replies
    (half-closing after the request's);
@@ -81,7 +82,7 @@ from pi_cross_session.protocol.frames import (
     Response,
     StatusQuery,
 )
-from pi_cross_session.protocol.io import memory, sockets
+from pi_cross_session.protocol.io import loop, memory, sockets
 from pi_cross_session.protocol.io.peercred import PeerCredentialsReader, read_peer_credentials
 from pi_cross_session.protocol.limits import (
     ACCEPT_BACKOFF_MAX_S,
@@ -258,7 +259,7 @@ class _Connection(Generic[SessionT]):
     conversation: ServerConversation
     #: The connection's one cancel scope: its deadline follows the conversation's, and shedding
     #: cancels it.
-    scope: anyio.CancelScope
+    scope: loop.DeadlineScope
     opened_at: float
     #: What the hello produced (the handler's session), once ``ready`` was sent.
     session: SessionT | None = None
@@ -575,7 +576,7 @@ class Endpoint(Generic[SessionT]):
         conns = list(self._open.values())
         holds = sum(1 for conn in conns if conn.pid == newcomer_pid) if known else 0
         chosen = self._shedding.victim(
-            [conn.slot() for conn in conns], newcomer_holds=holds, now=anyio.current_time()
+            [conn.slot() for conn in conns], newcomer_holds=holds, now=loop.now()
         )
         return None if chosen is None else self._open.get(chosen.key)
 
@@ -617,13 +618,13 @@ class Endpoint(Generic[SessionT]):
         self, stream: anyio.abc.ByteStream, peer: PeerCredentials | None
     ) -> _Connection[SessionT]:
         """Open a connection's accounts: counted, visible to shedding, its deadline running."""
-        now = anyio.current_time()
+        now = loop.now()
         conversation = ServerConversation(opened_at=now, bounds=self._bounds)
         conn: _Connection[SessionT] = _Connection(
             stream=stream,
             peer=peer,
             conversation=conversation,
-            scope=anyio.CancelScope(deadline=conversation.deadline.at),
+            scope=loop.deadline_scope(conversation.deadline.at),
             opened_at=now,
         )
         counters = self._counters
@@ -681,7 +682,7 @@ class Endpoint(Generic[SessionT]):
                     await stream.send(conversation.refuse_hello(reply))
                     return
                 conn.session = session
-                await stream.send(conversation.accept_hello(reply, anyio.current_time()))
+                await stream.send(conversation.accept_hello(reply, loop.now()))
             elif type(event) is RequestReceived:
                 assert conn.session is not None  # a refused hello ends the conversation
                 # Synchronous, so admission is atomic; from here on the connection is never shed.
@@ -702,7 +703,7 @@ class Endpoint(Generic[SessionT]):
         read budget allows."""
         reads = self._reads
         # Not in debt: no need to ask the clock (most reads).
-        wait = reads.delay(conn.pid, anyio.current_time()) if reads.owes(conn.pid) else 0.0
+        wait = reads.delay(conn.pid, loop.now()) if reads.owes(conn.pid) else 0.0
         if wait > 0:
             # Its process has had more read than its share: its bytes wait in the kernel (and
             # its writes block), while every other process is read at once.
@@ -712,7 +713,7 @@ class Endpoint(Generic[SessionT]):
             data = await conn.stream.receive(READ_CHUNK_BYTES)
         except anyio.EndOfStream:
             data = b""
-        now = anyio.current_time()
+        now = loop.now()
         conn.bytes_read += len(data)
         self._reads.charge(conn.pid, len(data), now)
         return data, now

@@ -57,7 +57,7 @@ from pi_cross_session.protocol.frames import (
     Sender,
     StatusQuery,
 )
-from pi_cross_session.protocol.io import sockets
+from pi_cross_session.protocol.io import loop, sockets
 from pi_cross_session.protocol.io.offload import Offload
 from pi_cross_session.protocol.limits import (
     MAX_FRAME_BYTES,
@@ -289,14 +289,14 @@ class Exchanger:
                 second,
                 peer_id=peer.id,
                 peer_instance_id=peer.instance_id,
-                started_at=anyio.current_time(),
+                started_at=loop.now(),
                 deadline_s=deadline_s,
                 max_frame_bytes=self._config.max_frame_bytes,
             )
         except FrameTooLargeError as exc:
             raise ExchangeError(Code.MESSAGE_TOO_LARGE, str(exc)) from exc
         # One absolute deadline for everything, vetting included.
-        with anyio.CancelScope(deadline=conversation.deadline):
+        with loop.deadline_scope(conversation.deadline):
             return await self._run(peer, conversation, progress)
         timeout = conversation.expire()
         raise _failure(progress, timeout.code, timeout.detail)

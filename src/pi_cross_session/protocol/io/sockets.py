@@ -14,7 +14,8 @@ overhead per call, so a call that can complete at once does:
 * :meth:`UnixStream.aclose` closes at once (anyio's ``aclose_forcefully`` opens a cancel scope
   whose ``cancel()`` formats the task's ``repr``, socket addresses included, on every close);
 * readiness is waited for by file descriptor number (anyio registers the socket object itself,
-  and asyncio's selector formats its ``repr`` each time it finds it unregistered).
+  and asyncio's selector formats its ``repr`` each time it finds it unregistered), and on asyncio
+  with the loop's own callbacks (:class:`~pi_cross_session.protocol.io.loop.Readiness`).
 
 A socket closed while another task waits on it is announced first (``notify_closing``), so the
 event loop never holds a closed descriptor that the kernel may hand out again. Errors keep anyio's
@@ -31,6 +32,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from pi_cross_session.protocol.io.loop import Readiness
 from pi_cross_session.protocol.limits import LISTEN_BACKLOG, READ_CHUNK_BYTES
 
 __all__ = ["UnixListener", "UnixStream", "connect_unix", "listen_unix"]
@@ -46,8 +48,8 @@ class UnixStream(anyio.abc.ByteStream):
         self.socket = sock
         self._fd = sock.fileno()
         self._closed = False
-        #: A task is waiting for this socket to be readable or writable.
-        self._waiting = 0
+        self._readable = Readiness(self._fd, writing=False)
+        self._writable = Readiness(self._fd, writing=True)
 
     @property
     def extra_attributes(self) -> dict[Any, Any]:
@@ -59,7 +61,7 @@ class UnixStream(anyio.abc.ByteStream):
             try:
                 data = self.socket.recv(max_bytes)
             except BlockingIOError:
-                await self._wait(anyio.wait_readable)
+                await self._wait(self._readable)
                 continue
             except OSError as exc:
                 raise self._failure(exc) from exc
@@ -78,7 +80,7 @@ class UnixStream(anyio.abc.ByteStream):
             try:
                 sent = self.socket.send(view)
             except BlockingIOError:
-                await self._wait(anyio.wait_writable)
+                await self._wait(self._writable)
                 continue
             except OSError as exc:
                 raise self._failure(exc) from exc
@@ -100,18 +102,14 @@ class UnixStream(anyio.abc.ByteStream):
         if self._closed:
             return
         self._closed = True
-        if self._waiting:
-            anyio.notify_closing(self._fd)
+        self._readable.closing()
+        self._writable.closing()
         self.socket.close()
 
-    async def _wait(self, wait: Any) -> None:
+    async def _wait(self, readiness: Readiness) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
-        self._waiting += 1
-        try:
-            await wait(self._fd)
-        finally:
-            self._waiting -= 1
+        await readiness.wait()
 
     def _failure(self, exc: OSError) -> Exception:
         if self._closed:
@@ -127,7 +125,7 @@ class UnixListener:
         self.socket = sock
         self._fd = sock.fileno()
         self._closed = False
-        self._waiting = False
+        self._readable = Readiness(self._fd, writing=False)
         # Whether the last accept found a connection without waiting: then the next one yields
         # first, so a flood of connections cannot keep the loop from the others.
         self._hot = False
@@ -149,11 +147,7 @@ class UnixListener:
                 client, _ = self.socket.accept()
             except BlockingIOError:
                 self._hot = False
-                self._waiting = True
-                try:
-                    await anyio.wait_readable(self._fd)
-                finally:
-                    self._waiting = False
+                await self._readable.wait()
                 continue
             self._hot = True
             client.setblocking(False)
@@ -164,8 +158,7 @@ class UnixListener:
         if self._closed:
             return
         self._closed = True
-        if self._waiting:
-            anyio.notify_closing(self._fd)
+        self._readable.closing()
         self.socket.close()
 
 

@@ -1,0 +1,312 @@
+"""The drivers' asyncio paths (``protocol/io/loop.py``): the deadline scope on the loop's timer, and
+waits for a socket on the loop's own readiness callbacks.
+
+Everything in ``tests/socket`` runs on asyncio, so the endpoint's and the exchange's deadlines,
+shedding and accept failures there all go through these paths; this file pins the rules they rely
+on one by one. ``tests/drivers`` runs the same drivers on trio, where anyio's own scope and waits
+are used (the last test checks that choice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from pi_cross_session.protocol.io import loop, sockets
+from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.security.io import fs
+from tests.support.bounds import MUST_HAPPEN_S
+
+pytestmark = pytest.mark.anyio
+
+#: Long enough that a wait past it is plainly past it; nothing asserts how long anything took.
+PAST_S = 0.05
+
+
+@contextmanager
+def stream_pair() -> Iterator[tuple[sockets.UnixStream, socket.socket]]:
+    """Our stream on one end of a Unix socket pair, a plain blocking socket on the other."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours.setblocking(False)
+    stream = sockets.UnixStream(ours)
+    try:
+        yield stream, theirs
+    finally:
+        stream.close()
+        theirs.close()
+
+
+def watched(fd: int) -> bool:
+    """Whether the running loop still watches ``fd`` for reading (removing a watch says so)."""
+    return asyncio.get_running_loop().remove_reader(fd)
+
+
+# -- the deadline scope ----------------------------------------------------------------------------
+
+
+async def test_the_scope_cuts_a_wait_at_its_deadline_and_swallows_only_that() -> None:
+    scope = loop.deadline_scope(loop.now() + PAST_S)
+    assert not isinstance(scope, anyio.CancelScope)  # the loop's timer, not anyio's scope
+    with scope:
+        await anyio.sleep(MUST_HAPPEN_S)
+    assert scope.cancelled_caught
+    await anyio.lowlevel.checkpoint()  # the task is not left cancelled
+
+
+async def test_a_deadline_moved_later_is_not_cut_at_the_old_one() -> None:
+    with loop.deadline_scope(loop.now() + PAST_S / 10) as scope:
+        scope.deadline = loop.now() + MUST_HAPPEN_S
+        await anyio.sleep(PAST_S)  # well past the first deadline
+    assert not scope.cancelled_caught
+
+
+async def test_a_deadline_moved_earlier_cuts_at_the_new_one() -> None:
+    with loop.deadline_scope(math.inf) as scope:
+        await anyio.lowlevel.checkpoint()
+        scope.deadline = loop.now()
+        await anyio.sleep(MUST_HAPPEN_S)
+    assert scope.cancelled_caught
+
+
+async def test_cancel_before_entering_cuts_at_the_first_wait() -> None:
+    scope = loop.deadline_scope(math.inf)
+    scope.cancel()
+    reached = False
+    with scope:
+        reached = True
+        await anyio.sleep(MUST_HAPPEN_S)
+    assert reached
+    assert scope.cancelled_caught
+
+
+async def test_a_scope_cancelled_before_entry_and_left_without_waiting_leaves_no_cancellation() -> (
+    None
+):
+    """Shedding may cancel a connection before its task has started serving it; if the task then
+    leaves the scope without waiting (its socket already closed), it must not stay cancelled:
+    a task cancelled while it runs is cancelled at its next wait, even outside the scope."""
+    scope = loop.deadline_scope(math.inf)
+    scope.cancel()
+    with pytest.raises(ConnectionResetError), scope:
+        raise ConnectionResetError
+    assert not scope.cancelled_caught
+    with anyio.fail_after(MUST_HAPPEN_S):
+        await anyio.sleep(PAST_S)  # a wait after the scope: not cancelled
+
+
+async def test_cancel_from_another_task_cuts_the_wait() -> None:
+    scope = loop.deadline_scope(math.inf)
+    entered = anyio.Event()
+
+    async def waiter() -> None:
+        with scope:
+            entered.set()
+            await anyio.sleep(MUST_HAPPEN_S)
+
+    with anyio.fail_after(MUST_HAPPEN_S):
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiter)
+            await entered.wait()
+            scope.cancel()
+    assert scope.cancelled_caught
+
+
+async def test_a_cancellation_from_outside_goes_through_when_the_deadline_passed_too() -> None:
+    with anyio.CancelScope() as outer:
+        with loop.deadline_scope(loop.now() - 1) as inner:
+            outer.cancel()
+            await anyio.sleep(MUST_HAPPEN_S)
+        pytest.fail("the outer cancellation was swallowed")  # pragma: no cover
+    assert outer.cancelled_caught
+    assert not inner.cancelled_caught
+
+
+async def test_a_scope_left_before_its_deadline_leaves_no_timer() -> None:
+    with loop.deadline_scope(loop.now() + PAST_S) as scope:
+        pass
+    await anyio.sleep(PAST_S * 2)  # the deadline passes outside the scope: nothing is cancelled
+    assert not scope.cancelled_caught
+
+
+# -- waiting for a socket --------------------------------------------------------------------------
+
+
+async def test_a_read_waits_until_bytes_come_byte_by_byte() -> None:
+    with stream_pair() as (stream, theirs):
+        received = bytearray()
+
+        async def read_all() -> None:
+            while len(received) < 5:
+                received.extend(await stream.receive())
+
+        with anyio.fail_after(MUST_HAPPEN_S):
+            async with anyio.create_task_group() as group:
+                group.start_soon(read_all)
+                for byte in b"hello":
+                    await anyio.sleep(0.001)  # the reader is waiting each time
+                    theirs.send(bytes([byte]))
+        assert bytes(received) == b"hello"
+        assert not watched(stream.socket.fileno())
+
+
+async def test_closing_a_stream_wakes_its_waiting_reader_and_unwatches_the_descriptor() -> None:
+    with stream_pair() as (stream, _theirs):
+        fd = stream.socket.fileno()
+        outcome: list[type[BaseException]] = []
+        waiting = anyio.Event()
+
+        async def reader() -> None:
+            waiting.set()
+            try:
+                await stream.receive()
+            except anyio.ClosedResourceError as exc:
+                outcome.append(type(exc))
+
+        with anyio.fail_after(MUST_HAPPEN_S):
+            async with anyio.create_task_group() as group:
+                group.start_soon(reader)
+                await waiting.wait()
+                await anyio.lowlevel.checkpoint()  # now inside the wait
+                stream.close()
+                # At once, before the reader runs again: the number may be reused any time now.
+                unwatched_at_close = not watched(fd)
+        assert outcome == [anyio.ClosedResourceError]
+        assert unwatched_at_close
+
+
+async def test_a_cancelled_read_unwatches_the_descriptor_and_the_next_read_works() -> None:
+    with stream_pair() as (stream, theirs):
+        with anyio.move_on_after(PAST_S) as scope:
+            await stream.receive()
+        assert scope.cancelled_caught
+        assert not watched(stream.socket.fileno())
+        theirs.send(b"x")
+        with anyio.fail_after(MUST_HAPPEN_S):
+            assert await stream.receive() == b"x"
+
+
+async def test_a_write_to_a_peer_that_does_not_read_waits_for_room_and_closing_ends_it() -> None:
+    with stream_pair() as (stream, _theirs):
+        big = b"y" * (4 << 20)  # more than any Unix socket buffer holds
+        outcome: list[type[BaseException]] = []
+
+        async def writer() -> None:
+            try:
+                await stream.send(big)
+            except anyio.ClosedResourceError as exc:
+                outcome.append(type(exc))
+
+        with anyio.fail_after(MUST_HAPPEN_S):
+            async with anyio.create_task_group() as group:
+                group.start_soon(writer)
+                await anyio.sleep(PAST_S)  # the buffer is full and nobody reads
+                assert outcome == []
+                stream.close()
+        assert outcome == [anyio.ClosedResourceError]
+
+
+async def test_a_read_and_a_write_may_wait_on_one_stream_at_once() -> None:
+    """A byte stream may be read in one task while another writes (anyio's contract)."""
+    with stream_pair() as (stream, theirs):
+        big = b"w" * (4 << 20)
+        got: list[bytes] = []
+
+        async def reader() -> None:
+            got.append(await stream.receive())
+
+        with anyio.fail_after(MUST_HAPPEN_S):
+            async with anyio.create_task_group() as group:
+                group.start_soon(stream.send, big)  # blocks: nobody reads yet
+                group.start_soon(reader)  # waits: nothing sent yet
+                await anyio.sleep(PAST_S)
+                theirs.send(b"r")  # wakes the reader ...
+                received = 0
+                while received < len(big):  # ... and room for the writer
+                    received += len(await anyio.to_thread.run_sync(theirs.recv, 1 << 16))
+        assert got == [b"r"]
+        assert not watched(stream.socket.fileno())
+        assert not asyncio.get_running_loop().remove_writer(stream.socket.fileno())
+
+
+async def test_closing_a_stream_wakes_both_its_reader_and_its_writer() -> None:
+    with stream_pair() as (stream, _theirs):
+        big = b"c" * (4 << 20)
+        outcome: list[str] = []
+
+        async def reader() -> None:
+            with pytest.raises(anyio.ClosedResourceError):
+                await stream.receive()
+            outcome.append("reader")
+
+        async def writer() -> None:
+            with pytest.raises(anyio.ClosedResourceError):
+                await stream.send(big)
+            outcome.append("writer")
+
+        with anyio.fail_after(MUST_HAPPEN_S):
+            async with anyio.create_task_group() as group:
+                group.start_soon(writer)
+                group.start_soon(reader)
+                await anyio.sleep(PAST_S)  # both waiting
+                stream.close()
+        assert sorted(outcome) == ["reader", "writer"]
+
+
+async def test_a_write_completes_once_the_peer_reads() -> None:
+    with stream_pair() as (stream, theirs):
+        big = b"z" * (1 << 20)
+        received = bytearray()
+
+        def drain() -> None:
+            while len(received) < len(big):
+                received.extend(theirs.recv(1 << 16))
+
+        with anyio.fail_after(MUST_HAPPEN_S):
+            async with anyio.create_task_group() as group:
+                group.start_soon(anyio.to_thread.run_sync, drain)
+                await stream.send(big)
+        assert bytes(received) == big
+
+
+async def test_closing_the_listener_ends_a_waiting_accept(locations: Locations) -> None:
+    fs.ensure_private_dir(locations.runtime_dir)
+    listener = sockets.listen_unix(os.path.join(locations.runtime_dir, "listener.sock"))
+    fd = listener.fileno()
+    with anyio.fail_after(MUST_HAPPEN_S):
+        outcome: list[type[BaseException]] = []
+
+        async def accept() -> None:
+            try:
+                await listener.accept()
+            except anyio.ClosedResourceError as exc:
+                outcome.append(type(exc))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(accept)
+            await anyio.sleep(PAST_S)
+            listener.close()
+        assert outcome == [anyio.ClosedResourceError]
+        assert not watched(fd)
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_under_another_backend_the_drivers_use_anyio() -> None:
+    scope = loop.deadline_scope(loop.now() + PAST_S)
+    assert isinstance(scope, anyio.CancelScope)
+    assert loop.asyncio_loop() is None
+    with scope:
+        await anyio.sleep(MUST_HAPPEN_S)
+    assert scope.cancelled_caught
+    with stream_pair() as (stream, theirs):
+        with anyio.move_on_after(PAST_S):
+            await stream.receive()
+        theirs.send(b"x")
+        assert await stream.receive() == b"x"
