@@ -11,6 +11,7 @@ from pi_cross_session.security.remote.senders import (
     Claim,
     MachineFlow,
     SenderTable,
+    SessionDoors,
     derive_instance_id,
 )
 
@@ -55,6 +56,32 @@ def test_machine_flow_bounds_rate_and_in_flight_per_machine() -> None:
     assert flow.start("m", 0.0) is Code.RATE_LIMITED  # no token left
     assert flow.start("m", 1.0) is None  # one refilled
     assert flow.refused == 2
+
+
+def test_a_session_door_admits_its_open_slots_and_its_line_then_refuses() -> None:
+    doors = SessionDoors(open_at_once=2, waiting=1)
+    assert [doors.arrive("s") for _ in range(4)] == [True, True, True, False]
+    assert doors.arrive("t")  # another session has its own door
+    assert doors.admitted("s") == 3
+    assert not doors.leave("s")
+    assert doors.arrive("s")  # a place freed
+    for _ in range(3):
+        doors.leave("s")
+    assert doors.admitted("s") == 0  # nothing kept for an idle session
+    assert doors.refused == 1
+    with pytest.raises(ValueError, match="open slot"):
+        SessionDoors(open_at_once=0)
+
+
+def test_the_real_session_door_leaves_room_at_the_session_for_others() -> None:
+    from pi_cross_session.protocol import limits
+
+    assert limits.REMOTE_DELIVERIES_PER_SESSION < limits.MAX_CONNECTIONS
+    # Waiting, then the delivery's own deadline, still answers within the sender's hop.
+    assert (
+        limits.REMOTE_SESSION_WAIT_S + limits.REMOTE_DELIVERY_DEADLINE_S
+        < limits.REMOTE_HOP_DEADLINE_S
+    )
 
 
 def test_nonces_are_forgotten_only_once_their_envelope_left_the_window() -> None:

@@ -319,6 +319,18 @@ REMOTE_MACHINE_REFILL_PER_S: Final = 100.0
 MAX_REMOTE_MACHINES: Final = 256
 #: Deliveries to local sessions one origin machine may have in flight at once.
 REMOTE_IN_FLIGHT_PER_MACHINE: Final = 16
+#: Deliveries this gateway has open to one local session at once, from every machine together:
+#: half of the session's door (``MAX_CONNECTIONS``), so local senders and listings' probes keep
+#: the other half. Ten machines at their own bound would otherwise open 160 connections to a
+#: door of 64, and what the door turns away ends ``transport_error`` (receipt unknown).
+REMOTE_DELIVERIES_PER_SESSION: Final = 32
+#: … more wait for one of those slots, at most this many per session; beyond, refused
+#: ``rate_limited`` at once (nothing reached the session) …
+REMOTE_WAITING_PER_SESSION: Final = 64
+#: … and for at most this long, then refused ``rate_limited`` the same way. Waiting plus the
+#: delivery's own deadline (3 s) stays inside the sending gateway's hop deadline (4 s), so a
+#: delivery that waited still answers in time.
+REMOTE_SESSION_WAIT_S: Final = 0.5
 #: Local identities (registration files) kept for one origin machine's senders …
 REMOTE_SENDERS_PER_MACHINE: Final = 64
 #: … of which one idle this long may be replaced: by then the receiver's bucket for it is full
