@@ -84,25 +84,69 @@ def test_the_real_session_door_leaves_room_at_the_session_for_others() -> None:
     )
 
 
+N1, N2, N = ("1" * 32, "2" * 32, "a" * 32)
+
+
 def test_nonces_are_forgotten_only_once_their_envelope_left_the_window() -> None:
     window = NonceWindow(per_machine=1, max_age_ms=1_000)
-    assert window.admit("m", "n1", at_ms=0, now_ms=0) is Seen.NEW
-    assert window.admit("m", "n1", at_ms=0, now_ms=1_000) is Seen.REPLAY
-    assert window.admit("m", "n2", at_ms=1_000, now_ms=1_000) is Seen.FULL
-    assert window.admit("m", "n2", at_ms=1_001, now_ms=1_001) is Seen.NEW
+    assert window.admit("m", N1, at_ms=0, now_ms=0) is Seen.NEW
+    assert window.admit("m", N1, at_ms=0, now_ms=1_000) is Seen.REPLAY
+    assert window.admit("m", N2, at_ms=1_000, now_ms=1_000) is Seen.FULL
+    assert window.admit("m", N2, at_ms=1_001, now_ms=1_001) is Seen.NEW
     assert window.size("m") == 1
 
 
 def test_an_envelope_dated_ahead_is_remembered_until_it_ages_out() -> None:
     window = NonceWindow(per_machine=4, max_age_ms=1_000)
-    assert window.admit("m", "n", at_ms=500, now_ms=0) is Seen.NEW
-    assert window.admit("m", "n", at_ms=500, now_ms=1_500) is Seen.REPLAY
-    assert window.admit("m", "x", at_ms=1_501, now_ms=1_501) is Seen.NEW
+    assert window.admit("m", N, at_ms=500, now_ms=0) is Seen.NEW
+    assert window.admit("m", N, at_ms=500, now_ms=1_500) is Seen.REPLAY
+    assert window.admit("m", N, at_ms=1_501, now_ms=1_501) is Seen.NEW  # forgotten, then anew
     assert window.size("m") == 1
 
 
 def test_the_origin_table_is_bounded_and_frees_idle_machines() -> None:
     window = NonceWindow(per_machine=4, max_age_ms=10, max_machines=1)
-    assert window.admit("a", "n", at_ms=0, now_ms=0) is Seen.NEW
-    assert window.admit("b", "n", at_ms=0, now_ms=5) is Seen.FULL
-    assert window.admit("b", "n", at_ms=11, now_ms=11) is Seen.NEW
+    assert window.admit("a", N, at_ms=0, now_ms=0) is Seen.NEW
+    assert window.admit("b", N, at_ms=0, now_ms=5) is Seen.FULL
+    assert window.admit("b", N, at_ms=11, now_ms=11) is Seen.NEW
+
+
+def test_a_nonce_behind_one_dated_ahead_may_be_kept_longer_never_shorter() -> None:
+    # One partition (both nonces start with the same byte): the first, dated 5 s ahead, is due
+    # at 35_000; the second, due at 30_500, waits behind it and is still a replay at 34_000.
+    window = NonceWindow(per_machine=8, max_age_ms=30_000)
+    ahead, plain = "ab" + "1" * 30, "ab" + "2" * 30
+    assert window.admit("m", ahead, at_ms=5_000, now_ms=0) is Seen.NEW
+    assert window.admit("m", plain, at_ms=500, now_ms=500) is Seen.NEW
+    assert window.admit("m", plain, at_ms=500, now_ms=30_000) is Seen.REPLAY
+    assert window.admit("m", plain, at_ms=34_000, now_ms=34_000) is Seen.REPLAY
+    assert window.admit("m", ahead, at_ms=35_001, now_ms=35_001) is Seen.NEW  # both went
+    assert window.size("m") == 1
+
+
+def test_a_nonce_straddling_two_kept_ones_is_not_taken_for_a_replay() -> None:
+    window = NonceWindow(per_machine=8, max_age_ms=1_000)
+    first, second = "0123456789abcdef" * 2, "fedcba9876543210" * 2
+    assert window.admit("m", first, at_ms=0, now_ms=0) is Seen.NEW
+    assert window.admit("m", second, at_ms=0, now_ms=0) is Seen.NEW
+    # The last 8 bytes of the first and the first 8 of the second, side by side in the bucket.
+    straddling = first[16:] + second[:16]
+    assert window.admit("m", straddling, at_ms=0, now_ms=0) is Seen.NEW
+    assert window.admit("m", straddling, at_ms=0, now_ms=0) is Seen.REPLAY
+    with pytest.raises(ValueError, match="32 hex"):
+        window.admit("m", "ab", at_ms=0, now_ms=0)
+
+
+def test_a_full_window_of_nonces_costs_24_bytes_each() -> None:
+    # Ten machines at 90 envelopes a second over the 30 s a nonce signed "now" is kept (the
+    # bench's relayed flood): 27,000 nonces held at once.
+    window = NonceWindow()
+    now, admitted = 1_000_000_000, 0
+    for tick in range(90 * 30):
+        at = now + tick * 1_000 // 90
+        for machine in range(10):
+            nonce = f"{machine:02x}{tick:030x}"
+            assert window.admit(f"relay{machine}", nonce, at_ms=at, now_ms=at) is Seen.NEW
+            admitted += 1
+    assert sum(window.size(f"relay{m}") for m in range(10)) == admitted == 27_000
+    assert window.held_bytes() == 24 * admitted

@@ -309,6 +309,11 @@ ENVELOPE_MAX_AHEAD_S: Final = 5.0
 #: refuses that machine (``rate_limited``) until entries age out, never forgets one early. 8,192
 #: in 35 s is 234 envelopes a second, over twice the machine's sustained rate below.
 REMOTE_NONCES_PER_MACHINE: Final = 8_192
+#: Nonces are kept packed, 24 bytes each with their forgetting time, in this many lists per
+#: origin machine chosen by the nonce's first byte: a look-up reads one list (about 32 entries
+#: when the table is full), and a machine's table costs 24 bytes a nonce instead of about 200 as
+#: Python objects.
+REMOTE_NONCE_PARTITIONS: Final = 256
 #: Envelopes one origin machine may have handled at once, then per second: a machine's senders
 #: together, bounding what one machine costs the gateway (a delivery costs it about a millisecond
 #: of CPU) whatever number of senders it claims. 100/s is three times what its 64 sender
