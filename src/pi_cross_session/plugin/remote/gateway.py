@@ -54,6 +54,7 @@ from pi_cross_session.protocol.frames import (
     Sender,
     StatusQuery,
 )
+from pi_cross_session.protocol.io import memory
 from pi_cross_session.protocol.io.exchange import ExchangeConfig, ExchangeError, Exchanger
 from pi_cross_session.protocol.io.offload import Offload
 from pi_cross_session.protocol.limits import (
@@ -207,6 +208,7 @@ class Gateway:
         self._flow = MachineFlow()
         self._doors = SessionDoors()
         self._slots: dict[str, anyio.Semaphore] = {}
+        self._handled_since_sweep = False
         self._budget = ConnectionBudget(cap=MAX_GATEWAY_CONNECTIONS)
         self._exchangers: dict[tuple[str, ...], Exchanger] = {}
         self._probe_exchanger = Exchanger(locations, fs)
@@ -337,6 +339,12 @@ class Gateway:
     async def _sweep_loop(self) -> None:
         while True:
             await anyio.sleep(self.options.sweep_every_s)
+            if self._handled_since_sweep:
+                # Each request's envelope, frames and buffers were freed, but glibc keeps freed
+                # heap (and the RSS with it) until asked: ask once a sweep while requests come
+                # in, and once more after the last (as the endpoint does after large frames).
+                self._handled_since_sweep = False
+                memory.give_back()
             now = anyio.current_time()
             for key in [
                 k for k, r in self._records.items() if now - r.seen > self.options.record_ttl_s
@@ -582,6 +590,7 @@ class Gateway:
     async def _on_request(self, msg: Msg) -> None:
         """NATS calls this for every request on our subject, one at a time: checks here are
         cheap and bounded; the delivery runs in its own task, within the machine's bounds."""
+        self._handled_since_sweep = True
         verdict = self._verifier.check(msg.data, self._wall_ms(), kinds=REQUEST_KINDS)
         if isinstance(verdict, Rejected):
             if verdict.answer is not None and verdict.envelope is not None:
