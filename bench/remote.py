@@ -54,6 +54,7 @@ from typing import Any
 
 import anyio
 import nats
+import nats.errors
 
 import bench_support
 from pi_cross_session.cli import remote_peers
@@ -176,6 +177,15 @@ async def measure_nats_rtt(url: str, n: int) -> float:
     payload = secrets.token_bytes(700)
     times: list[float] = []
     try:
+        deadline = time.monotonic() + WAIT_S
+        while True:  # until the responder has started and subscribed
+            try:
+                await nc.request(ECHO_SUBJECT, payload, timeout=5)
+                break
+            except nats.errors.NoRespondersError:
+                if time.monotonic() > deadline:
+                    raise
+                await anyio.sleep(0.1)
         for index in range(n + 20):
             start = time.perf_counter()
             await nc.request(ECHO_SUBJECT, payload, timeout=5)
@@ -499,7 +509,6 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, __file__, "--echo", server.url], stdin=subprocess.DEVNULL
         )
         try:
-            time.sleep(1.0)  # connected and subscribed (a request before would find no one)
             rtt = anyio.run(measure_nats_rtt, server.url, 200)
         finally:
             echo.terminate()
