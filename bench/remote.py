@@ -12,7 +12,9 @@ Three measurements, each a ratio taken side by side in one run:
    order: to ``near`` (a local send) and to ``bob@buildbox`` (a remote send: the proxy socket,
    the signed hop over NATS, the delivery on buildbox, the receipt back). p50 remote / p50 local;
    target at most 2. Sender identities change every 25 messages (the receiver's burst is 30), and
-   each receiver gets at most 250 messages (its lifetime budget is 256).
+   each receiver gets at most 250 messages (its lifetime budget is 256). Beside it, a bare
+   nats-py request/reply to another process: a remote send holds two local exchanges and that
+   hop, so ``(2 × local + hop) / local`` is the ratio's floor on this host, whatever the gateway.
 2. **listing** — ``peers --remote`` (the gateway's snapshot of 1,000 remote sessions: 500 records
    published by each of two extra trusted machines this process plays) against ``peers`` of 100
    live local sessions (100 in-process endpoints of a third agent dir, probed for real). Both are
@@ -52,6 +54,7 @@ from typing import Any
 
 import anyio
 import nats
+import nats.errors
 
 import bench_support
 from pi_cross_session.cli import remote_peers
@@ -152,6 +155,46 @@ def rss_mib(pid: int) -> float:
 
 
 # -- 1: sends ----------------------------------------------------------------------------------
+
+ECHO_SUBJECT = "bench.echo"
+
+
+async def serve_echo(url: str) -> None:
+    """A bare nats-py responder (``--echo URL``, a child process): each request's payload back."""
+    nc = await nats.connect(url)
+
+    async def echo(msg: Any) -> None:
+        await msg.respond(msg.data)
+
+    await nc.subscribe(ECHO_SUBJECT, queue="gw", cb=echo)
+    await anyio.sleep_forever()
+
+
+async def measure_nats_rtt(url: str, n: int) -> float:
+    """p50 (ms) of a bare NATS request/reply to another process, with a send envelope's size:
+    what the hop costs without our gateways, signatures or sessions."""
+    nc = await nats.connect(url)
+    payload = secrets.token_bytes(700)
+    times: list[float] = []
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:  # until the responder has started and subscribed
+            try:
+                await nc.request(ECHO_SUBJECT, payload, timeout=5)
+                break
+            except nats.errors.NoRespondersError:
+                if time.monotonic() > deadline:
+                    raise
+                await anyio.sleep(0.1)
+        for index in range(n + 20):
+            start = time.perf_counter()
+            await nc.request(ECHO_SUBJECT, payload, timeout=5)
+            if index >= 20:  # a warm-up first
+                times.append(time.perf_counter() - start)
+            await anyio.sleep(0.002)
+    finally:
+        await nc.close()
+    return statistics.median(times) * 1000
 
 
 async def measure_sends(
@@ -421,7 +464,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refusals", type=int, default=100_000)
     parser.add_argument("--relayed", type=int, default=100_000)
     parser.add_argument("--listing-repeat", type=int, default=30)
+    parser.add_argument("--echo", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.echo:
+        anyio.run(serve_echo, args.echo)
+        return 0
     sends = min(args.sends, 250)
     root = Path(tempfile.mkdtemp(prefix="xs-remote-bench-"))
     server = NatsServer(root / "nats")
@@ -456,6 +503,19 @@ def main(argv: list[str] | None = None) -> int:
         # 1: sends (a short warm-up first, not counted)
         anyio.run(measure_sends, laptop, near, proxy, 10)
         result["send"] = anyio.run(measure_sends, laptop, near, proxy, sends - 10)
+        # … and the bare NATS round trip between two processes, for the send's floor: a remote
+        # send holds two local exchanges (sender to proxy, gateway to session) and this hop.
+        echo = subprocess.Popen(
+            [sys.executable, __file__, "--echo", server.url], stdin=subprocess.DEVNULL
+        )
+        try:
+            rtt = anyio.run(measure_nats_rtt, server.url, 200)
+        finally:
+            echo.terminate()
+            echo.wait()
+        local_p50 = result["send"]["local_p50_ms"]
+        result["send"]["nats_rtt_p50_ms"] = round(rtt, 3)
+        result["send"]["floor_ratio"] = round((2 * local_p50 + rtt) / local_p50, 2)
 
         # 2: listings
         anyio.run(publish_farm, server.url, farms, 500)
@@ -559,6 +619,10 @@ def main(argv: list[str] | None = None) -> int:
             f"send p50: local {s['local_p50_ms']} ms, remote {s['remote_p50_ms']} ms, "
             f"ratio {s['ratio_p50']} (target <= 2); "
             f"p90 {s['local_p90_ms']} / {s['remote_p90_ms']} ms"
+        )
+        print(
+            f"  bare NATS request/reply p50 {s['nats_rtt_p50_ms']} ms; floor of the ratio "
+            f"(two local sends and that hop) {s['floor_ratio']}"
         )
         print(f"  statuses: {s['statuses']}")
         print(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import time
 import uuid
+from pathlib import Path
 
 import anyio
 
@@ -255,3 +256,77 @@ def test_no_machine_reaches_a_third_one_through_a_gateway(fleet: Fleet) -> None:
     reply = reply_of(anyio.run(raw_request, fleet.url, request_subject("buildbox"), payload))
     assert reply == ("refused", "not_found")
     assert _received(alice, "t-1") == 0
+
+
+def test_a_killed_local_gateway_leaves_proxies_that_listings_reap_and_sends_call_gone(
+    fleet: Fleet,
+) -> None:
+    """SIGKILL gives the gateway no chance to remove its proxies' files: they stay, naming a dead
+    pid, with sockets nobody listens on. A listing must neither show them nor wait on them, and a
+    send must end at once with an answer that says the peer is not there."""
+    from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
+    from pi_cross_session.protocol.registration import parse_registration
+    from pi_cross_session.security.io import fs
+    from tests.support.socket_peers import make_registration
+
+    fleet.start_server()
+    laptop, buildbox = fleet.pair("laptop", "buildbox")
+    buildbox.inbox("bob")
+    local_gateway = laptop.start_gateway()
+    buildbox.start_gateway()
+    laptop.wait_peer("bob@buildbox")
+    proxy = next(r for r in laptop.registrations() if r["name"] == "bob@buildbox")
+    path = laptop.locations.registration_path(proxy["instanceId"])
+    registration = parse_registration(
+        fs.read_registration_bytes(path),
+        file_stem=proxy["instanceId"],
+        expected_socket_path=laptop.locations.socket_path(proxy["instanceId"]),
+    )
+    local_gateway.kill()
+    assert any(r["name"] == "bob@buildbox" for r in laptop.registrations())  # left behind
+
+    # A send straight to the left-over registration (as a session that listed it before):
+    # refused at once, nothing sent — the socket has no listener.
+    sender = make_registration(laptop.locations, "sender")
+
+    async def send() -> ExchangeError:
+        from pi_cross_session.protocol.frames import Message, Sender
+
+        message = Message.model_validate(
+            {
+                "v": 1,
+                "type": "message",
+                "request_id": str(uuid.uuid4()),
+                "message_id": str(uuid.uuid4()),
+                "text": "are you there?",
+                "summary": "are you there?",
+                "sent_at": time.time_ns() // 1_000_000,
+            }
+        )
+        who = Sender(id=sender.id, instance_id=sender.instance_id, token=sender.token)
+        with anyio.fail_after(2):  # not a hang: the answer is immediate
+            try:
+                await Exchanger(laptop.locations, fs).send(
+                    registration, sender=who, message=message
+                )
+            except ExchangeError as exc:
+                return exc
+        raise AssertionError("a dead proxy took a message")
+
+    # As for any local session that died: the connection is refused, and the error says the
+    # message was never written (the contract files every transport_error as receipt unknown).
+    failed = anyio.run(send)
+    assert (failed.code, failed.message_written) == ("transport_error", False), failed
+    assert "ECONNREFUSED" in failed.detail or "refused" in failed.detail.lower(), failed.detail
+
+    # The listing shows none of the dead gateway's proxies and reaps their files (the pid is
+    # dead); the command line's send by name then finds nobody by that name.
+    started = time.monotonic()
+    names = [p["name"] for p in laptop.peers()]
+    assert "bob@buildbox" not in names
+    assert not any(r["name"] == "bob@buildbox" for r in laptop.registrations())
+    assert not Path(laptop.locations.socket_path(proxy["instanceId"])).exists()
+    sent = laptop.cli("send", "bob@buildbox", "hello?", "--json")
+    assert sent.returncode != exits.EXIT_OK, sent
+    assert sent.json()["status"] == "not_found", sent
+    assert time.monotonic() - started < 30  # generous: it must not wait on the dead proxy

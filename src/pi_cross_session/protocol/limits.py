@@ -314,6 +314,11 @@ ENVELOPE_MAX_AHEAD_S: Final = 5.0
 #: refuses that machine (``rate_limited``) until entries age out, never forgets one early. 8,192
 #: in 35 s is 234 envelopes a second, over twice the machine's sustained rate below.
 REMOTE_NONCES_PER_MACHINE: Final = 8_192
+#: Nonces are kept packed, 24 bytes each with their forgetting time, in this many lists per
+#: origin machine chosen by the nonce's first byte: a look-up reads one list (about 32 entries
+#: when the table is full), and a machine's table costs 24 bytes a nonce instead of about 200 as
+#: Python objects.
+REMOTE_NONCE_PARTITIONS: Final = 256
 #: Envelopes one origin machine may have handled at once, then per second: a machine's senders
 #: together, bounding what one machine costs the gateway (a delivery costs it about a millisecond
 #: of CPU) whatever number of senders it claims. 100/s is three times what its 64 sender
@@ -324,6 +329,18 @@ REMOTE_MACHINE_REFILL_PER_S: Final = 100.0
 MAX_REMOTE_MACHINES: Final = 256
 #: Deliveries to local sessions one origin machine may have in flight at once.
 REMOTE_IN_FLIGHT_PER_MACHINE: Final = 16
+#: Deliveries this gateway has open to one local session at once, from every machine together:
+#: half of the session's door (``MAX_CONNECTIONS``), so local senders and listings' probes keep
+#: the other half. Ten machines at their own bound would otherwise open 160 connections to a
+#: door of 64, and what the door turns away ends ``transport_error`` (receipt unknown).
+REMOTE_DELIVERIES_PER_SESSION: Final = 32
+#: … more wait for one of those slots, at most this many per session; beyond, refused
+#: ``rate_limited`` at once (nothing reached the session) …
+REMOTE_WAITING_PER_SESSION: Final = 64
+#: … and for at most this long, then refused ``rate_limited`` the same way. Waiting plus the
+#: delivery's own deadline (3 s) stays inside the sending gateway's hop deadline (4 s), so a
+#: delivery that waited still answers in time.
+REMOTE_SESSION_WAIT_S: Final = 0.5
 #: Local identities (registration files) kept for one origin machine's senders …
 REMOTE_SENDERS_PER_MACHINE: Final = 64
 #: … of which one idle this long may be replaced: by then the receiver's bucket for it is full

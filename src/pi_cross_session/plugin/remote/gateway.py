@@ -54,6 +54,7 @@ from pi_cross_session.protocol.frames import (
     Sender,
     StatusQuery,
 )
+from pi_cross_session.protocol.io import memory
 from pi_cross_session.protocol.io.exchange import ExchangeConfig, ExchangeError, Exchanger
 from pi_cross_session.protocol.io.offload import Offload
 from pi_cross_session.protocol.limits import (
@@ -66,6 +67,7 @@ from pi_cross_session.protocol.limits import (
     REMOTE_RECORD_TTL_S,
     REMOTE_RECORDS_PER_MACHINE,
     REMOTE_SCAN_EVERY_S,
+    REMOTE_SESSION_WAIT_S,
     REMOTE_SNAPSHOT_EVERY_S,
     REMOTE_SWEEP_EVERY_S,
 )
@@ -93,6 +95,7 @@ from pi_cross_session.security.remote.senders import (
     Claim,
     MachineFlow,
     SenderTable,
+    SessionDoors,
     derive_instance_id,
 )
 from pi_cross_session.security.remote.trust import Rejected, TrustConfig, Verified, Verifier
@@ -129,6 +132,7 @@ class GatewayOptions:
     sweep_every_s: float = REMOTE_SWEEP_EVERY_S
     hop_deadline_s: float = REMOTE_HOP_DEADLINE_S
     delivery_deadline_s: float = REMOTE_DELIVERY_DEADLINE_S
+    session_wait_s: float = REMOTE_SESSION_WAIT_S
     snapshot_every_s: float = REMOTE_SNAPSHOT_EVERY_S
     write_snapshot: bool = True
 
@@ -202,6 +206,9 @@ class Gateway:
         self._making_identity = anyio.Lock()
         self._sender_table = SenderTable()
         self._flow = MachineFlow()
+        self._doors = SessionDoors()
+        self._slots: dict[str, anyio.Semaphore] = {}
+        self._handled_since_sweep = False
         self._budget = ConnectionBudget(cap=MAX_GATEWAY_CONNECTIONS)
         self._exchangers: dict[tuple[str, ...], Exchanger] = {}
         self._probe_exchanger = Exchanger(locations, fs)
@@ -332,6 +339,12 @@ class Gateway:
     async def _sweep_loop(self) -> None:
         while True:
             await anyio.sleep(self.options.sweep_every_s)
+            if self._handled_since_sweep:
+                # Each request's envelope, frames and buffers were freed, but glibc keeps freed
+                # heap (and the RSS with it) until asked: ask once a sweep while requests come
+                # in, and once more after the last (as the endpoint does after large frames).
+                self._handled_since_sweep = False
+                memory.give_back()
             now = anyio.current_time()
             for key in [
                 k for k, r in self._records.items() if now - r.seen > self.options.record_ttl_s
@@ -577,6 +590,7 @@ class Gateway:
     async def _on_request(self, msg: Msg) -> None:
         """NATS calls this for every request on our subject, one at a time: checks here are
         cheap and bounded; the delivery runs in its own task, within the machine's bounds."""
+        self._handled_since_sweep = True
         verdict = self._verifier.check(msg.data, self._wall_ms(), kinds=REQUEST_KINDS)
         if isinstance(verdict, Rejected):
             if verdict.answer is not None and verdict.envelope is not None:
@@ -610,6 +624,32 @@ class Gateway:
         except EnvelopeError:
             return Outcome.REFUSED, Code.INVALID_FRAME
         assert isinstance(body, SendBody | StatusBody)
+        # The session's door admits MAX_CONNECTIONS at once: every machine together gets a part
+        # of it, a short line, and beyond that a refusal that says nothing reached the session.
+        session = body.target
+        if not self._doors.arrive(session):
+            return Outcome.REFUSED, Code.RATE_LIMITED
+        try:
+            slots = self._slots.get(session)
+            if slots is None:
+                slots = self._slots[session] = anyio.Semaphore(self._doors.open_at_once)
+            entered = False
+            with anyio.move_on_after(self.options.session_wait_s):
+                await slots.acquire()
+                entered = True
+            if not entered:
+                return Outcome.REFUSED, Code.RATE_LIMITED  # waited its time in line
+            try:
+                return await self._deliver_to(envelope, body)
+            finally:
+                slots.release()
+        finally:
+            if self._doors.leave(session):
+                self._slots.pop(session, None)
+
+    async def _deliver_to(
+        self, envelope: Envelope, body: SendBody | StatusBody
+    ) -> tuple[Outcome, str]:
         target = await self._target(body.target)
         if target is None:
             return Outcome.REFUSED, Code.NOT_FOUND
@@ -781,6 +821,7 @@ class Gateway:
             "rejected": dict(diagnostics.rejected),
             "recentRejections": list(diagnostics.recent),
             "refusedByMachineBounds": self._flow.refused,
+            "refusedBySessionBounds": self._doors.refused,
             "recordsIgnored": self.stats.records_ignored,
         }
 

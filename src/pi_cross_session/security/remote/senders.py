@@ -13,6 +13,10 @@ dedup windows are over, so the swap grants its machine nothing), else it is refu
 
 **Machine flow** (:class:`MachineFlow`): a token bucket per origin machine over every envelope it
 sends, and a cap on its deliveries in flight.
+
+**Session doors** (:class:`SessionDoors`): what every machine together may ask of one local
+session at once — a few deliveries open, a few more waiting for a slot, the rest refused at once —
+so that the gateway never knocks on a session's door more often than the door admits.
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ from enum import Enum
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.limits import (
     MAX_REMOTE_MACHINES,
+    REMOTE_DELIVERIES_PER_SESSION,
     REMOTE_IN_FLIGHT_PER_MACHINE,
     REMOTE_MACHINE_RATE_CAPACITY,
     REMOTE_MACHINE_REFILL_PER_S,
     REMOTE_SENDER_IDLE_S,
     REMOTE_SENDERS_PER_MACHINE,
+    REMOTE_WAITING_PER_SESSION,
 )
 from pi_cross_session.protocol.remote.envelope import is_machine_name
 from pi_cross_session.security.limits import RateLimiter
@@ -145,3 +151,48 @@ class MachineFlow:
             self._in_flight[machine] = left
         else:
             self._in_flight.pop(machine, None)
+
+
+class SessionDoors:
+    """Deliveries to each local session: ``open`` of them at once, ``waiting`` more for a slot.
+
+    The gateway asks :meth:`arrive` before it connects; ``False`` means refuse (``rate_limited``:
+    nothing reached the session). An arrival that was admitted holds its place until
+    :meth:`leave`, whether it waited or went straight through; the gateway itself makes the wait
+    (a semaphore of ``open`` slots), this class only decides how many may stand in line.
+    """
+
+    def __init__(
+        self,
+        *,
+        open_at_once: int = REMOTE_DELIVERIES_PER_SESSION,
+        waiting: int = REMOTE_WAITING_PER_SESSION,
+    ) -> None:
+        if open_at_once < 1 or waiting < 0:
+            raise ValueError("a session needs at least one open slot")
+        self.open_at_once = open_at_once
+        self._room = open_at_once + waiting
+        #: session instance id -> deliveries admitted (open or waiting); none kept at zero
+        self._admitted: dict[str, int] = {}
+        self.refused = 0
+
+    def admitted(self, session: str) -> int:
+        return self._admitted.get(session, 0)
+
+    def arrive(self, session: str) -> bool:
+        """Take a place for one delivery to ``session``; False when the line is full."""
+        held = self.admitted(session)
+        if held >= self._room:
+            self.refused += 1
+            return False
+        self._admitted[session] = held + 1
+        return True
+
+    def leave(self, session: str) -> bool:
+        """Give the place back; True when ``session`` has nothing admitted any more."""
+        left = self.admitted(session) - 1
+        if left > 0:
+            self._admitted[session] = left
+            return False
+        self._admitted.pop(session, None)
+        return True
