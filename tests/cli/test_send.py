@@ -16,6 +16,7 @@ import pytest
 
 from pi_cross_session.plugin import cli_identity, outbound
 from pi_cross_session.plugin.cli_identity import Holder, SlotLock
+from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.io import discovery
 from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.limits import RATE_CAPACITY
@@ -31,6 +32,8 @@ from tests.support.wire_session import running_receiver
 
 Cli = Callable[..., Result]
 
+#: How many sends of a burst may find no receiver on a loaded machine (each is tried again).
+NOT_REACHED_RETRIES = 20
 REPORT_KEYS = {
     "ok",
     "status",
@@ -125,8 +128,9 @@ def test_parallel_sends_do_not_wait_for_each_other(
     for thread in threads:
         thread.join(timeout=60)
     assert len(results) == 3
-    assert all(r.returncode == 0 for r in results), results
-    assert all(r.stderr == "" for r in results), results
+    every = "\n".join(map(str, results))
+    assert all(r.returncode == 0 for r in results), every
+    assert all(r.stderr == "" for r in results), every
     assert sorted(r.json()["status"] for r in results) == ["queued", "queued", "submitted"]
     ready_event = inbox.wait_event("ready")
     assert leftovers(locations, keep=[ready_event["instanceId"]]) == []
@@ -360,11 +364,15 @@ async def test_the_rate_limit_follows_the_identity_across_invocations(
                 lock.write_note(Holder(os.getpid(), "a test holding it", None))
             async with cli_identity.holding(locations, [0]) as held:
                 burst_identity = held.identity.instance_id
+                attempts = 0
                 while tally["rate_limited"] == 0:
-                    sent = sum(tally.values())
-                    assert sent <= RATE_CAPACITY, tally
-                    report = await outbound.send(held.outbox, "receiver", f"burst {sent}")
-                    tally[report.status] += 1
+                    # A listing whose probe the loaded machine made late finds no receiver:
+                    # nothing reached it and no token was spent, so that send is tried again.
+                    attempts += 1
+                    assert attempts <= RATE_CAPACITY + NOT_REACHED_RETRIES, tally
+                    report = await outbound.send(held.outbox, "receiver", f"burst {attempts}")
+                    if report.status != Code.NOT_FOUND:
+                        tally[report.status] += 1
                 process = await anyio.open_process(
                     [*CLI, "send", "receiver", "one more, from a new process", "--json"],
                     env=cli_env(private_agent_dir),
