@@ -113,8 +113,16 @@ def test_parallel_sends_do_not_wait_for_each_other(
     inboxes: Inboxes, private_agent_dir: Path, locations: Locations
 ) -> None:
     """Three sends started together: each takes a free identity of the pool, none waits (and
-    none says it waits), and every one is taken by the receiver."""
+    none says it waits), and every one is taken by the receiver.
+
+    The receiver's turn is running before they start (a first message started it): a message
+    that arrives between a submission and the turn it starts is refused ``busy`` by design, and
+    three sends started together would race that window."""
     inbox = inboxes.start("busy-bee", busy=HOLD_S)
+    first = run_cli(private_agent_dir, "send", "busy-bee", "start the turn", "--json")
+    assert first.returncode == 0, first
+    assert first.json()["status"] == "submitted", first
+    inbox.wait_event("message", messageId=first.json()["messageId"])
     results: list[Result] = []
 
     def send(number: int) -> None:
@@ -131,7 +139,7 @@ def test_parallel_sends_do_not_wait_for_each_other(
     every = "\n".join(map(str, results))
     assert all(r.returncode == 0 for r in results), every
     assert all(r.stderr == "" for r in results), every
-    assert sorted(r.json()["status"] for r in results) == ["queued", "queued", "submitted"]
+    assert sorted(r.json()["status"] for r in results) == ["queued", "queued", "queued"]
     ready_event = inbox.wait_event("ready")
     assert leftovers(locations, keep=[ready_event["instanceId"]]) == []
 

@@ -385,6 +385,11 @@ class Link:
                     continue
                 if not data:
                     break
+                # A freeze that came while this pump waited in recv holds what it read too:
+                # no byte moves once freeze() returned.
+                while not self._flowing.wait(timeout=0.1):
+                    if self._closed.is_set():
+                        return
                 sink.sendall(data)
         except OSError:
             pass  # cut, or the other side went
