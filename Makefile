@@ -9,9 +9,10 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 # pytest runs in four worker processes (pytest-xdist), handing out tests as workers free up (a
 # few take seconds, most milliseconds). Four, not one per core: many tests spend their time
-# waiting on real processes, sockets and servers, so two workers on two cores leave the CPU idle
-# (measured on two cores: 183 s with two workers, 158 s with four). `make test PYTEST_WORKERS=0`
-# runs them in one process.
+# waiting on real processes, sockets and servers, so two workers on two cores leave the CPU idle.
+# Measured on two cores with nothing else running: 97-105 s with four, 117 s with six, 114-130 s
+# with eight (more workers, more CPU for each one's start). `make test PYTEST_WORKERS=0` runs
+# them in one process.
 PYTEST_WORKERS ?= 4
 PARALLEL = -n $(PYTEST_WORKERS) --dist worksteal
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS=--durations=20`.
