@@ -269,13 +269,7 @@ def test_a_killed_local_gateway_leaves_proxies_that_listings_reap_and_sends_call
     from pi_cross_session.security.io import fs
     from tests.support.socket_peers import make_registration
 
-    fleet.start_server()
-    laptop, buildbox = fleet.pair("laptop", "buildbox")
-    buildbox.inbox("bob")
-    local_gateway = laptop.start_gateway()
-    buildbox.start_gateway()
-    laptop.wait_peer("bob@buildbox")
-    proxy = next(r for r in laptop.registrations() if r["name"] == "bob@buildbox")
+    laptop, _buildbox, local_gateway, proxy = fleet.bob_behind_a_proxy()
     path = laptop.locations.registration_path(proxy["instanceId"])
     registration = parse_registration(
         fs.read_registration_bytes(path),

@@ -45,13 +45,7 @@ def test_a_session_sends_to_a_session_on_another_machine_and_gets_its_receipt(
 
 
 def test_a_proxy_registration_looks_local_and_names_its_machine(fleet: Fleet) -> None:
-    fleet.start_server()
-    laptop, buildbox = fleet.pair("laptop", "buildbox")
-    buildbox.inbox("bob")
-    gateway = laptop.start_gateway()
-    buildbox.start_gateway()
-    laptop.wait_peer("bob@buildbox")
-    proxy = next(r for r in laptop.registrations() if r["name"] == "bob@buildbox")
+    laptop, buildbox, gateway, proxy = fleet.bob_behind_a_proxy()
     assert proxy["pid"] == gateway.pid
     assert proxy["cwd"].startswith("buildbox:")
     assert proxy["id"].endswith("@buildbox")

@@ -183,6 +183,19 @@ class Fleet:
             machine.trust(*(m for m in made if m is not machine))
         return made
 
+    def bob_behind_a_proxy(self) -> tuple[Machine, Machine, GatewayProcess, dict[str, Any]]:
+        """A server, ``laptop`` and ``buildbox`` with their gateways, an inbox ``bob`` on buildbox,
+        and laptop's proxy registration of ``bob@buildbox`` once it is there: laptop, buildbox,
+        laptop's gateway and that registration."""
+        self.start_server()
+        laptop, buildbox = self.pair("laptop", "buildbox")
+        buildbox.inbox("bob")
+        gateway = laptop.start_gateway()
+        buildbox.start_gateway()
+        laptop.wait_peer("bob@buildbox")
+        proxy = next(r for r in laptop.registrations() if r["name"] == "bob@buildbox")
+        return laptop, buildbox, gateway, proxy
+
     def close(self) -> None:
         for process in reversed(self.processes):
             close: Callable[[], None] = process.close  # type: ignore[attr-defined]
