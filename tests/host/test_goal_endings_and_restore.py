@@ -59,15 +59,21 @@ async def assert_gone_for_good(
     assert f"  last ended: {goal_id} ({reason})" in status
     assert (await alpha.command("/cross-session-resume")).startswith("Inbox reopened")
     assert alpha.runtime.goal_status().goal_id is None
+    await assert_old_id_refused(alpha, beta, goal_id)
+    [bind] = await alpha.user(
+        ("peer_goal", {"action": "bind", "goalId": goal_id, "peerIds": [instance_id_of(beta)]}),
+    )
+    assert goal_refused(bind, "invalid_goal"), bind
+
+
+async def assert_old_id_refused(alpha: GoalHarness, beta: SessionRuntime, goal_id: str) -> None:
+    """No goal runs, and the ended ``goal_id`` is refused by the receiver and by ``peer_goal``."""
+    assert alpha.runtime.goal_status().goal_id is None
     assert "Goal: none" in (await alpha.command("/cross-session-status")).splitlines()
     late = await beta.send(alpha.instance_id, "still on it?", goal_id=goal_id)
     assert late.status == "goal_not_authorized", late
-    complete, bind = await alpha.user(
-        ("peer_goal", {"action": "complete", "goalId": goal_id}),
-        ("peer_goal", {"action": "bind", "goalId": goal_id, "peerIds": [instance_id_of(beta)]}),
-    )
+    [complete] = await alpha.user(("peer_goal", {"action": "complete", "goalId": goal_id}))
     assert goal_refused(complete, "invalid_goal"), complete
-    assert goal_refused(bind, "invalid_goal"), bind
 
 
 # -- pinned case 9 -----------------------------------------------------------------------------
@@ -116,13 +122,8 @@ async def test_loading_the_extension_again_revokes_the_goal(
     end = old.goal_view().last_end  # the superseded runtime revoked it as it stopped
     assert end is not None
     assert (end.goal_id, end.reason) == (goal_id, "shutdown")
-    assert alpha.runtime.goal_status().goal_id is None
     # The new incarnation never knew the goal, so its status cannot name how it ended.
-    assert "Goal: none" in (await alpha.command("/cross-session-status")).splitlines()
-    late = await beta.send(alpha.instance_id, "still on it?", goal_id=goal_id)
-    assert late.status == "goal_not_authorized", late
-    [complete] = await alpha.user(("peer_goal", {"action": "complete", "goalId": goal_id}))
-    assert goal_refused(complete, "invalid_goal"), complete
+    await assert_old_id_refused(alpha, beta, goal_id)
 
 
 async def test_a_new_incarnation_revokes_the_goal(
@@ -131,12 +132,7 @@ async def test_a_new_incarnation_revokes_the_goal(
     _, beta = peer
     alpha, goal_id = await scoped_goal_harness(harnesses, model, beta)
     await alpha.runtime.reload()  # new instance id, fresh state, same session
-    assert alpha.runtime.goal_status().goal_id is None
-    assert "Goal: none" in (await alpha.command("/cross-session-status")).splitlines()
-    late = await beta.send(alpha.instance_id, "still on it?", goal_id=goal_id)
-    assert late.status == "goal_not_authorized", late
-    [complete] = await alpha.user(("peer_goal", {"action": "complete", "goalId": goal_id}))
-    assert goal_refused(complete, "invalid_goal"), complete
+    await assert_old_id_refused(alpha, beta, goal_id)
 
 
 async def test_after_a_new_incarnation_status_names_the_goal_it_ended(
