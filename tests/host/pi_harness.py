@@ -29,11 +29,17 @@ from pi_agent_harness import AgentHarness, MemorySessionRepo
 from pi_agent_harness.env import LocalExecutionEnv
 
 from pi_cross_session.plugin.hosts import pi_python
+from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol.io.exchange import ExchangeConfig
 from pi_cross_session.security.goals import TaskHandle, TaskKind
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.waiting import eventually
+
+#: The ``peer`` fixture: a headless session ``beta`` and its host.
+Peer = tuple[HeadlessHost, SessionRuntime]
+#: How a peer's message opens in the model's conversation.
+PEER_HEADER = "Message from another session"
 
 # The module, not the function of the same name it exports (host-pi-python.md §1.11).
 langchain_stream = importlib.import_module("pi_agent_core.adapters.langchain_stream")

@@ -8,10 +8,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from pi_cross_session.plugin.hosts.headless import HeadlessHost
-from pi_cross_session.plugin.runtime import SessionRuntime
 from tests.host.pi_harness import (
     FakeWorkflowTool,
+    Peer,
     Recorder,
     ScriptedChat,
     call_tool,
@@ -23,8 +22,6 @@ from tests.host.pi_harness import (
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
-
-Peer = tuple[HeadlessHost, SessionRuntime]
 
 
 def workflow_on_request(messages: Sequence[BaseMessage]) -> AIMessage:

@@ -25,12 +25,12 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.hosts.pi_python import GOAL_EVIDENCE_TYPE
 from pi_cross_session.plugin.runtime import SessionRuntime
 from tests.host.pi_harness import (
     GOAL_BOUND_TURN,
     GoalHarness,
+    Peer,
     ScriptedChat,
     gate_blocked,
     goal_activate,
@@ -44,8 +44,6 @@ from tests.host.pi_harness import (
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
-
-Peer = tuple[HeadlessHost, SessionRuntime]
 
 
 async def assert_gone_for_good(

@@ -31,15 +31,14 @@ from typing import Any
 import pytest
 
 from pi_cross_session.plugin import render
-from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.hosts.pi_python import GOAL_EVIDENCE_TYPE
-from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.goals import LOCAL_COMMAND
 from tests.host.conftest import headless_peer
 from tests.host.pi_harness import (
     GOAL_BOUND_TURN,
     PEER_ONLY_TURN,
+    Peer,
     ScriptedChat,
     execute_directly,
     gate_blocked,
@@ -54,7 +53,6 @@ from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
-Peer = tuple[HeadlessHost, SessionRuntime]
 
 #: An instance id no live session has.
 NOT_LIVE = "0123456789abcdef0123456789abcdef"

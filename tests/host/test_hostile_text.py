@@ -37,7 +37,15 @@ from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration, parse_registration
 from pi_cross_session.security.io import fs
-from tests.host.pi_harness import ScriptedChat, call_tool, reply_text, runtime_of, say, text_of
+from tests.host.pi_harness import (
+    PEER_HEADER,
+    ScriptedChat,
+    call_tool,
+    reply_text,
+    runtime_of,
+    say,
+    text_of,
+)
 from tests.hostile import files
 from tests.support.fake_receiver import fake_receiver, ready, respond
 from tests.support.hostile_text import (
@@ -55,7 +63,6 @@ from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
-PEER_HEADER = "Message from another session"
 HOSTILE_NAME = f"mallory{ESC}]0;pwned\x07\u202eevil\u3164"
 HOSTILE_SESSION_ID = f"s-{ESC}[2J\n{FORGED_LINE}\u2028"
 #: A branch name git accepts (no ASCII controls) that still reorders and hides text.

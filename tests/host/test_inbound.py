@@ -14,14 +14,15 @@ from pi_agent_core.extensions import ExtensionAPI
 
 from pi_cross_session.plugin import render
 from pi_cross_session.plugin.hosts import pi_python
-from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.hosts.pi_python import CUSTOM_TYPE
 from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.security.admission import Delivery
 from tests.host.pi_harness import (
+    PEER_HEADER,
     POLL_S,
     WAIT_S,
     HoldTool,
+    Peer,
     Recorder,
     ScriptedChat,
     call_tool,
@@ -34,8 +35,6 @@ from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
-Peer = tuple[HeadlessHost, SessionRuntime]
-PEER_HEADER = "Message from another session"
 FENCE_NONCE = re.compile(r"^----- peer text ([0-9a-f]{16}) begins -----$", re.MULTILINE)
 
 

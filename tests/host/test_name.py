@@ -16,14 +16,11 @@ from typing import Any
 import anyio
 import pytest
 
-from pi_cross_session.plugin.hosts.headless import HeadlessHost
 from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.paths import Locations
-from tests.host.pi_harness import POLL_S, WAIT_S, reply_text, runtime_of
+from tests.host.pi_harness import POLL_S, WAIT_S, Peer, reply_text, runtime_of
 
 pytestmark = pytest.mark.anyio
-
-Peer = tuple[HeadlessHost, SessionRuntime]
 
 
 def registered_name(locations: Locations, runtime: SessionRuntime) -> str:

@@ -14,15 +14,15 @@ import anyio
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from pi_cross_session.plugin.hosts.headless import HeadlessHost
-from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.limits import RATE_CAPACITY
 from pi_cross_session.protocol.paths import Locations
 from tests.host.conftest import headless_peer
 from tests.host.pi_harness import (
+    PEER_HEADER,
     POLL_S,
     WAIT_S,
     HoldTool,
+    Peer,
     Recorder,
     ScriptedChat,
     call_tool,
@@ -33,9 +33,6 @@ from tests.host.pi_harness import (
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
-
-Peer = tuple[HeadlessHost, SessionRuntime]
-PEER_HEADER = "Message from another session"
 
 
 def send_once(target: str, message: str) -> Callable[[Sequence[BaseMessage]], AIMessage]:

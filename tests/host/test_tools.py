@@ -9,14 +9,10 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from pi_cross_session.plugin import render
-from pi_cross_session.plugin.hosts.headless import HeadlessHost
-from pi_cross_session.plugin.runtime import SessionRuntime
-from tests.host.pi_harness import ScriptedChat, call_tool, runtime_of, say, text_of
+from tests.host.pi_harness import Peer, ScriptedChat, call_tool, runtime_of, say, text_of
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
-
-Peer = tuple[HeadlessHost, SessionRuntime]
 
 
 def tool_once(name: str, args: dict[str, Any]) -> Callable[[Sequence[BaseMessage]], AIMessage]:
