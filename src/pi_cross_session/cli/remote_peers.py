@@ -8,7 +8,6 @@ live, is reported as such rather than listed as live.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -22,20 +21,14 @@ from pi_cross_session.protocol.limits import (
     REMOTE_RECORD_TTL_S,
 )
 from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.security.io import fs
 
 _SEP = " \u2014 "
 
 
 def _alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """A pid the snapshot may name: a positive integer whose process is not proven gone."""
+    return type(pid) is int and pid > 0 and not fs.pid_is_dead(pid)
 
 
 def _line(record: dict[str, Any]) -> str:
