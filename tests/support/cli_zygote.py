@@ -35,19 +35,8 @@ import sys
 from dataclasses import dataclass
 from typing import TextIO
 
-#: Every command module, imported before the first fork so that no command pays for it.
-_COMMANDS = (
-    "paths_cmd",
-    "peers_cmd",
-    "send_cmd",
-    "status_cmd",
-    "inbox_cmd",
-    "doctor_cmd",
-    "mcp_cmd",
-    "gateway_cmd",
-    "remote_cmd",
-)
-#: A request's header: the length of its JSON body.
+#: A request's header: the length of its JSON body (``forked._HEADER`` writes it; this script runs
+#: outside the test package, so it cannot import it).
 _HEADER = struct.Struct("!I")
 
 
@@ -172,7 +161,9 @@ if __name__ == "__main__":
     sys.path[0] = os.getcwd()
     import pi_cross_session.cli as cli
 
-    for name in _COMMANDS:
+    # Every command's module (the command line's own table of them), so that no command pays
+    # for an import after the fork.
+    for name in cli._RUNNERS.values():
         importlib.import_module(f"pi_cross_session.cli.{name}")
     # What the imports made is kept out of every collection: a command's garbage collections
     # and its exit would otherwise touch, and so copy, every page of the imported heap (a forked
