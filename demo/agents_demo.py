@@ -295,6 +295,18 @@ def expect(condition: bool, what: str, failures: list[str]) -> None:
         failures.append(what)
 
 
+def verdict(failures: list[str], began: float, passed: str) -> int:
+    """Print how the demo ended and how long it took; the process's exit status."""
+    took = time.monotonic() - began
+    if failures:
+        print(f"\n{BOLD}demo FAILED ({len(failures)} expectation(s), {took:.1f} s){PLAIN}")
+        for failure in failures:
+            print(f"  - {failure}")
+        return 1
+    print(f"\n{BOLD}{passed} ({took:.1f} s){PLAIN}")
+    return 0
+
+
 def start_act(*sessions: Session) -> None:
     for session in sessions:
         session.mark = len(session.since(0))
@@ -797,14 +809,7 @@ def main() -> int:
             session.stop()
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(runtime_dir, ignore_errors=True)
-    took = time.monotonic() - began
-    if failures:
-        print(f"\n{BOLD}demo FAILED ({len(failures)} expectation(s), {took:.1f} s){PLAIN}")
-        for failure in failures:
-            print(f"  - {failure}")
-        return 1
-    print(f"\n{BOLD}demo finished: all expectations held ({took:.1f} s){PLAIN}")
-    return 0
+    return verdict(failures, began, "demo finished: all expectations held")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from agents_demo import (
     send_call,
     start_act,
     transcript,
+    verdict,
 )
 from pi_cross_session.plugin.remote import files
 from pi_cross_session.plugin.remote.natsd import NatsServer
@@ -345,14 +346,7 @@ def main() -> int:
                 failures.append(f"{machine.name} kept registrations")
             shutil.rmtree(machine.locations.runtime_dir, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
-    took = time.monotonic() - began
-    if failures:
-        print(f"\n{BOLD}demo FAILED ({len(failures)} expectation(s), {took:.1f} s){PLAIN}")
-        for failure in failures:
-            print(f"  - {failure}")
-        return 1
-    print(f"\n{BOLD}demo passed ({took:.1f} s){PLAIN}")
-    return 0
+    return verdict(failures, began, "demo passed")
 
 
 if __name__ == "__main__":
