@@ -104,19 +104,17 @@ class ScriptedChat(GenericFakeChatModel):
 
     def tool_results(self) -> list[str]:
         """Every tool result the model was shown, in order, without repeats."""
-        seen: list[str] = []
-        for conversation in self.conversations:
-            for message in conversation:
-                if isinstance(message, ToolMessage) and text_of(message) not in seen:
-                    seen.append(text_of(message))
-        return seen
+        return self._texts_of(ToolMessage)
 
     def human_texts(self) -> list[str]:
         """Every user-role text the model was shown (peer messages included), without repeats."""
+        return self._texts_of(HumanMessage)
+
+    def _texts_of(self, kind: type[BaseMessage]) -> list[str]:
         seen: list[str] = []
         for conversation in self.conversations:
             for message in conversation:
-                if isinstance(message, HumanMessage) and text_of(message) not in seen:
+                if isinstance(message, kind) and text_of(message) not in seen:
                     seen.append(text_of(message))
         return seen
 
