@@ -37,6 +37,13 @@ handler interface and stamps each connection's steps (accepted, its task running
 handed to the handler, reply written) by wrapping its listener, connection task, stream and
 handler (:func:`mark_receiver`). The timed run's receivers carry no such wrapping.
 
+Two more figures come from the same run. The timed probes are also reported by what the client
+did just before each (our send, a raw send, our probe, a raw probe): a process that has not run
+for a while meets its own code cold. And ``--cpu-blocks`` blocks of ``--cpu-probes`` probes back
+to back, ours then raw, give the CPU each side spends per probe: the client's own thread time and
+the serving process's run time from the kernel's scheduler statistics (``/proc/<pid>/task/*/
+schedstat``), which move far less with the machine's load than latency does.
+
 Run ``python bench/exchange.py`` (``--json`` for machine-readable output; ``--profile`` adds a
 cProfile of both sides of the send path, untimed). Everything it creates — the temporary agent
 dir, the runtime dir ``/tmp/pi-peers-<uid>-<ns>``, the processes — is removed at the end.
@@ -613,6 +620,61 @@ async def raw_exchange(path: str, first: bytes, second: bytes | None) -> None:
         writer.close()
 
 
+def process_cpu_ns(pid: int) -> int:
+    """CPU time a process's threads have run, from the kernel's scheduler statistics (ns)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+async def cpu_per_probe(
+    blocks: int,
+    per_block: int,
+    ours: Callable[[], Awaitable[None]],
+    raw: Callable[[], Awaitable[None]],
+    receiver_pid: Callable[[], int],
+    raw_pid: int,
+) -> dict[str, Any]:
+    """CPU each side spends per probe, ours against the floor: blocks of back-to-back probes,
+    alternating ours and raw, timing the client's own thread and the serving process (all its
+    threads). CPU per probe moves far less with the machine's load than latency does."""
+    kinds = {"ours": (ours, receiver_pid), "raw": (raw, lambda: raw_pid)}
+    spent: dict[str, dict[str, list[float]]] = {
+        kind: {"client_us": [], "server_us": [], "latency_p50_us": []} for kind in kinds
+    }
+    for _ in range(blocks):
+        for kind, (call, pid_of) in kinds.items():
+            pid = pid_of()
+            server_before = process_cpu_ns(pid)
+            client_before = time.thread_time_ns()
+            latencies = []
+            for _ in range(per_block):
+                before = time.perf_counter_ns()
+                await call()
+                latencies.append(time.perf_counter_ns() - before)
+            client = time.thread_time_ns() - client_before
+            server = process_cpu_ns(pid) - server_before
+            spent[kind]["client_us"].append(client / per_block / 1000)
+            spent[kind]["server_us"].append(server / per_block / 1000)
+            spent[kind]["latency_p50_us"].append(percentile(latencies, 0.50))
+    medians = {
+        kind: {name: round(statistics.median(values), 1) for name, values in figures.items()}
+        for kind, figures in spent.items()
+    }
+    return {
+        "blocks": blocks,
+        "per_block": per_block,
+        **medians,
+        "server_over_raw_us": round(medians["ours"]["server_us"] - medians["raw"]["server_us"], 1),
+        "client_over_raw_us": round(medians["ours"]["client_us"] - medians["raw"]["client_us"], 1),
+        "latency_p50_ratio": round(
+            medians["ours"]["latency_p50_us"] / medians["raw"]["latency_p50_us"], 2
+        ),
+    }
+
+
 def exchanger_vets_inline(exchanger: Exchanger) -> bool | None:
     """Whether the timed exchanger vetted sockets on the loop (its runtime dir known local) rather
     than in a worker thread: read from its vetting runner, for the report."""
@@ -707,6 +769,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         async def raw_send() -> None:
             await raw_exchange(raw_socket, frames.send_hello, frames.message)
 
+        # Each probe by what the client did just before (a send, or a probe), ours and raw: a
+        # receiver's work after a send (its turn, its registration) can meet the next probe.
+        probes_after: dict[str, list[int]] = {
+            f"{case} after {before}": []
+            for case in ("probe", "raw_probe")
+            for before in ("send", "raw_send", "probe", "raw_probe")
+        }
+        previous = ""
         rng = random.Random(20261129)
         rounds = max(args.probes, args.sends)
         run_started = time.perf_counter()
@@ -752,7 +822,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     elapsed = time.perf_counter_ns() - before
                 if timed:
                     samples[case].append(elapsed)
+                    if case in ("probe", "raw_probe") and previous:
+                        probes_after[f"{case} after {previous}"].append(elapsed)
+                previous = case
         run_s = time.perf_counter() - run_started
+
+        cpu: dict[str, Any] = {}
+        if args.cpu_blocks:
+            assert senders.receiver is not None
+            receiver = senders.receiver
+            cpu = await cpu_per_probe(
+                args.cpu_blocks,
+                args.cpu_probes,
+                ours_probe,
+                raw_probe,
+                lambda: receiver.process.pid,
+                raw.process.pid,
+            )
 
         # Where a send's time goes: the same exchanges again, untimed as a whole, with a mark at
         # every step (ours through the Exchanger's seams, the floor the same way), interleaved.
@@ -845,6 +931,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "ratios": ratios,
             "target_send_p50_ratio": TARGET_SEND_RATIO,
             "send_phases_p50": phases,
+            "cpu_per_probe": cpu,
+            "probe_p50_us_by_previous": {
+                name: {"n": len(values), "p50_us": round(percentile(values, 0.50), 1)}
+                for name, values in probes_after.items()
+                if values
+            },
             "send_statuses": dict(statuses),
             "send_failures": dict(failures),
             "probe_failures": dict(probe_failures),
@@ -919,6 +1011,25 @@ def print_report(result: dict[str, Any]) -> None:
         print(f"  ours {label:<32}{value:>8.1f}")
     for label, value in phases["probe_raw_us"].items():
         print(f"  raw  {label:<32}{value:>8.1f}")
+    print("\nprobe p50 by what the client did just before (timed run, µs):")
+    for name, row in result["probe_p50_us_by_previous"].items():
+        print(f"  {name:<26}{row['p50_us']:>8.1f}  (n {row['n']})")
+    cpu = result["cpu_per_probe"]
+    if cpu:
+        print(
+            f"\nCPU per probe, µs (median of {cpu['blocks']} blocks of {cpu['per_block']} "
+            "back-to-back probes, alternating):"
+        )
+        for kind in ("ours", "raw"):
+            row = cpu[kind]
+            print(
+                f"  {kind:<5} client {row['client_us']:>7.1f}  server {row['server_us']:>7.1f}"
+                f"  latency p50 {row['latency_p50_us']:>7.1f}"
+            )
+        print(
+            f"  ours over raw: client +{cpu['client_over_raw_us']}, server "
+            f"+{cpu['server_over_raw_us']}; latency p50 ratio {cpu['latency_p50_ratio']}"
+        )
     inline = phases["vetting_inline"]
     print(f"  socket vetted on the event loop (runtime dir known local): {inline}")
     if phases["receiver_steps_us"]:
@@ -952,6 +1063,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--phase-sends", type=int, default=100, help="instrumented sends for the phase breakdown"
     )
+    parser.add_argument(
+        "--cpu-blocks", type=int, default=5, help="blocks of back-to-back probes timed for CPU"
+    )
+    parser.add_argument("--cpu-probes", type=int, default=300, help="probes per CPU block")
     parser.add_argument("--profile", action="store_true", help="add an untimed cProfile run")
     parser.add_argument("--profile-lines", type=int, default=25, help=argparse.SUPPRESS)
     parser.add_argument("--serve-receiver", metavar="NAME", help=argparse.SUPPRESS)
