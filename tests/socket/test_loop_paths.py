@@ -297,6 +297,90 @@ async def test_closing_the_listener_ends_a_waiting_accept(locations: Locations) 
         assert not watched(fd)
 
 
+async def test_accept_yields_between_the_connections_of_a_burst_and_never_before_a_wait(
+    locations: Locations,
+) -> None:
+    """Each connection found without a wait right after another lets the other tasks run first
+    (a flood cannot starve them); the first one of a burst, and a wait when nothing is pending,
+    cost no extra pass of the loop."""
+    fs.ensure_private_dir(locations.runtime_dir)
+    path = os.path.join(locations.runtime_dir, "listener.sock")
+    listener = sockets.listen_unix(path)
+    fd = listener.fileno()
+    clients = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(3)]
+    others_ran = 0
+
+    async def other_task() -> None:
+        nonlocal others_ran
+        while True:
+            others_ran += 1
+            await anyio.lowlevel.checkpoint()
+
+    try:
+        with anyio.fail_after(MUST_HAPPEN_S):
+            async with anyio.create_task_group() as group:
+                group.start_soon(other_task)
+                await anyio.lowlevel.checkpoint()
+                for client in clients:
+                    client.connect(path)
+                ran_during: list[int] = []
+                for _ in clients:
+                    before = others_ran
+                    (await listener.accept()).close()
+                    ran_during.append(others_ran - before)
+                assert ran_during == [0, 1, 1]
+                group.cancel_scope.cancel()
+            # Nothing pending after a burst: the accept starts waiting in its first step.
+            outcome: list[type[BaseException]] = []
+
+            async def accept() -> None:
+                try:
+                    await listener.accept()
+                except anyio.ClosedResourceError as exc:
+                    outcome.append(type(exc))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(accept)
+                await anyio.lowlevel.checkpoint()
+                assert watched(fd)  # (this unwatches it: the close below ends the wait)
+                listener.close()
+            assert outcome == [anyio.ClosedResourceError]
+    finally:
+        listener.close()
+        for client in clients:
+            client.close()
+
+
+async def test_a_wakeup_set_before_or_during_its_wait_ends_it() -> None:
+    with anyio.fail_after(MUST_HAPPEN_S):
+        early = loop.Wakeup()
+        early.set()
+        early.set()  # a second call does nothing
+        await early.wait()
+
+        during = loop.Wakeup()
+        woken: list[bool] = []
+
+        async def waiter() -> None:
+            await during.wait()
+            woken.append(True)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiter)
+            await anyio.sleep(PAST_S)
+            assert woken == []
+            during.set()
+        assert woken == [True]
+
+
+async def test_a_wakeup_whose_wait_was_cancelled_may_still_be_set() -> None:
+    wakeup = loop.Wakeup()
+    with anyio.move_on_after(PAST_S) as scope:
+        await wakeup.wait()
+    assert scope.cancelled_caught
+    wakeup.set()  # no error: nobody waits any more
+
+
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_under_another_backend_the_drivers_use_anyio() -> None:
     scope = loop.deadline_scope(loop.now() + PAST_S)
@@ -310,3 +394,8 @@ async def test_under_another_backend_the_drivers_use_anyio() -> None:
             await stream.receive()
         theirs.send(b"x")
         assert await stream.receive() == b"x"
+    wakeup = loop.Wakeup()
+    async with anyio.create_task_group() as group:
+        group.start_soon(wakeup.wait)
+        await anyio.sleep(PAST_S)
+        wakeup.set()

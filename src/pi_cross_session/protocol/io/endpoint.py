@@ -285,7 +285,7 @@ class _IdleTask(Generic[SessionT]):
     __slots__ = ("conn", "wake")
 
     def __init__(self) -> None:
-        self.wake = anyio.Event()
+        self.wake = loop.Wakeup()
         self.conn: _Connection[SessionT] | None = None
 
 
@@ -465,7 +465,7 @@ class Endpoint(Generic[SessionT]):
                 del serving
                 if len(self._idle) >= MAX_IDLE_CONNECTION_TASKS:
                     return
-                idle.wake = anyio.Event()
+                idle.wake = loop.Wakeup()
                 self._idle.append(idle)
                 await idle.wake.wait()
                 next_conn, idle.conn = idle.conn, None

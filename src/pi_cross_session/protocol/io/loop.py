@@ -15,7 +15,8 @@ after its lookup; under any other backend they go through anyio. Same meaning ei
   own, so a cancellation from outside (the endpoint stopping) still goes through;
 * :class:`Readiness` waits for a descriptor as :func:`anyio.wait_readable` and
   :func:`anyio.wait_writable` do, and :meth:`Readiness.closing` wakes that wait with
-  :class:`anyio.ClosedResourceError` as :func:`anyio.notify_closing` does.
+  :class:`anyio.ClosedResourceError` as :func:`anyio.notify_closing` does;
+* :class:`Wakeup` is a one-task :class:`anyio.Event` (on asyncio, one future of the loop).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Protocol
 
 import anyio
 
-__all__ = ["DeadlineScope", "Readiness", "asyncio_loop", "deadline_scope", "now"]
+__all__ = ["DeadlineScope", "Readiness", "Wakeup", "asyncio_loop", "deadline_scope", "now"]
 
 
 def asyncio_loop() -> asyncio.AbstractEventLoop | None:
@@ -191,6 +192,41 @@ class _TimerScope:
             assert self._task is not None
             self._delivered = True
             self._task.cancel()
+
+
+class Wakeup:
+    """One wake-up for one waiting task, as :class:`anyio.Event` gives it (``set`` before or
+    during ``wait``), on a plain future of the asyncio loop when asyncio runs (an
+    :class:`anyio.Event` looks the backend up on creation and on each call, and the endpoint makes
+    one for every connection a task waits for)."""
+
+    __slots__ = ("_event", "_future")
+
+    def __init__(self) -> None:
+        loop = asyncio_loop()
+        self._future: asyncio.Future[None] | None = None
+        self._event: anyio.Event | None = None
+        if loop is None:
+            self._event = anyio.Event()
+        else:
+            self._future = loop.create_future()
+
+    def set(self) -> None:
+        """Wake the waiting task (or let its wait return at once); a second call does nothing."""
+        future = self._future
+        if future is None:
+            assert self._event is not None
+            self._event.set()
+        elif not future.done():  # a wait cancelled meanwhile cancelled the future
+            future.set_result(None)
+
+    async def wait(self) -> None:
+        """Until :meth:`set` is called (a cancellation point)."""
+        if self._future is None:
+            assert self._event is not None
+            await self._event.wait()
+        else:
+            await self._future
 
 
 class Readiness:

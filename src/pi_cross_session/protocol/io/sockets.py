@@ -126,8 +126,8 @@ class UnixListener:
         self._fd = sock.fileno()
         self._closed = False
         self._readable = Readiness(self._fd, writing=False)
-        # Whether the last accept found a connection without waiting: then the next one yields
-        # first, so a flood of connections cannot keep the loop from the others.
+        # Whether the last accept found a connection: then one found without waiting yields
+        # before it is returned, so a flood of connections cannot keep the loop from the others.
         self._hot = False
 
     def fileno(self) -> int:
@@ -135,11 +135,11 @@ class UnixListener:
         return self._fd
 
     async def accept(self) -> UnixStream:
-        """The next connection, non-blocking."""
-        if self._hot:
-            await anyio.lowlevel.checkpoint()
-        else:
-            await anyio.lowlevel.checkpoint_if_cancelled()
+        """The next connection, non-blocking.
+
+        A connection found without waiting right after another one (a burst, or a flood) is
+        returned only after the other tasks have had a turn; the first one after a wait is
+        returned at once (a probe's connection waits for no extra pass of the loop)."""
         while True:
             if self._closed:
                 raise anyio.ClosedResourceError
@@ -149,9 +149,16 @@ class UnixListener:
                 self._hot = False
                 await self._readable.wait()
                 continue
-            self._hot = True
+            break
+        try:
             client.setblocking(False)
-            return UnixStream(client)
+            if self._hot:
+                await anyio.lowlevel.checkpoint()
+        except BaseException:
+            client.close()  # cancelled while yielding: nobody will serve it
+            raise
+        self._hot = True
+        return UnixStream(client)
 
     def close(self) -> None:
         """Stop listening (the socket file stays: removing it is the owner's cleanup)."""
