@@ -19,7 +19,7 @@ from pi_cross_session.protocol import frames, jsonwire
 from pi_cross_session.protocol.client_conversation import ClientConversation, Failed, Settled
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.frames import HelloTemplate, response_from_text
-from pi_cross_session.protocol.limits import MAX_KNOWN_REPLY_CHARS
+from pi_cross_session.protocol.limits import MAX_KNOWN_FRAME_CHARS
 
 SESSION: Final = "receiver"
 INSTANCE: Final = "0123456789abcdef0123456789abcdef"
@@ -153,7 +153,7 @@ def test_the_id_repeated_later_is_never_taken(parses: list[str]) -> None:
 
 def test_long_replies_are_not_kept(parses: list[str]) -> None:
     first, second = new_id(), new_id()
-    padding = "x" * MAX_KNOWN_REPLY_CHARS
+    padding = "x" * MAX_KNOWN_FRAME_CHARS
     response_from_text(ready_text(first, note=padding), first)
     count = len(parses)
     response_from_text(ready_text(second, note=padding), second)

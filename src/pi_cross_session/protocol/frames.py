@@ -26,9 +26,9 @@ the same content. The ``to_wire()`` dicts are the single source of that order.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, TypeVar
+from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, TypeVar, cast
 
 from pydantic import (
     AfterValidator,
@@ -52,7 +52,8 @@ from pi_cross_session.protocol.limits import (
     MAX_FRAME_BYTES,
     MAX_FRAME_TEMPLATES,
     MAX_ID_CHARS,
-    MAX_KNOWN_REPLY_CHARS,
+    MAX_KNOWN_FRAME_CHARS,
+    MAX_KNOWN_HELLOS,
     MAX_NEXT_UNITS,
     MAX_SAFE_INTEGER,
     MAX_SESSION_ID_UNITS,
@@ -412,6 +413,8 @@ class Response(_Frame):
 
 _FrameT = TypeVar("_FrameT", bound=_Frame)
 _ParsedT = TypeVar("_ParsedT")
+_KeyT = TypeVar("_KeyT")
+_ValueT = TypeVar("_ValueT")
 
 ClientFrame: TypeAlias = Hello | Message | StatusQuery
 AnyFrame: TypeAlias = Hello | Message | StatusQuery | Response
@@ -439,12 +442,29 @@ def _from_template(
     template = _TEMPLATES.get(full_key)
     if template is not None and type(request_id) is str and ID_RE.fullmatch(request_id):
         assert isinstance(template, model)
-        return template.model_copy(update={"request_id": request_id})
+        return _with_request_id(template, request_id)
     frame = model(**fields())
-    if len(_TEMPLATES) >= MAX_FRAME_TEMPLATES:
-        del _TEMPLATES[next(iter(_TEMPLATES))]
-    _TEMPLATES[full_key] = frame
+    _keep(_TEMPLATES, full_key, cast(_Frame, frame), MAX_FRAME_TEMPLATES)
     return frame
+
+
+def _with_request_id(frame: _FrameT, request_id: str) -> _FrameT:
+    """A copy of a validated ``frame`` with another (valid) ``request_id``, nothing else changed.
+
+    What ``model_copy(update=...)`` does for a model without private attributes, minus its
+    generic copying machinery (half the cost; a receiver makes one for every ``ready``)."""
+    clone = object.__new__(type(frame))
+    fields = frame.__dict__.copy()
+    fields["request_id"] = request_id
+    _set = object.__setattr__
+    _set(clone, "__dict__", fields)
+    _set(clone, "__pydantic_fields_set__", frame.__pydantic_fields_set__ | _REQUEST_ID_FIELD)
+    _set(clone, "__pydantic_extra__", None)
+    _set(clone, "__pydantic_private__", None)
+    return clone
+
+
+_REQUEST_ID_FIELD: Final = frozenset({"request_id"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -689,13 +709,72 @@ def response_from_text(text: str, request_id: str | None = None) -> ReceivedResp
 #: dropped first), with their JSON; see :func:`response_from_text`.
 _KNOWN_REPLIES: dict[tuple[str, str], dict[str, Any]] = {}
 
+#: Hellos a receiver accepted, by the bounds they were judged under and their text before and
+#: after ``"requestId":"<id>"`` (oldest dropped first); see :func:`known_hello`.
+_KNOWN_HELLOS: dict[tuple[Hashable, str, str], Hello] = {}
+
+_ID_MEMBER: Final = '"requestId":"'
+
+
+def known_hello(text: str, under: Hashable) -> Hello | None:
+    """The receiver's shortcut for a first frame: when ``text`` is, but for its requestId, the
+    text of a hello accepted before under the same bounds ``under`` (:func:`remember_hello`),
+    that hello with this id; else ``None``, and the text must be judged and parsed as any other.
+
+    The same characters around a valid id parse to the same hello, and a valid id (1-128 of
+    ``[A-Za-z0-9_-]``) needs no escaping, so what a parse would find is known without one; what
+    the text would cost to parse was judged under those bounds then. The hello's claim (token,
+    target) is still judged on every hello, by the handler."""
+    spot = _id_spot(text)
+    if spot is None:
+        return None
+    (head, tail), request_id = spot
+    known = _KNOWN_HELLOS.get((under, head, tail))
+    if known is None:
+        return None
+    return _with_request_id(known, request_id)
+
+
+def remember_hello(text: str, hello: Hello, under: Hashable) -> None:
+    """``hello``, parsed from ``text`` and judged under the bounds ``under``, was accepted: know
+    the same text with another id from now on — if that spot is its ``requestId`` (see
+    :func:`_id_spot_holds`) and the text is short enough."""
+    spot = _id_spot(text)
+    if spot is None or spot[1] != hello.request_id:
+        return
+    key = (under, *spot[0])
+    if key in _KNOWN_HELLOS:
+        return
+    try:
+        data = jsonwire.loads(text)
+    except FrameError:
+        return
+    if type(data) is dict and _id_spot_holds(spot[0], data):
+        _keep(_KNOWN_HELLOS, key, hello, MAX_KNOWN_HELLOS)
+
+
+def _id_spot(text: str) -> tuple[tuple[str, str], str] | None:
+    """The text before and after the one ``"requestId":"<id>"`` in it, and that id (none if the
+    member is missing or appears twice, the id is not valid, or the text is too long to keep)."""
+    if len(text) > MAX_KNOWN_FRAME_CHARS:
+        return None
+    at = text.find(_ID_MEMBER)
+    if at < 0:
+        return None
+    start = at + len(_ID_MEMBER)
+    end = text.find('"', start)
+    request_id = text[start:end]
+    if end < 0 or ID_RE.fullmatch(request_id) is None or text.find(_ID_MEMBER, end) >= 0:
+        return None
+    return (text[:at], text[end + 1 :]), request_id
+
 
 def _around_id(text: str, request_id: str) -> tuple[str, str] | None:
     """The text before and after the one ``"requestId":"<request_id>"`` in it (none if it is
     missing, appears twice, or the reply is too long to keep)."""
-    if len(text) > MAX_KNOWN_REPLY_CHARS:
+    if len(text) > MAX_KNOWN_FRAME_CHARS:
         return None
-    member = f'"requestId":"{request_id}"'
+    member = f'{_ID_MEMBER}{request_id}"'
     at = text.find(member)
     if at < 0 or text.find(member, at + 1) >= 0:
         return None
@@ -703,20 +782,29 @@ def _around_id(text: str, request_id: str) -> tuple[str, str] | None:
 
 
 def _remember_reply(around: tuple[str, str], data: dict[str, Any]) -> None:
-    """Keep ``data`` for its text around its id — only if that spot *is* its ``requestId``:
-    another id written there must change the reply's ``requestId`` and nothing else (the same
-    characters could be a nested member, or a key repeated later, which JSON lets win)."""
+    """Keep ``data`` for its text around its id, if that spot is its ``requestId``."""
+    if _id_spot_holds(around, data):
+        _keep(_KNOWN_REPLIES, around, dict(data), MAX_FRAME_TEMPLATES)
+
+
+def _id_spot_holds(around: tuple[str, str], data: dict[str, Any]) -> bool:
+    """Whether the spot between ``around``'s two texts *is* the frame's ``requestId``: another id
+    written there must change its ``requestId`` and nothing else (the same characters could be a
+    nested member, or a key repeated later, which JSON lets win)."""
     head, tail = around
-    other_id = "-" if data["requestId"] == "_" else "_"  # any other valid id
+    other_id = "-" if data.get("requestId") == "_" else "_"  # any other valid id
     try:
-        other = jsonwire.loads(f'{head}"requestId":"{other_id}"{tail}')
+        other = jsonwire.loads(f'{head}{_ID_MEMBER}{other_id}"{tail}')
     except FrameError:
-        return
-    if type(other) is not dict or other != {**data, "requestId": other_id}:
-        return
-    if len(_KNOWN_REPLIES) >= MAX_FRAME_TEMPLATES:
-        del _KNOWN_REPLIES[next(iter(_KNOWN_REPLIES))]
-    _KNOWN_REPLIES[around] = dict(data)
+        return False
+    return type(other) is dict and other == {**data, "requestId": other_id}
+
+
+def _keep(table: dict[_KeyT, _ValueT], key: _KeyT, value: _ValueT, bound: int) -> None:
+    """Put ``value`` in a bounded table, dropping its oldest entry first when it is full."""
+    if len(table) >= bound:
+        del table[next(iter(table))]
+    table[key] = value
 
 
 def frame_from_text(text: str, parse: Callable[[object], _ParsedT]) -> _ParsedT:
@@ -784,9 +872,7 @@ def _response_bytes(reply: Response) -> bytes:
         head, tail = before[:-1] + ',"requestId":', "," + after[1:]
         encode_frame(head + '"x"' + tail, max_frame_bytes=MAX_FRAME_BYTES)
         parts = (head.encode(), tail.encode() + b"\n")
-        if len(_REPLY_BYTES) >= MAX_FRAME_TEMPLATES:
-            del _REPLY_BYTES[next(iter(_REPLY_BYTES))]
-        _REPLY_BYTES[key] = parts
+        _keep(_REPLY_BYTES, key, parts, MAX_FRAME_TEMPLATES)
     # A valid requestId is 1-128 of [A-Za-z0-9_-]: its JSON is itself in quotes.
     return b"".join((parts[0], b'"', request_id.encode(), b'"', parts[1]))
 

@@ -19,11 +19,16 @@ MAX_FRAME_BYTES: Final = 1_048_576
 #: growing the table: past it, the oldest template is dropped. A listing probes at most 512
 #: peers, so each of its hellos stays a template between two listings.
 MAX_FRAME_TEMPLATES: Final = 1_024
-#: The longest reply (characters) a sender keeps as a template, to take the same reply again
-#: without parsing it (every ``ready`` of a peer differs only in its id). A ``ready`` is about
-#: 300 characters and a refusal with the longest error text under 1,500; the bound keeps a
-#: hostile receiver's padded replies (a frame may be 1 MiB) from filling the table.
-MAX_KNOWN_REPLY_CHARS: Final = 2_048
+#: The longest frame text (characters) kept to take the same frame again without parsing it: a
+#: reply a sender judged (every ``ready`` of a peer differs only in its id), a hello a receiver
+#: accepted (every hello of one sender to one receiver, likewise). A ``ready`` is about 300
+#: characters, a hello with ``from`` about 600 and a refusal with the longest error text under
+#: 1,500; the bound keeps padded frames (a frame may be 1 MiB) out of the tables.
+MAX_KNOWN_FRAME_CHARS: Final = 2_048
+#: Hellos a receiver keeps, once accepted, to know them again (see ``MAX_KNOWN_FRAME_CHARS``):
+#: one per sender and per kind of probe that reached it, oldest dropped first. Only a hello that
+#: named this session with its token gets in, so a process without the token cannot use it.
+MAX_KNOWN_HELLOS: Final = 256
 
 # -- identifiers and field lengths (units noted: utf16 = UTF-16 code units, cp = code points) ----
 #: requestId / messageId / goalId: ``[A-Za-z0-9_-]{1,128}``.

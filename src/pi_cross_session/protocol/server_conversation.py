@@ -71,13 +71,16 @@ from pi_cross_session.protocol.frames import (
     StatusQuery,
     frame_from_text,
     frame_to_bytes,
+    known_hello,
     parse_hello,
     parse_request,
+    remember_hello,
 )
 from pi_cross_session.protocol.limits import (
     CONNECTION_DEADLINE_S,
     IDLE_AFTER_HELLO_S,
     MAX_FRAME_BYTES,
+    MAX_KNOWN_FRAME_CHARS,
     REQUEST_DEADLINE_AFTER_READY_S,
 )
 from pi_cross_session.protocol.shape import RECEIVER_BOUNDS, ShapeBounds, affordable
@@ -185,10 +188,13 @@ SERVER_TRANSITIONS: Final[Mapping[tuple[ServerState, ServerInput], ServerStep]] 
 )
 
 #: The states in which a frame is read and judged, and how: the parser, the input a good frame
-#: is, and the code of a frame too costly to parse (it is "not the expected kind").
-_READING: Final[Mapping[ServerState, tuple[Callable[[object], object], ServerInput, Code]]] = {
-    _S.AWAIT_HELLO: (parse_hello, _I.HELLO, Code.AUTHENTICATION_FAILED),
-    _S.AWAIT_REQUEST: (parse_request, _I.REQUEST, Code.INVALID_FRAME),
+#: is, the code of a frame too costly to parse (it is "not the expected kind"), and whether a
+#: frame known from before may be taken without a parse (hellos: see :func:`known_hello`).
+_READING: Final[
+    Mapping[ServerState, tuple[Callable[[object], object], ServerInput, Code, bool]]
+] = {
+    _S.AWAIT_HELLO: (parse_hello, _I.HELLO, Code.AUTHENTICATION_FAILED, True),
+    _S.AWAIT_REQUEST: (parse_request, _I.REQUEST, Code.INVALID_FRAME, False),
 }
 
 
@@ -303,6 +309,7 @@ class ServerConversation:
         "_deadline",
         "_decoder",
         "_heard_at",
+        "_new_hello",
         "_ready_at",
         "_state",
         "ending",
@@ -318,6 +325,8 @@ class ServerConversation:
         self._deadline = self._connection_deadline
         self._ready_at = 0.0
         self._heard_at = 0.0
+        # A hello parsed here (not known from before): remembered if the handler accepts it.
+        self._new_hello: tuple[str, Hello] | None = None
         #: How the conversation ended, once it has.
         self.ending: Ending | None = None
 
@@ -364,6 +373,9 @@ class ServerConversation:
         """The hello is accepted: ``reply`` (its ``ready``) is written at ``now``, and the request
         deadline and the idle bound start."""
         self._apply(ServerInput.SEND_READY)
+        if self._new_hello is not None:
+            remember_hello(*self._new_hello, self._bounds.shape_bounds)
+            self._new_hello = None
         self._ready_at = self._heard_at = now
         self._deadline = self._waiting_deadline()
         return frame_to_bytes(reply)
@@ -371,6 +383,7 @@ class ServerConversation:
     def refuse_hello(self, reply: Response) -> bytes:
         """The hello is refused: ``reply`` is the last thing written."""
         self._apply(ServerInput.SEND_REFUSAL)
+        self._new_hello = None
         return frame_to_bytes(reply)
 
     def answer(self, reply: Response) -> bytes:
@@ -388,8 +401,18 @@ class ServerConversation:
     # -- inside ----------------------------------------------------------------------------------
 
     def _judge(
-        self, text: str, parse: Callable[[object], object], good: ServerInput, costly_code: Code
+        self,
+        text: str,
+        parse: Callable[[object], object],
+        good: ServerInput,
+        costly_code: Code,
+        may_be_known: bool,
     ) -> ServerEvent:
+        # A hello whose text, but for its id, is that of a hello accepted before parses to that
+        # hello: it was affordable and valid then, and is now.
+        if may_be_known and (hello := known_hello(text, self._bounds.shape_bounds)) is not None:
+            self._apply(good)
+            return HelloReceived(hello)
         # What a frame would cost to parse is judged before it is parsed; a costly frame gets
         # the reply any frame of the wrong kind gets, and nothing is built from it.
         if not affordable(text, self._bounds.shape_bounds):
@@ -400,6 +423,8 @@ class ServerConversation:
             return self._reject(Code(exc.code), costly=False)
         self._apply(good)
         if isinstance(frame, Hello):
+            if may_be_known and len(text) <= MAX_KNOWN_FRAME_CHARS:
+                self._new_hello = (text, frame)
             return HelloReceived(frame)
         assert isinstance(frame, (Message, StatusQuery))
         return RequestReceived(frame)
