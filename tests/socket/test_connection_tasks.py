@@ -1,6 +1,7 @@
-"""A connection task serves the next connection instead of ending: the endpoint creates a task only
-when none is idle, so a session answering probe after probe runs on one task, and a burst of
-connections leaves a bounded few tasks waiting for the next burst (``Endpoint._dispatch``)."""
+"""Workers take turns accepting, and each serves the connection it accepted: a worker whose
+connection has ended waits for its next turn instead of ending, the endpoint creates a worker only
+when none waits, so a session answering probe after probe runs on two tasks taking turns, and a
+burst of connections leaves a bounded few waiting for the next burst (``Endpoint._worker``)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ async def test_probe_after_probe_is_served_by_one_task(locations: Locations) -> 
         assert await exchanger.is_live(peer.registration)
         await wait_until_idle(peer.endpoint)
         after_first = tasks()
-        assert after_first == before + 1  # the connection's task waits for the next one
+        assert after_first == before + 1  # it accepts the next one while the first waits
         for _ in range(20):
             assert await exchanger.is_live(peer.registration)
             await wait_until_idle(peer.endpoint)

@@ -17,9 +17,10 @@ capacity and how much each process may have read are the pure policies of
    (half-closing after the request's);
 4. writes the fixed reply the conversation gives a frame that broke the rules, and closes.
 
-Each connection is served by a connection task; a task whose connection has ended waits for the
-next one rather than ending (waking a task costs a fraction of creating one), so a session
-answering probe after probe creates no task per probe.
+Workers take turns: one accepts, hands accepting on to the next and serves what it accepted
+itself, so a connection's hello is answered without another task being woken first; a worker
+whose connection has ended waits for its next turn rather than ending (waking a task costs a
+fraction of creating one), so a session answering probe after probe creates no task per probe.
 
 Frames are handled strictly in order and one at a time, so a fault that arrives after a message can
 never undo that message's admission (spec §3.1). A connection lives at most
@@ -279,14 +280,13 @@ class _Connection(Generic[SessionT]):
         return Slot(id(self), self.pid, self.opened_at, answering)
 
 
-class _IdleTask(Generic[SessionT]):
-    """A connection task between connections: woken by ``wake`` with ``conn`` to serve next."""
+class _IdleWorker:
+    """A worker between connections: woken by ``wake`` when it is its turn to accept."""
 
-    __slots__ = ("conn", "wake")
+    __slots__ = ("wake",)
 
     def __init__(self) -> None:
         self.wake = loop.Wakeup()
-        self.conn: _Connection[SessionT] | None = None
 
 
 class Endpoint(Generic[SessionT]):
@@ -339,8 +339,8 @@ class Endpoint(Generic[SessionT]):
         self._released = anyio.Event()
         # Set whenever a connection ends: a descriptor came back, so a paused accept may retry.
         self._freed = anyio.Event()
-        # Connection tasks waiting for their next connection, the most recently idle last.
-        self._idle: list[_IdleTask[SessionT]] = []
+        # Workers waiting for their turn to accept, the most recently idle last.
+        self._idle: list[_IdleWorker] = []
 
     def statistics(self) -> EndpointStatistics:
         """Counters since this endpoint was created."""
@@ -386,12 +386,12 @@ class Endpoint(Generic[SessionT]):
             self._count_descriptors(listener)
             if self._headroom.cap is not None:
                 self._short.set()
-            async with anyio.create_task_group() as connections:
-                connections.start_soon(self._recount_descriptors, listener)
+            async with anyio.create_task_group() as workers:
+                workers.start_soon(self._recount_descriptors, listener)
                 if memory.AVAILABLE:
-                    connections.start_soon(self._give_back_memory)
+                    workers.start_soon(self._give_back_memory)
+                workers.start_soon(self._worker, listener, workers)
                 task_status.started()
-                await self._accept_loop(listener, connections)
         finally:
             listener.close()
 
@@ -404,9 +404,37 @@ class Endpoint(Generic[SessionT]):
         Tests drive the endpoint over in-memory streams with it, and benches replay bytes."""
         await self._serve(self._admit(stream, peer))
 
-    async def _accept_loop(
-        self, listener: sockets.UnixListener, connections: anyio.abc.TaskGroup
-    ) -> None:
+    async def _worker(self, listener: sockets.UnixListener, workers: anyio.abc.TaskGroup) -> None:
+        """Accept one connection, hand accepting on to another worker, serve the connection; then
+        wait to accept again, or end when enough workers wait already.
+
+        Exactly one worker accepts at a time, and the connection is served by the worker that
+        accepted it: a probe's hello is read and answered without waiting for another task to
+        be woken (one pass of the event loop less per connection), and a connection is never
+        left between two tasks. The next accepting worker is woken meanwhile, so it runs as soon
+        as this one waits. At most ``MAX_IDLE_CONNECTION_TASKS`` workers wait between
+        connections (waking one costs a fraction of creating one: anyio wraps every new task)."""
+        while True:
+            conn = await self._accept_one(listener)
+            if self._idle:
+                self._idle.pop().wake.set()
+            else:
+                workers.start_soon(self._worker, listener, workers)
+            await self._serve(conn)
+            del conn
+            if len(self._idle) >= MAX_IDLE_CONNECTION_TASKS:
+                return
+            idle = _IdleWorker()
+            self._idle.append(idle)
+            try:
+                await idle.wake.wait()
+            finally:
+                if idle in self._idle:  # cancelled while waiting: the endpoint is stopping
+                    self._idle.remove(idle)
+
+    async def _accept_one(self, listener: sockets.UnixListener) -> _Connection[SessionT]:
+        """The next connection to serve: accepted, from our uid, within capacity (shedding
+        another, or refusing it, as the rules say), counted and on its deadline."""
         counters = self._counters
         while True:
             try:
@@ -430,58 +458,14 @@ class Endpoint(Generic[SessionT]):
                     counters.refused += 1
                     stream.close()
                     continue
-                await self._shed(victim)
+                try:
+                    await self._shed(victim)
+                except BaseException:
+                    stream.close()
+                    raise
             if peer is None:
                 counters.unverified += 1
-            self._dispatch(self._admit(stream, peer), connections)
-
-    def _dispatch(self, conn: _Connection[SessionT], connections: anyio.abc.TaskGroup) -> None:
-        """Serve ``conn`` in a connection task: one that is idle if there is one, else a new one.
-
-        Waking a task costs a fraction of creating one (a third, measured, on asyncio: anyio wraps
-        every new task), and a probe's whole exchange is a few hundred microseconds, so the tasks
-        of finished connections wait for the next one instead of ending (see
-        :meth:`_connection_task`)."""
-        if self._idle:
-            idle = self._idle.pop()
-            idle.conn = conn
-            idle.wake.set()
-        else:
-            connections.start_soon(self._connection_task, conn)
-
-    async def _connection_task(self, conn: _Connection[SessionT]) -> None:
-        """Serve ``conn``, then each connection handed over while idle, until the endpoint stops.
-
-        At most ``MAX_IDLE_CONNECTION_TASKS`` tasks wait idle; the others end. A task keeps nothing
-        of a served connection while it waits, and a connection handed over to a task that is
-        cancelled before serving it (the endpoint stopping) is closed and uncounted here."""
-        idle = _IdleTask[SessionT]()
-        next_conn: _Connection[SessionT] | None = conn
-        del conn
-        try:
-            while next_conn is not None:
-                serving, next_conn = next_conn, None
-                await self._serve(serving)
-                del serving
-                if len(self._idle) >= MAX_IDLE_CONNECTION_TASKS:
-                    return
-                idle.wake = loop.Wakeup()
-                self._idle.append(idle)
-                await idle.wake.wait()
-                next_conn, idle.conn = idle.conn, None
-        finally:
-            if idle in self._idle:
-                self._idle.remove(idle)
-            unserved = next_conn if next_conn is not None else idle.conn
-            if unserved is not None:
-                self._abandon(unserved)
-
-    def _abandon(self, conn: _Connection[SessionT]) -> None:
-        """Close and uncount a connection that was admitted but will never be served."""
-        if self._open.pop(id(conn), None) is not None and not conn.shed:
-            self._counters.open -= 1
-        if isinstance(conn.stream, sockets.UnixStream):
-            conn.stream.close()
+            return self._admit(stream, peer)
 
     async def _accept_failed(self, exc: BaseException) -> None:
         """Count a failed ``accept``; make descriptors come back, or pause before the next one.
