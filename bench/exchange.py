@@ -145,8 +145,8 @@ _CONNECTION_MARKS: contextvars.ContextVar[dict[str, int] | None] = contextvars.C
 
 def mark_receiver(timings: dict[str, list[int]]) -> None:
     """Timestamp each connection's steps in the receiver (:data:`RECEIVER_PHASES`) by wrapping
-    the listener's accept, the endpoint's per-connection task, the stream's first read and first
-    write, and the handler's hello; at its end a connection adds its step durations to
+    the listener's accept, the endpoint's serving of each connection, the stream's first read and
+    first write, and the handler's hello; at its end a connection adds its step durations to
     ``timings`` under ``"probe: <step>"`` or ``"send: <step>"``. Bench-only wrapping, a few
     hundred nanoseconds per mark; nothing in the package changes."""
     accept = sockets.UnixListener.accept
@@ -436,8 +436,8 @@ RAW_PROBE_PHASES: Final = (
 )
 #: The receiver's steps of one connection (marks taken in the receiver, see ``mark_receiver``).
 RECEIVER_PHASES: Final = (
-    ("accepted -> its task runs (credentials, slot, spawn)", "accepted", "task_start"),
-    ("task -> hello read", "task_start", "first_data"),
+    ("accepted -> served (credentials, slot, deadline)", "accepted", "task_start"),
+    ("served -> hello read", "task_start", "first_data"),
     ("hello read -> handed to the handler (parse)", "first_data", "hello_start"),
     ("handler: on_hello", "hello_start", "hello_end"),
     ("reply encoded -> written", "hello_end", "reply_written"),
