@@ -271,3 +271,65 @@ async def test_a_process_over_its_read_budget_waits_exactly_its_debt() -> None:
         assert reply["status"] == "invalid_frame"
         assert anyio.current_time() - started == pytest.approx(2.0, abs=EXACT)
     assert endpoint.statistics().throttled_reads == 1
+
+
+# -- an answer that comes later (a proxy's) ------------------------------------------------------
+
+
+class Forwarder(Receiver):
+    """A proxy-like handler: the answer to a request comes after ``answer_takes_s``; ``None`` when
+    ``knows`` is False (nobody can say what became of it)."""
+
+    def __init__(self, *, answer_takes_s: float, knows: bool = True) -> None:
+        super().__init__()
+        self.answer_takes_s = answer_takes_s
+        self.knows = knows
+
+    def on_request(  # type: ignore[override]
+        self, session: str, request: Message | StatusQuery
+    ) -> Any:
+        self.requests.append(request)
+
+        async def later() -> Response | None:
+            await anyio.sleep(self.answer_takes_s)
+            if not self.knows:
+                return None
+            return Response.build(
+                request_id=request.request_id, ok=True, status=Code.ACCEPTED, peer=ME
+            )
+
+        return later()
+
+
+async def test_an_answer_that_comes_later_is_written_and_the_connection_half_closed() -> None:
+    forwarder = Forwarder(answer_takes_s=12.0)  # past the idle and request bounds: answering
+    async with serving(forwarder) as (endpoint, client):
+        await client.send(hello(authenticated=True))
+        assert status_of(await read_line(client)) == "ready"
+        await client.send(MESSAGE)
+        asked_at = anyio.current_time()
+        assert status_of(await read_to_eof(client)) == "accepted"
+        assert anyio.current_time() - asked_at == pytest.approx(12.0, abs=EXACT)
+    stats = endpoint.statistics()
+    assert (stats.unanswered, stats.idle_cuts, stats.request_deadline_cuts) == (0, 0, 0)
+
+
+async def test_no_answer_closes_the_connection_without_a_reply() -> None:
+    async with serving(Forwarder(answer_takes_s=1.0, knows=False)) as (endpoint, client):
+        await client.send(hello(authenticated=True))
+        assert status_of(await read_line(client)) == "ready"
+        await client.send(MESSAGE)
+        assert await read_to_eof(client) == b""
+    assert endpoint.statistics().unanswered == 1
+
+
+async def test_an_answer_later_than_the_connection_deadline_is_cut_there() -> None:
+    async with serving(Forwarder(answer_takes_s=60.0)) as (endpoint, client):
+        started = anyio.current_time()
+        await client.send(hello(authenticated=True))
+        assert status_of(await read_line(client)) == "ready"
+        await client.send(MESSAGE)
+        assert await read_to_eof(client) == b""
+        assert anyio.current_time() - started == pytest.approx(CONNECTION_DEADLINE_S, abs=EXACT)
+    stats = endpoint.statistics()
+    assert (stats.deadline_cuts, stats.unanswered) == (1, 0)

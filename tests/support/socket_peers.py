@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from pi_cross_session.protocol.fairness import SharedCap
 from pi_cross_session.protocol.frames import Message, Sender
 from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig
 from pi_cross_session.protocol.io.exchange import Exchanger
@@ -133,11 +134,13 @@ async def running_peer(
     *,
     config: EndpointConfig | None = None,
     peer_credentials: PeerCredentialsReader = read_peer_credentials,
+    shared: SharedCap | None = None,
 ) -> AsyncIterator[PeerHandle]:
     """Publish a registration and serve an inbox until the block ends, then clean up.
 
     ``peer_credentials`` replaces the kernel's answer to "who connected" (tests play other uids
-    and platforms without peer credentials with it)."""
+    and platforms without peer credentials with it); ``shared`` is a cap the endpoint shares with
+    others (as a gateway's proxies do)."""
     registration = make_registration(locations, name)
     identity = LocalIdentity(
         session_id=registration.id,
@@ -157,6 +160,7 @@ async def running_peer(
         files=fs,
         config=config,
         peer_credentials=peer_credentials,
+        shared=shared,
     )
     async with anyio.create_task_group() as tg:
         await tg.start(endpoint.serve)
@@ -208,10 +212,14 @@ async def assert_still_serving(locations: Locations, target: Registration) -> No
 
 @asynccontextmanager
 async def settled_peer(
-    locations: Locations, name: str, *, config: EndpointConfig | None = None
+    locations: Locations,
+    name: str,
+    *,
+    config: EndpointConfig | None = None,
+    shared: SharedCap | None = None,
 ) -> AsyncIterator[PeerHandle]:
     """:func:`running_peer` that, on a normal exit, lets its connections finish first."""
-    async with running_peer(locations, name, config=config) as peer:
+    async with running_peer(locations, name, config=config, shared=shared) as peer:
         yield peer
         await wait_until_idle(peer.endpoint)
 

@@ -25,6 +25,9 @@ sockets or clocks), so each is tested as a table:
   connecting pid, and a process in debt has its connections wait before their next read. An honest
   sender's burst (a hello and a few full frames) always fits; a process streaming megabytes to make
   the loop parse is slowed to a fixed rate, while every other process is read at once.
+
+* :class:`SharedCap` — the connections open across several endpoints of one process (a gateway's
+  proxies, one per remote session), held to one cap besides each endpoint's own.
 """
 
 from __future__ import annotations
@@ -166,3 +169,20 @@ class ReadBudget:
 
 
 __all__ = ["UNKNOWN_PID", "ReadBudget", "SheddingPolicy", "Slot"]
+
+
+@dataclass(slots=True)
+class SharedCap:
+    """Connections open across the endpoints that share this cap, counted by the endpoints.
+
+    Full, an endpoint treats a newcomer as at its own capacity: one of its connections gives way
+    by :class:`SheddingPolicy`, or the newcomer is refused (counted in ``refused``)."""
+
+    cap: int
+    open: int = 0
+    refused: int = 0
+
+    @property
+    def full(self) -> bool:
+        """No connection may be added without one giving way."""
+        return self.open >= self.cap

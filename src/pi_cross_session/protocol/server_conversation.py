@@ -142,6 +142,9 @@ class ServerInput(StrEnum):
     SEND_REFUSAL = "send_refusal"
     #: The driver answers the request: its reply ends the connection.
     SEND_ANSWER = "send_answer"
+    #: Nobody can say what became of the request (a proxy lost its remote side): the connection
+    #: ends without a reply, which a sender files as "receipt unknown".
+    CLOSE_UNANSWERED = "close_unanswered"
     #: The driver's clock passed :attr:`ServerConversation.deadline`.
     EXPIRE = "expire"
 
@@ -160,6 +163,8 @@ class Ending(StrEnum):
     CUT_IDLE = "cut_idle"
     #: Cut after ``ready`` for not completing its request within ``request_deadline_s``.
     CUT_REQUEST = "cut_request"
+    #: Closed without a reply to its request (see ``ServerInput.CLOSE_UNANSWERED``).
+    UNANSWERED = "unanswered"
 
 
 _S = ServerState
@@ -183,6 +188,7 @@ SERVER_TRANSITIONS: Final[Mapping[tuple[ServerState, ServerInput], ServerStep]] 
         (_S.AWAIT_REQUEST, _I.EOF): (_S.CLOSED, Ending.PEER_CLOSED),
         (_S.AWAIT_REQUEST, _I.EXPIRE): (_S.CLOSED, None),
         (_S.ANSWERING, _I.SEND_ANSWER): (_S.CLOSED, Ending.ANSWERED),
+        (_S.ANSWERING, _I.CLOSE_UNANSWERED): (_S.CLOSED, Ending.UNANSWERED),
         (_S.ANSWERING, _I.EXPIRE): (_S.CLOSED, None),
     }
 )
@@ -390,6 +396,11 @@ class ServerConversation:
         """The request's reply, the last thing written (the driver then half-closes)."""
         self._apply(ServerInput.SEND_ANSWER)
         return frame_to_bytes(reply)
+
+    def close_unanswered(self) -> None:
+        """Nobody can say what became of the request: the connection ends without a reply (a
+        proxy whose remote side was lost; a session always answers)."""
+        self._apply(ServerInput.CLOSE_UNANSWERED)
 
     def expire(self) -> Ending:
         """The driver's clock passed :attr:`deadline`: the conversation is over, cut by it."""

@@ -33,7 +33,7 @@ from nats.aio.msg import Msg
 
 from pi_cross_session.plugin.remote import files, identities
 from pi_cross_session.plugin.remote.link import HopTimeoutError, Link, UnreachableError
-from pi_cross_session.plugin.remote.proxy import ConnectionBudget, ProxySocket
+from pi_cross_session.plugin.remote.proxy import ProxySocket
 from pi_cross_session.plugin.remote.publish import Publisher
 from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE, DELIVERY_RECEIPTS
 from pi_cross_session.protocol.codes import (
@@ -46,6 +46,7 @@ from pi_cross_session.protocol.codes import (
     sender_code,
 )
 from pi_cross_session.protocol.errors import CrossSessionError
+from pi_cross_session.protocol.fairness import SharedCap
 from pi_cross_session.protocol.frames import (
     WIRE_VERSION,
     Message,
@@ -209,7 +210,7 @@ class Gateway:
         self._doors = SessionDoors()
         self._slots: dict[str, anyio.Semaphore] = {}
         self._handled_since_sweep = False
-        self._budget = ConnectionBudget(cap=MAX_GATEWAY_CONNECTIONS)
+        self._connections = SharedCap(cap=MAX_GATEWAY_CONNECTIONS)
         self._exchangers: dict[tuple[str, ...], Exchanger] = {}
         self._probe_exchanger = Exchanger(locations, fs)
         # Inline on a local filesystem, in a worker thread elsewhere (as sessions read files).
@@ -427,7 +428,7 @@ class Gateway:
             registration.socket_path,
             authenticator,
             partial(self._forward, local_id),
-            budget=self._budget,
+            shared=self._connections,
             capabilities=capabilities,
         )
         scope = anyio.CancelScope()

@@ -65,10 +65,10 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
@@ -76,7 +76,7 @@ import anyio.abc
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.conversation import NEED_DATA
 from pi_cross_session.protocol.credentials import PeerCredentials
-from pi_cross_session.protocol.fairness import ReadBudget, SheddingPolicy, Slot
+from pi_cross_session.protocol.fairness import ReadBudget, SharedCap, SheddingPolicy, Slot
 from pi_cross_session.protocol.frames import (
     Hello,
     Message,
@@ -119,6 +119,10 @@ logger = logging.getLogger(__name__)
 
 SessionT = TypeVar("SessionT")
 
+#: What :meth:`InboundHandler.on_request` returns: the reply, or an awaitable of it (``None``:
+#: close without a reply).
+RequestAnswer: TypeAlias = Response | Awaitable[Response | None]
+
 
 class SocketFiles(Protocol):
     """The file operations the endpoint needs (provided by the module that judges files)."""
@@ -150,8 +154,10 @@ class InboundHandler(Protocol[SessionT]):
         """
         ...
 
-    def on_request(self, session: SessionT, request: Message | StatusQuery) -> Response:
-        """Answer the second frame. Synchronous so that admission is atomic."""
+    def on_request(self, session: SessionT, request: Message | StatusQuery) -> RequestAnswer:
+        """Answer the second frame. Synchronous so that admission is atomic; a handler that
+        cannot answer by itself (a proxy, whose answer comes from another machine) returns an
+        awaitable of the reply, ``None`` when nobody can say what became of the request."""
         ...
 
 
@@ -226,6 +232,8 @@ class EndpointStatistics:
     descriptor_cap: int | None = None
     #: Times freed heap memory was handed back to the OS after large connections (glibc only).
     memory_given_back: int = 0
+    #: Requests closed without a reply because the handler could not say what became of them.
+    unanswered: int = 0
 
 
 @dataclass(slots=True)
@@ -245,6 +253,7 @@ class _Counters:
     request_cuts: int = 0
     costly: int = 0
     throttled: int = 0
+    unanswered: int = 0
     accept_failures: dict[str, int] = field(default_factory=dict)
     last_accept_failure: str | None = None
     last_accept_failure_at: float | None = None
@@ -306,8 +315,10 @@ class Endpoint(Generic[SessionT]):
         config: EndpointConfig | None = None,
         peer_credentials: PeerCredentialsReader = read_peer_credentials,
         clock: Callable[[], float] = time.monotonic,
+        shared: SharedCap | None = None,
     ) -> None:
         self.path = path
+        self._shared = shared
         self._handler = handler
         self._files = files
         self._config = config = config or EndpointConfig()
@@ -367,6 +378,7 @@ class Endpoint(Generic[SessionT]):
             last_accept_failure_age_s=None if failed_at is None else self._clock() - failed_at,
             descriptor_cap=self._headroom.cap,
             memory_given_back=c.given_back,
+            unanswered=c.unanswered,
         )
 
     async def serve(
@@ -450,12 +462,15 @@ class Endpoint(Generic[SessionT]):
             if not admitted:
                 stream.close()
                 continue
-            if counters.open >= self._headroom.capacity:
+            shared = self._shared
+            if counters.open >= self._headroom.capacity or (shared is not None and shared.full):
                 newcomer_pid = None if peer is None else peer.pid
                 victim = self._victim(newcomer_pid=newcomer_pid, known=True)
                 if victim is None:
                     # The contract's rule: the 65th is destroyed with no reply.
                     counters.refused += 1
+                    if shared is not None and shared.full:
+                        shared.refused += 1
                     stream.close()
                     continue
                 try:
@@ -569,7 +584,7 @@ class Endpoint(Generic[SessionT]):
         # open count and the descriptors in use never exceed the bound.
         victim.shed = True
         self._open.pop(id(victim), None)
-        self._counters.open -= 1
+        self._count_closed()
         self._counters.shed += 1
         victim.scope.cancel()
         await _close(victim.stream)
@@ -615,8 +630,16 @@ class Endpoint(Generic[SessionT]):
         counters.open += 1
         counters.accepted += 1
         counters.peak = max(counters.peak, counters.open)
+        if self._shared is not None:
+            self._shared.open += 1
         self._open[id(conn)] = conn
         return conn
+
+    def _count_closed(self) -> None:
+        """A connection's slot is free again (here and in the shared cap)."""
+        self._counters.open -= 1
+        if self._shared is not None:
+            self._shared.open -= 1
 
     async def _serve(self, conn: _Connection[SessionT]) -> None:
         conversation = conn.conversation
@@ -631,7 +654,7 @@ class Endpoint(Generic[SessionT]):
             self._open.pop(id(conn), None)
             counters = self._counters
             if not conn.shed:
-                counters.open -= 1
+                self._count_closed()
             ending = conversation.ending
             if ending is Ending.FAULT:
                 counters.faults += 1
@@ -641,6 +664,8 @@ class Endpoint(Generic[SessionT]):
                 counters.request_cuts += 1
             elif ending is Ending.CUT_AT_DEADLINE:
                 counters.deadline_cuts += 1
+            elif ending is Ending.UNANSWERED:
+                counters.unanswered += 1
             await _close(conn.stream)
             self._freed.set()
             if conn.bytes_read > self._config.give_back_after_bytes:
@@ -670,8 +695,17 @@ class Endpoint(Generic[SessionT]):
             elif type(event) is RequestReceived:
                 assert conn.session is not None  # a refused hello ends the conversation
                 # Synchronous, so admission is atomic; from here on the connection is never shed.
-                reply = self._handler.on_request(conn.session, event.request)
-                await stream.send(conversation.answer(reply))
+                answer = self._handler.on_request(conn.session, event.request)
+                if not isinstance(answer, Response):
+                    # A proxy's: the answer comes from elsewhere, under the connection deadline
+                    # alone (a request being answered is neither idle nor late).
+                    scope.deadline = conversation.deadline.at
+                    later = await answer
+                    if later is None:
+                        conversation.close_unanswered()
+                        return
+                    answer = later
+                await stream.send(conversation.answer(answer))
                 await stream.send_eof()
                 return
             elif type(event) is Rejected:
