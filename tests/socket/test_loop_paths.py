@@ -44,6 +44,16 @@ def stream_pair() -> Iterator[tuple[sockets.UnixStream, socket.socket]]:
         theirs.close()
 
 
+async def accept_until_closed(
+    listener: sockets.UnixListener, outcome: list[type[BaseException]]
+) -> None:
+    """Wait in ``accept``; note the error that ends the wait (closing the listener ends it)."""
+    try:
+        await listener.accept()
+    except anyio.ClosedResourceError as exc:
+        outcome.append(type(exc))
+
+
 def watched(fd: int) -> bool:
     """Whether the running loop still watches ``fd`` for reading (removing a watch says so)."""
     return asyncio.get_running_loop().remove_reader(fd)
@@ -282,15 +292,8 @@ async def test_closing_the_listener_ends_a_waiting_accept(locations: Locations) 
     fd = listener.fileno()
     with anyio.fail_after(MUST_HAPPEN_S):
         outcome: list[type[BaseException]] = []
-
-        async def accept() -> None:
-            try:
-                await listener.accept()
-            except anyio.ClosedResourceError as exc:
-                outcome.append(type(exc))
-
         async with anyio.create_task_group() as group:
-            group.start_soon(accept)
+            group.start_soon(accept_until_closed, listener, outcome)
             await anyio.sleep(PAST_S)
             listener.close()
         assert outcome == [anyio.ClosedResourceError]
@@ -332,15 +335,8 @@ async def test_accept_yields_between_the_connections_of_a_burst_and_never_before
                 group.cancel_scope.cancel()
             # Nothing pending after a burst: the accept starts waiting in its first step.
             outcome: list[type[BaseException]] = []
-
-            async def accept() -> None:
-                try:
-                    await listener.accept()
-                except anyio.ClosedResourceError as exc:
-                    outcome.append(type(exc))
-
             async with anyio.create_task_group() as group:
-                group.start_soon(accept)
+                group.start_soon(accept_until_closed, listener, outcome)
                 await anyio.lowlevel.checkpoint()
                 assert watched(fd)  # (this unwatches it: the close below ends the wait)
                 listener.close()

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import pytest
 
-from pi_cross_session.protocol import frames, jsonwire
+from pi_cross_session.protocol import frames
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.frames import Hello, PeerIdentity, Response, parse_hello
 from pi_cross_session.protocol.limits import MAX_KNOWN_FRAME_CHARS, MAX_KNOWN_HELLOS
@@ -29,6 +29,7 @@ from pi_cross_session.protocol.server_conversation import (
     ServerConversation,
 )
 from pi_cross_session.protocol.shape import ShapeBounds
+from tests.support.known_frames import count_parses
 
 SESSION: Final = "receiver"
 INSTANCE: Final = "0123456789abcdef0123456789abcdef"
@@ -56,16 +57,7 @@ def hello_text(request_id: str, *, token: str = TOKEN, **extra: Any) -> str:
 @pytest.fixture
 def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The texts parsed as JSON from here on (the known hellos start empty)."""
-    monkeypatch.setattr(frames, "_KNOWN_HELLOS", {})
-    seen: list[str] = []
-    real = jsonwire.loads
-
-    def counting(text: str) -> Any:
-        seen.append(text)
-        return real(text)
-
-    monkeypatch.setattr(frames.jsonwire, "loads", counting)
-    return seen
+    return count_parses(monkeypatch, "_KNOWN_HELLOS")
 
 
 def ready(request_id: str) -> Response:

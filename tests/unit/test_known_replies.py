@@ -15,11 +15,12 @@ from typing import Any, Final
 
 import pytest
 
-from pi_cross_session.protocol import frames, jsonwire
+from pi_cross_session.protocol import frames
 from pi_cross_session.protocol.client_conversation import ClientConversation, Failed, Settled
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.frames import HelloTemplate, response_from_text
 from pi_cross_session.protocol.limits import MAX_KNOWN_FRAME_CHARS
+from tests.support.known_frames import count_parses
 
 SESSION: Final = "receiver"
 INSTANCE: Final = "0123456789abcdef0123456789abcdef"
@@ -48,16 +49,7 @@ def ready_text(request_id: str, **extra: Any) -> str:
 @pytest.fixture
 def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The texts parsed as JSON from here on (the known replies start empty)."""
-    monkeypatch.setattr(frames, "_KNOWN_REPLIES", {})
-    seen: list[str] = []
-    real = jsonwire.loads
-
-    def counting(text: str) -> Any:
-        seen.append(text)
-        return real(text)
-
-    monkeypatch.setattr(frames.jsonwire, "loads", counting)
-    return seen
+    return count_parses(monkeypatch, "_KNOWN_REPLIES")
 
 
 def probe(request_id: str, reply: str) -> Settled | Failed:

@@ -1,0 +1,25 @@
+"""For the tests of the frames known without a parse (``frames.known_hello``,
+``frames.response_from_text``): which texts were parsed as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pi_cross_session.protocol import frames, jsonwire
+
+
+def count_parses(monkeypatch: pytest.MonkeyPatch, table: str) -> list[str]:
+    """Empty the known-frames ``table`` of ``frames`` and return the list of texts parsed as JSON
+    from now on (for the test's duration)."""
+    monkeypatch.setattr(frames, table, {})
+    seen: list[str] = []
+    real = jsonwire.loads
+
+    def counting(text: str) -> Any:
+        seen.append(text)
+        return real(text)
+
+    monkeypatch.setattr(frames.jsonwire, "loads", counting)
+    return seen
