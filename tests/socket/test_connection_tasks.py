@@ -10,13 +10,17 @@ from contextlib import AsyncExitStack
 import anyio
 import pytest
 
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
+from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig, InboundHandler
 from pi_cross_session.protocol.limits import MAX_IDLE_CONNECTION_TASKS
 from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.security.auth import Authenticator, LocalIdentity
+from pi_cross_session.security.io import fs
+from pi_cross_session.security.io.sender_files import PeersDirFiles
 from tests.support import raw_client
+from tests.support.memory_inbox import MemoryInbox
 from tests.support.raw_client import RawClient
-from tests.support.socket_peers import settled_peer
-from tests.support.waiting import wait_until_idle
+from tests.support.socket_peers import make_registration, settled_peer
+from tests.support.waiting import eventually, wait_until_idle
 
 pytestmark = pytest.mark.anyio
 
@@ -67,3 +71,60 @@ async def test_a_burst_leaves_tasks_for_the_next_burst(locations: Locations) -> 
         stats = peer.endpoint.statistics()
         assert stats.accepted == 3 * CAPACITY
         assert stats.open_connections == 0
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_stopping_closes_every_connection_and_leaves_no_worker(
+    locations: Locations,
+) -> None:
+    """Cancelling ``serve`` while workers hold connections — silent ones, ones past ``ready`` —
+    and others wait for their turn: every client reads EOF after its replies, nothing stays
+    counted open, and no worker is left (under trio too, where the waits are anyio's)."""
+    registration = make_registration(locations, "receiver")
+    identity = LocalIdentity(
+        session_id=registration.id,
+        instance_id=registration.instance_id,
+        token=registration.token,
+        pid=registration.pid,
+    )
+    inbox = MemoryInbox(Authenticator(identity, locations, files=PeersDirFiles(locations)))
+    handler: InboundHandler[object] = inbox  # type: ignore[assignment]
+    endpoint = Endpoint(registration.socket_path, handler, files=fs)
+    hello = raw_client.line(raw_client.hello(registration))
+    before = tasks()
+    try:
+        async with AsyncExitStack() as clients:
+
+            async def connect() -> RawClient:
+                return await clients.enter_async_context(
+                    RawClient.connect(registration.socket_path)
+                )
+
+            async with anyio.create_task_group() as group:
+                await group.start(endpoint.serve)
+                # A burst of probes that ended: their workers now wait for their turn.
+                async with AsyncExitStack() as probes:
+                    ended = [
+                        await probes.enter_async_context(
+                            RawClient.connect(registration.socket_path)
+                        )
+                        for _ in range(3)
+                    ]
+                    for client in ended:
+                        await client.send(hello)
+                    for client in ended:
+                        assert (await client.read_reply()).status == "ready"
+                await wait_until_idle(endpoint)
+                silent = [await connect() for _ in range(2)]
+                past_ready = [await connect() for _ in range(2)]
+                for client in past_ready:
+                    await client.send(hello + b'{"v":1')
+                    assert (await client.read_reply()).status == "ready"
+                await eventually(lambda: endpoint.statistics().open_connections == 4)
+                group.cancel_scope.cancel()
+            assert endpoint.statistics().open_connections == 0
+            assert tasks() == before
+            for client in silent + past_ready:
+                assert await client.read_to_eof() == b""
+    finally:
+        fs.remove_file(registration.socket_path)

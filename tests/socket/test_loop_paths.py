@@ -347,6 +347,38 @@ async def test_accept_yields_between_the_connections_of_a_burst_and_never_before
             client.close()
 
 
+async def test_an_accept_cancelled_while_yielding_in_a_burst_closes_what_it_took(
+    locations: Locations,
+) -> None:
+    """The yield between the connections of a burst comes after ``accept(2)``: cancelled there,
+    the connection taken is closed at once (its client reads EOF), and the next accept takes the
+    next connection."""
+    fs.ensure_private_dir(locations.runtime_dir)
+    path = os.path.join(locations.runtime_dir, "listener.sock")
+    listener = sockets.listen_unix(path)
+    clients = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(3)]
+    try:
+        for client in clients:
+            client.connect(path)
+            client.settimeout(MUST_HAPPEN_S)
+        with anyio.fail_after(MUST_HAPPEN_S):
+            first = await listener.accept()  # the first of the burst: no yield
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await listener.accept()  # takes the second, then yields: cancelled there
+            assert scope.cancelled_caught
+            assert clients[1].recv(1) == b""  # closed, never served
+            third = await listener.accept()
+            clients[2].sendall(b"3")
+            assert await third.receive() == b"3"
+            first.close()
+            third.close()
+    finally:
+        listener.close()
+        for client in clients:
+            client.close()
+
+
 async def test_a_wakeup_set_before_or_during_its_wait_ends_it() -> None:
     with anyio.fail_after(MUST_HAPPEN_S):
         early = loop.Wakeup()

@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import json
 import os
+import string
 from collections.abc import Callable
 from typing import Any, Final
+from unittest import mock
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pi_cross_session.protocol import frames
 from pi_cross_session.protocol.codes import Code
+from pi_cross_session.protocol.errors import FrameError, FrameValidationError
 from pi_cross_session.protocol.frames import Hello, PeerIdentity, Response, parse_hello
 from pi_cross_session.protocol.limits import MAX_KNOWN_FRAME_CHARS, MAX_KNOWN_HELLOS
 from pi_cross_session.protocol.server_conversation import (
@@ -28,7 +33,7 @@ from pi_cross_session.protocol.server_conversation import (
     ServerBounds,
     ServerConversation,
 )
-from pi_cross_session.protocol.shape import ShapeBounds
+from pi_cross_session.protocol.shape import ShapeBounds, affordable
 from tests.support.known_frames import count_parses
 
 SESSION: Final = "receiver"
@@ -203,3 +208,81 @@ def test_a_copy_with_a_new_id_is_what_model_copy_gives(frame: str) -> None:
     assert original.request_id != "other-id"  # the original is untouched
     with pytest.raises(Exception):  # noqa: B017,PT011 - frozen, whichever error pydantic raises
         fast.request_id = "x"  # type: ignore[misc]
+
+
+# -- the property: whatever was accepted, a hello taken as known is what a parse gives ---------
+
+ID_ALPHABET: Final = string.ascii_letters + string.digits + "_-"
+ids = st.text(alphabet=ID_ALPHABET, min_size=1, max_size=128)
+#: What every hello needs, in any order, and what it may also hold.
+REQUIRED: Final = (
+    '"v":1',
+    '"type":"hello"',
+    f'"token":"{TOKEN}"',
+    f'"target":{{"id":"{SESSION}","instanceId":"{INSTANCE}"}}',
+)
+OPTIONAL: Final = (
+    '"capabilities":["cancel-safe-queue-v1"]',
+    f'"from":{{"id":"s","instanceId":"{"f" * 32}","token":"{"d" * 64}"}}',
+    '"note":"\u00e9\U0001f600 \\u00e9"',
+    '"n":[1,2,{"a":null}]',
+)
+#: Where an id may stand: the top-level member itself, or spellings and places that look like it
+#: (the key escaped, a nested member, inside a string, a key with a quote in it, spaced).
+ID_PLACES: Final = (
+    '"requestId":"{id}"',
+    '"request\\u0049d":"{id}"',
+    f'"target":{{{{"id":"{SESSION}","instanceId":"{INSTANCE}","requestId":"{{id}}"}}}}',
+    '"x":"\\"requestId\\":\\"{id}\\""',
+    '"\\"requestId":"{id}"',
+    '"requestId" : "{id}"',
+)
+
+
+def judged(text: str) -> Hello | None:
+    """What the receiver's conversation makes of ``text`` as a first frame: the hello (then
+    accepted), or ``None`` when it refuses it."""
+    conversation = ServerConversation(opened_at=0.0)
+    conversation.receive_data(text.encode() + b"\n", 0.0)
+    event = conversation.next_event()
+    if not isinstance(event, HelloReceived):
+        return None
+    conversation.accept_hello(ready(event.hello.request_id), 0.0)
+    return event.hello
+
+
+def parsed(text: str) -> Hello | None:
+    """What a plain shape check and parse make of ``text``."""
+    if not affordable(text):
+        return None
+    try:
+        return parse_hello(json.loads(text))
+    except (ValueError, FrameError, FrameValidationError):
+        return None
+
+
+@given(data=st.data())
+def test_a_hello_taken_as_known_is_what_a_parse_of_its_text_gives(data: st.DataObject) -> None:
+    """A hello is accepted, then the same text is sent with its literal id (or every copy of it)
+    changed: the receiver must make of it exactly what a parse does, known or not."""
+    first = data.draw(ids, label="first id")
+    members = list(data.draw(st.permutations(REQUIRED)))
+    members += data.draw(st.lists(st.sampled_from(OPTIONAL), unique=True, max_size=2))
+    members.insert(data.draw(st.integers(0, len(members))), f'"requestId":"{first}"')
+    for _ in range(data.draw(st.integers(0, 2), label="more id places")):
+        place = data.draw(st.sampled_from(ID_PLACES))
+        members.insert(data.draw(st.integers(0, len(members))), place.format(id=first))
+    separator = data.draw(st.sampled_from([",", ", ", " ,\t"]))  # a frame is one line
+    text = "{" + separator.join(members) + "}"
+    second = data.draw(ids, label="second id")
+    if data.draw(st.booleans(), label="every copy"):
+        again = text.replace(first, second)
+    else:
+        again = text.replace(f'"requestId":"{first}"', f'"requestId":"{second}"', 1)
+    with mock.patch.dict(frames._KNOWN_HELLOS, clear=True):
+        judged(text)
+        expected = parsed(again)
+        got = judged(again)
+    assert got == expected
+    if got is not None and expected is not None:
+        assert got.model_fields_set == expected.model_fields_set
