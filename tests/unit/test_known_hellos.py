@@ -286,3 +286,16 @@ def test_a_hello_taken_as_known_is_what_a_parse_of_its_text_gives(data: st.DataO
     assert got == expected
     if got is not None and expected is not None:
         assert got.model_fields_set == expected.model_fields_set
+
+
+def test_a_model_holds_the_state_the_fast_copy_copies() -> None:
+    """``frames._with_request_id`` sets exactly these per-object slots of a pydantic model; a
+    pydantic that adds one must fail here, not leave copies without it."""
+    from pydantic import BaseModel
+
+    assert set(BaseModel.__slots__) == {
+        "__dict__",
+        "__pydantic_fields_set__",
+        "__pydantic_extra__",
+        "__pydantic_private__",
+    }

@@ -452,7 +452,8 @@ def _with_request_id(frame: _FrameT, request_id: str) -> _FrameT:
     """A copy of a validated ``frame`` with another (valid) ``request_id``, nothing else changed.
 
     What ``model_copy(update=...)`` does for a model without private attributes, minus its
-    generic copying machinery (half the cost; a receiver makes one for every ``ready``)."""
+    generic copying machinery (half the cost; a receiver makes one for every ``ready``). It sets
+    the four per-object slots of a pydantic model; a test fails if pydantic ever has more."""
     clone = object.__new__(type(frame))
     fields = frame.__dict__.copy()
     fields["request_id"] = request_id

@@ -185,10 +185,10 @@ MAX_FRAME_STRINGS: Final = 128
 
 # -- connections and deadlines ---------------------------------------------------------------------
 MAX_CONNECTIONS: Final = 64
-#: Connection tasks an endpoint keeps waiting for the next connection once theirs has ended
-#: (the others end): waking one costs a fraction of creating one, and a session answering probe
-#: after probe needs one; a few cover the bursts of listings, and a flood of 64 connections does
-#: not leave 64 tasks' frames behind (about 2 KiB each).
+#: Workers an endpoint keeps waiting for their next turn to accept once their connection has
+#: ended (the others end): waking one costs a fraction of creating one, and a session answering
+#: probe after probe needs one; a few cover the bursts of listings, and a flood of 64 connections
+#: does not leave 64 tasks' frames behind (about 2 KiB each).
 MAX_IDLE_CONNECTION_TASKS: Final = 8
 #: Recent authentication refusals kept as diagnostics for our status (counts by cause are kept
 #: apart and are bounded by the causes): enough to see a pattern, too few to matter as memory.
