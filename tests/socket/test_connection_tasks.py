@@ -13,13 +13,11 @@ import pytest
 from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig, InboundHandler
 from pi_cross_session.protocol.limits import MAX_IDLE_CONNECTION_TASKS
 from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.auth import Authenticator, LocalIdentity
 from pi_cross_session.security.io import fs
-from pi_cross_session.security.io.sender_files import PeersDirFiles
 from tests.support import raw_client
 from tests.support.memory_inbox import MemoryInbox
 from tests.support.raw_client import RawClient
-from tests.support.socket_peers import make_registration, settled_peer
+from tests.support.socket_peers import authenticator_for, make_registration, settled_peer
 from tests.support.waiting import eventually, wait_until_idle
 
 pytestmark = pytest.mark.anyio
@@ -81,13 +79,7 @@ async def test_stopping_closes_every_connection_and_leaves_no_worker(
     and others wait for their turn: every client reads EOF after its replies, nothing stays
     counted open, and no worker is left (under trio too, where the waits are anyio's)."""
     registration = make_registration(locations, "receiver")
-    identity = LocalIdentity(
-        session_id=registration.id,
-        instance_id=registration.instance_id,
-        token=registration.token,
-        pid=registration.pid,
-    )
-    inbox = MemoryInbox(Authenticator(identity, locations, files=PeersDirFiles(locations)))
+    inbox = MemoryInbox(authenticator_for(locations, registration))
     handler: InboundHandler[object] = inbox  # type: ignore[assignment]
     endpoint = Endpoint(registration.socket_path, handler, files=fs)
     hello = raw_client.line(raw_client.hello(registration))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.fairness import SharedCap
 from pi_cross_session.protocol.frames import Message, Sender
 from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig
@@ -74,6 +75,24 @@ def make_registration(
         inbound="accept",
         socket_path=locations.socket_path(instance_id),
         token=token or new_token(),
+    )
+
+
+def authenticator_for(
+    locations: Locations,
+    registration: Registration,
+    *,
+    capabilities: tuple[str, ...] = ADVERTISED,
+) -> Authenticator:
+    """The authenticator of the session ``registration`` describes: its ids, token and pid."""
+    identity = LocalIdentity(
+        session_id=registration.id,
+        instance_id=registration.instance_id,
+        token=registration.token,
+        pid=registration.pid,
+    )
+    return Authenticator(
+        identity, locations, files=PeersDirFiles(locations), capabilities=capabilities
     )
 
 
@@ -142,17 +161,9 @@ async def running_peer(
     and platforms without peer credentials with it); ``shared`` is a cap the endpoint shares with
     others (as a gateway's proxies do)."""
     registration = make_registration(locations, name)
-    identity = LocalIdentity(
-        session_id=registration.id,
-        instance_id=registration.instance_id,
-        token=registration.token,
-        pid=registration.pid,
-    )
     # The ready reply advertises what the endpoint's config says (tests play older receivers).
     capabilities = (config or EndpointConfig()).capabilities
-    authenticator = Authenticator(
-        identity, locations, files=PeersDirFiles(locations), capabilities=capabilities
-    )
+    authenticator = authenticator_for(locations, registration, capabilities=capabilities)
     inbox = MemoryInbox(authenticator)
     endpoint: Endpoint[object] = Endpoint(
         registration.socket_path,
@@ -233,13 +244,7 @@ async def serving(
 ) -> AsyncIterator[tuple[Endpoint[object], MemoryInbox]]:
     """Serve a memory inbox as ``registration`` (whose ids and token may be fixed ones) at its
     socket path, without publishing it; the socket is removed afterwards."""
-    identity = LocalIdentity(
-        session_id=registration.id,
-        instance_id=registration.instance_id,
-        token=registration.token,
-        pid=registration.pid,
-    )
-    inbox = MemoryInbox(Authenticator(identity, locations, files=PeersDirFiles(locations)))
+    inbox = MemoryInbox(authenticator_for(locations, registration))
     endpoint: Endpoint[object] = Endpoint(
         registration.socket_path,
         inbox,  # type: ignore[arg-type]
