@@ -444,7 +444,7 @@ def _from_template(
         assert isinstance(template, model)
         return _with_request_id(template, request_id)
     frame = model(**fields())
-    _keep(_TEMPLATES, full_key, cast(_Frame, frame), MAX_FRAME_TEMPLATES)
+    keep_bounded(_TEMPLATES, full_key, cast(_Frame, frame), MAX_FRAME_TEMPLATES)
     return frame
 
 
@@ -692,7 +692,8 @@ def response_from_text(text: str, request_id: str | None = None) -> ReceivedResp
     is, but for that id, the text of a reply judged plainly valid before is that reply with this
     id: the same characters around a valid id give the same JSON and the same verdicts, so it is
     taken without being parsed again (a peer's every ``ready`` differs only in its id)."""
-    around = None if request_id is None else _around_id(text, request_id)
+    spot = None if request_id is None else _id_spot(text)
+    around = spot[0] if spot is not None and spot[1] == request_id else None
     if around is not None:
         known = _KNOWN_REPLIES.get(around)
         if known is not None:
@@ -751,7 +752,7 @@ def remember_hello(text: str, hello: Hello, under: Hashable) -> None:
     except FrameError:
         return
     if type(data) is dict and _id_spot_holds(spot[0], data):
-        _keep(_KNOWN_HELLOS, key, hello, MAX_KNOWN_HELLOS)
+        keep_bounded(_KNOWN_HELLOS, key, hello, MAX_KNOWN_HELLOS)
 
 
 def _id_spot(text: str) -> tuple[tuple[str, str], str] | None:
@@ -770,22 +771,10 @@ def _id_spot(text: str) -> tuple[tuple[str, str], str] | None:
     return (text[:at], text[end + 1 :]), request_id
 
 
-def _around_id(text: str, request_id: str) -> tuple[str, str] | None:
-    """The text before and after the one ``"requestId":"<request_id>"`` in it (none if it is
-    missing, appears twice, or the reply is too long to keep)."""
-    if len(text) > MAX_KNOWN_FRAME_CHARS:
-        return None
-    member = f'{_ID_MEMBER}{request_id}"'
-    at = text.find(member)
-    if at < 0 or text.find(member, at + 1) >= 0:
-        return None
-    return text[:at], text[at + len(member) :]
-
-
 def _remember_reply(around: tuple[str, str], data: dict[str, Any]) -> None:
     """Keep ``data`` for its text around its id, if that spot is its ``requestId``."""
     if _id_spot_holds(around, data):
-        _keep(_KNOWN_REPLIES, around, dict(data), MAX_FRAME_TEMPLATES)
+        keep_bounded(_KNOWN_REPLIES, around, dict(data), MAX_FRAME_TEMPLATES)
 
 
 def _id_spot_holds(around: tuple[str, str], data: dict[str, Any]) -> bool:
@@ -801,8 +790,9 @@ def _id_spot_holds(around: tuple[str, str], data: dict[str, Any]) -> bool:
     return type(other) is dict and other == {**data, "requestId": other_id}
 
 
-def _keep(table: dict[_KeyT, _ValueT], key: _KeyT, value: _ValueT, bound: int) -> None:
-    """Put ``value`` in a bounded table, dropping its oldest entry first when it is full."""
+def keep_bounded(table: dict[_KeyT, _ValueT], key: _KeyT, value: _ValueT, bound: int) -> None:
+    """Put ``value`` in a bounded table (every table of frames kept again and again), dropping
+    its oldest entry first when it is full."""
     if len(table) >= bound:
         del table[next(iter(table))]
     table[key] = value
@@ -873,7 +863,7 @@ def _response_bytes(reply: Response) -> bytes:
         head, tail = before[:-1] + ',"requestId":', "," + after[1:]
         encode_frame(head + '"x"' + tail, max_frame_bytes=MAX_FRAME_BYTES)
         parts = (head.encode(), tail.encode() + b"\n")
-        _keep(_REPLY_BYTES, key, parts, MAX_FRAME_TEMPLATES)
+        keep_bounded(_REPLY_BYTES, key, parts, MAX_FRAME_TEMPLATES)
     # A valid requestId is 1-128 of [A-Za-z0-9_-]: its JSON is itself in quotes.
     return b"".join((parts[0], b'"', request_id.encode(), b'"', parts[1]))
 

@@ -56,6 +56,7 @@ from pi_cross_session.protocol.frames import (
     Response,
     Sender,
     StatusQuery,
+    keep_bounded,
 )
 from pi_cross_session.protocol.io import loop, sockets
 from pi_cross_session.protocol.io.offload import Offload
@@ -269,9 +270,7 @@ class Exchanger:
             except (ValidationError, LocalProtocolError) as exc:
                 # Only a registration built around validation can get here; never connect to it.
                 raise ExchangeError(Code.UNSAFE_ENDPOINT, "the peer cannot be addressed") from exc
-            if len(self._hellos) >= MAX_FRAME_TEMPLATES:
-                del self._hellos[next(iter(self._hellos))]
-            self._hellos[key] = template
+            keep_bounded(self._hellos, key, template, MAX_FRAME_TEMPLATES)
         return template.encode(self._new_request_id())
 
     async def _exchange(
