@@ -18,11 +18,13 @@ import anyio
 
 from pi_cross_session.protocol.limits import (
     MAX_CONNECTIONS,
+)
+from pi_cross_session.protocol.remote.envelope import request_subject
+from pi_cross_session.protocol.remote.settings import (
     REMOTE_DELIVERIES_PER_SESSION,
     REMOTE_DELIVERY_DEADLINE_S,
     REMOTE_IN_FLIGHT_PER_MACHINE,
 )
-from pi_cross_session.protocol.remote.envelope import request_subject
 from tests.support.fake_receiver import SILENT, FakeReceiver, ready, scripted_peer
 from tests.support.remote import Fleet, RawMachine, reply_of
 

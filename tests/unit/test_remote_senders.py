@@ -75,12 +75,13 @@ def test_a_session_door_admits_its_open_slots_and_its_line_then_refuses() -> Non
 
 def test_the_real_session_door_leaves_room_at_the_session_for_others() -> None:
     from pi_cross_session.protocol import limits
+    from pi_cross_session.protocol.remote import settings
 
-    assert limits.REMOTE_DELIVERIES_PER_SESSION < limits.MAX_CONNECTIONS
+    assert settings.REMOTE_DELIVERIES_PER_SESSION < limits.MAX_CONNECTIONS
     # Waiting, then the delivery's own deadline, still answers within the sender's hop.
     assert (
-        limits.REMOTE_SESSION_WAIT_S + limits.REMOTE_DELIVERY_DEADLINE_S
-        < limits.REMOTE_HOP_DEADLINE_S
+        settings.REMOTE_SESSION_WAIT_S + settings.REMOTE_DELIVERY_DEADLINE_S
+        < settings.REMOTE_HOP_DEADLINE_S
     )
 
 

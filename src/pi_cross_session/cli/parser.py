@@ -19,15 +19,17 @@ from pi_cross_session.protocol.limits import (
     MAX_DELIVERY_WAIT_S,
     MAX_INBOX_BUSY_S,
     MAX_LISTED_REGISTRATIONS,
-    MAX_PROXIES,
-    MAX_REMOTE_RECORD_TTL_S,
     MAX_SUMMARY_CODE_POINTS,
-    MIN_REMOTE_RECORD_TTL_S,
     QUEUE_FATE_MARGIN_S,
     QUEUE_TTL_S,
-    REMOTE_RECORD_TTL_S,
 )
 from pi_cross_session.protocol.paths import is_instance_id
+from pi_cross_session.protocol.remote.settings import (
+    MAX_PROXIES,
+    MAX_REMOTE_RECORD_TTL_S,
+    MIN_REMOTE_RECORD_TTL_S,
+    REMOTE_RECORD_TTL_S,
+)
 
 PROG = "pi-cross-session"
 

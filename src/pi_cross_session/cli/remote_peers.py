@@ -18,9 +18,11 @@ from pi_cross_session.protocol.limits import (
     DISPLAY_CWD_CODE_POINTS,
     DISPLAY_SESSION_ID_CODE_POINTS,
     MAX_NAME_CODE_POINTS,
-    REMOTE_RECORD_TTL_S,
 )
 from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.protocol.remote.settings import (
+    REMOTE_RECORD_TTL_S,
+)
 from pi_cross_session.security.io import fs
 
 _SEP = " \u2014 "

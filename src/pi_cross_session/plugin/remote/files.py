@@ -20,9 +20,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.limits import MAX_ENVELOPE_BYTES, MAX_REGISTRATION_BYTES
+from pi_cross_session.protocol.limits import (
+    MAX_REGISTRATION_BYTES,
+)
 from pi_cross_session.protocol.paths import Locations, node_join
 from pi_cross_session.protocol.remote.envelope import is_machine_name
+from pi_cross_session.protocol.remote.settings import (
+    MAX_ENVELOPE_BYTES,
+)
 from pi_cross_session.security.io import fs
 from pi_cross_session.security.remote.identity import MachineKey
 from pi_cross_session.security.remote.trust import TrustConfig, parse_trust

@@ -58,20 +58,6 @@ from pi_cross_session.protocol.frames import (
 from pi_cross_session.protocol.io import memory
 from pi_cross_session.protocol.io.exchange import ExchangeConfig, ExchangeError, Exchanger
 from pi_cross_session.protocol.io.offload import Offload
-from pi_cross_session.protocol.limits import (
-    MAX_GATEWAY_CONNECTIONS,
-    MAX_PROXIES,
-    MAX_REMOTE_RECORDS,
-    REMOTE_DELIVERY_DEADLINE_S,
-    REMOTE_HOP_DEADLINE_S,
-    REMOTE_PUBLISH_EVERY_S,
-    REMOTE_RECORD_TTL_S,
-    REMOTE_RECORDS_PER_MACHINE,
-    REMOTE_SCAN_EVERY_S,
-    REMOTE_SESSION_WAIT_S,
-    REMOTE_SNAPSHOT_EVERY_S,
-    REMOTE_SWEEP_EVERY_S,
-)
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration, parse_registration
 from pi_cross_session.protocol.remote import envelope as env
@@ -87,6 +73,20 @@ from pi_cross_session.protocol.remote.envelope import (
     ReplyBody,
     SendBody,
     StatusBody,
+)
+from pi_cross_session.protocol.remote.settings import (
+    MAX_GATEWAY_CONNECTIONS,
+    MAX_PROXIES,
+    MAX_REMOTE_RECORDS,
+    REMOTE_DELIVERY_DEADLINE_S,
+    REMOTE_HOP_DEADLINE_S,
+    REMOTE_PUBLISH_EVERY_S,
+    REMOTE_RECORD_TTL_S,
+    REMOTE_RECORDS_PER_MACHINE,
+    REMOTE_SCAN_EVERY_S,
+    REMOTE_SESSION_WAIT_S,
+    REMOTE_SNAPSHOT_EVERY_S,
+    REMOTE_SWEEP_EVERY_S,
 )
 from pi_cross_session.security.auth import Authenticator, Caller, LocalIdentity
 from pi_cross_session.security.io import fs

@@ -26,13 +26,13 @@ from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
 from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.limits import (
+from pi_cross_session.protocol.remote.envelope import KV_BUCKET, QUEUE_GROUP
+from pi_cross_session.protocol.remote.settings import (
     JETSTREAM_READY_S,
     NATS_CONNECT_TIMEOUT_S,
     NATS_RECONNECT_WAIT_S,
     REMOTE_RECORD_TTL_S,
 )
-from pi_cross_session.protocol.remote.envelope import KV_BUCKET, QUEUE_GROUP
 
 logger = logging.getLogger(__name__)
 

@@ -24,12 +24,14 @@ from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.limits import (
     MAX_LISTED_REGISTRATIONS,
-    REMOTE_PUBLISH_EVERY_S,
 )
 from pi_cross_session.protocol.paths import Locations, instance_id_from_filename
 from pi_cross_session.protocol.registration import Registration, parse_registration
 from pi_cross_session.protocol.remote import envelope as env
 from pi_cross_session.protocol.remote.envelope import EVERYONE, Kind, PeerRecord
+from pi_cross_session.protocol.remote.settings import (
+    REMOTE_PUBLISH_EVERY_S,
+)
 from pi_cross_session.security.io import fs
 from pi_cross_session.security.remote.identity import MachineKey
 

@@ -37,8 +37,10 @@ from pi_cross_session.protocol.frames import (
 )
 from pi_cross_session.protocol.limits import (
     MAX_CWD_UNITS,
-    MAX_MACHINE_NAME_CHARS,
     MAX_NAME_CODE_POINTS,
+)
+from pi_cross_session.protocol.remote.settings import (
+    MAX_MACHINE_NAME_CHARS,
 )
 from pi_cross_session.protocol.text import require_well_formed, utf16_length
 

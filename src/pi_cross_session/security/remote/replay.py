@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from pi_cross_session.protocol.limits import (
+from pi_cross_session.protocol.remote.settings import (
     ENVELOPE_MAX_AGE_S,
     MAX_REMOTE_MACHINES,
     REMOTE_NONCE_PARTITIONS,

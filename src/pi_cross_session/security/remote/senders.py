@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.limits import (
+from pi_cross_session.protocol.remote.envelope import is_machine_name
+from pi_cross_session.protocol.remote.settings import (
     MAX_REMOTE_MACHINES,
     REMOTE_DELIVERIES_PER_SESSION,
     REMOTE_IN_FLIGHT_PER_MACHINE,
@@ -38,7 +39,6 @@ from pi_cross_session.protocol.limits import (
     REMOTE_SENDERS_PER_MACHINE,
     REMOTE_WAITING_PER_SESSION,
 )
-from pi_cross_session.protocol.remote.envelope import is_machine_name
 from pi_cross_session.security.limits import RateLimiter
 
 

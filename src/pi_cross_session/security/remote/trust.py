@@ -26,12 +26,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.limits import (
-    ENVELOPE_MAX_AGE_S,
-    ENVELOPE_MAX_AHEAD_S,
-    MAX_ENVELOPE_BYTES,
-    REMOTE_DIAGNOSTICS_KEPT,
-)
 from pi_cross_session.protocol.remote.envelope import (
     ACCOUNT_RE,
     EVERYONE,
@@ -41,6 +35,12 @@ from pi_cross_session.protocol.remote.envelope import (
     from_object,
     is_machine_name,
     loads_object,
+)
+from pi_cross_session.protocol.remote.settings import (
+    ENVELOPE_MAX_AGE_S,
+    ENVELOPE_MAX_AHEAD_S,
+    MAX_ENVELOPE_BYTES,
+    REMOTE_DIAGNOSTICS_KEPT,
 )
 from pi_cross_session.security.remote.identity import (
     MachineKeyError,

@@ -1,0 +1,99 @@
+"""Settings of the remote plane, each with its reason (docs/remote.md).
+
+The remote plane's own room: the wire core's bounds stay in :mod:`pi_cross_session.protocol.limits`;
+what only gateways, envelopes and machines use lives here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
+
+#: A machine name: at most this many characters of ``a-z 0-9 -``; it appears in NATS subjects, KV
+#: keys and in names like ``alice@buildbox``, so it stays short.
+MAX_MACHINE_NAME_CHARS: Final = 32
+#: An envelope on NATS, at most: one full frame's text plus room for the envelope's own fields.
+#: The NATS server's ``max_payload`` must allow it (its default 1 MB does not).
+MAX_ENVELOPE_BYTES: Final = MAX_FRAME_BYTES + 65_536
+#: A signed envelope is valid from this long before now (the contract's 30 s message window) …
+ENVELOPE_MAX_AGE_S: Final = 30.0
+#: … to this far ahead (the contract's 5 s future skew): machines keep clocks within 5 s.
+ENVELOPE_MAX_AHEAD_S: Final = 5.0
+#: Nonces remembered per origin machine while their envelopes are inside the window; a full table
+#: refuses that machine (``rate_limited``) until entries age out, never forgets one early. 8,192
+#: in 35 s is 234 envelopes a second, over twice the machine's sustained rate below.
+REMOTE_NONCES_PER_MACHINE: Final = 8_192
+#: Nonces are kept packed, 24 bytes each with their forgetting time, in this many lists per
+#: origin machine chosen by the nonce's first byte: a look-up reads one list (about 32 entries
+#: when the table is full), and a machine's table costs 24 bytes a nonce instead of about 200 as
+#: Python objects.
+REMOTE_NONCE_PARTITIONS: Final = 256
+#: Envelopes one origin machine may have handled at once, then per second: a machine's senders
+#: together, bounding what one machine costs the gateway (a delivery costs it about a millisecond
+#: of CPU) whatever number of senders it claims. 100/s is three times what its 64 sender
+#: identities could get admitted by one receiver in the long run (0.5/s each).
+REMOTE_MACHINE_RATE_CAPACITY: Final = 600
+REMOTE_MACHINE_REFILL_PER_S: Final = 100.0
+#: Origin machines tracked by that bucket (the allow-list is the real bound; this caps the table).
+MAX_REMOTE_MACHINES: Final = 256
+#: Deliveries to local sessions one origin machine may have in flight at once.
+REMOTE_IN_FLIGHT_PER_MACHINE: Final = 16
+#: Deliveries this gateway has open to one local session at once, from every machine together:
+#: half of the session's door (``MAX_CONNECTIONS``), so local senders and listings' probes keep
+#: the other half. Ten machines at their own bound would otherwise open 160 connections to a
+#: door of 64, and what the door turns away ends ``transport_error`` (receipt unknown).
+REMOTE_DELIVERIES_PER_SESSION: Final = 32
+#: … more wait for one of those slots, at most this many per session; beyond, refused
+#: ``rate_limited`` at once (nothing reached the session) …
+REMOTE_WAITING_PER_SESSION: Final = 64
+#: … and for at most this long, then refused ``rate_limited`` the same way. Waiting plus the
+#: delivery's own deadline (3 s) stays inside the sending gateway's hop deadline (4 s), so a
+#: delivery that waited still answers in time.
+REMOTE_SESSION_WAIT_S: Final = 0.5
+#: Local identities (registration files) kept for one origin machine's senders …
+REMOTE_SENDERS_PER_MACHINE: Final = 64
+#: … of which one idle this long may be replaced: by then the receiver's bucket for it is full
+#: again (30 tokens at 0.5/s) and its 30 s dedup windows are over, so replacing it grants nothing.
+REMOTE_SENDER_IDLE_S: Final = 60.0
+#: The sending gateway waits this long for the remote reply: inside the sender's own 5 s for the
+#: whole exchange, leaving a second for the two local legs.
+REMOTE_HOP_DEADLINE_S: Final = 4.0
+#: The receiving gateway's exchange with the real session: short enough for its reply to make the
+#: hop deadline above.
+REMOTE_DELIVERY_DEADLINE_S: Final = 3.0
+#: Published sessions expire from the KV bucket (its ``max_age``) and from every reader's mirror
+#: this long after their last refresh: three refreshes missed.
+REMOTE_RECORD_TTL_S: Final = 30.0
+#: How often a gateway re-puts every live local session (and at once on any change): a third of
+#: the TTL, whatever TTL a deployment picks (``gateway --record-ttl``).
+REMOTE_PUBLISH_EVERY_S: Final = REMOTE_RECORD_TTL_S / 3
+#: The TTL a deployment may pick: short enough to notice a dead machine sooner, long enough for a
+#: gateway's scans (every 2 s) to keep its records alive.
+MIN_REMOTE_RECORD_TTL_S: Final = 6.0
+MAX_REMOTE_RECORD_TTL_S: Final = 3_600.0
+#: How often a gateway lists its local sessions to notice one appear, change or go.
+REMOTE_SCAN_EVERY_S: Final = 2.0
+#: How often a gateway withdraws proxies whose record stopped being refreshed.
+REMOTE_SWEEP_EVERY_S: Final = 1.0
+#: Proxies one gateway keeps, first come first kept: a listing reads the first 512 registrations
+#: of the peers dir, and local sessions must keep most of that window.
+MAX_PROXIES: Final = 128
+#: Remote records kept in a gateway's mirror, per origin machine and in all; more are counted
+#: and ignored, so no machine can fill another's share.
+REMOTE_RECORDS_PER_MACHINE: Final = 512
+MAX_REMOTE_RECORDS: Final = 10_000
+#: Refusal diagnostics a gateway keeps for its status (counts by cause are never evicted).
+REMOTE_DIAGNOSTICS_KEPT: Final = 20
+#: Connecting to NATS at start, at most; later reconnects go on for as long as the gateway runs.
+NATS_CONNECT_TIMEOUT_S: Final = 5.0
+#: A JetStream cluster that has just started elects its leader within seconds; a gateway waits
+#: this long for the bucket before giving up.
+JETSTREAM_READY_S: Final = 20.0
+#: Pause between reconnect attempts to NATS.
+NATS_RECONNECT_WAIT_S: Final = 0.5
+#: How often the remote snapshot file for ``peers --remote`` is rewritten, at most.
+REMOTE_SNAPSHOT_EVERY_S: Final = 1.0
+#: Connections open at once across all of a gateway's proxies (each proxy also keeps the
+#: contract's 64): a gateway with 128 proxies must not run out of file descriptors.
+MAX_GATEWAY_CONNECTIONS: Final = 256
