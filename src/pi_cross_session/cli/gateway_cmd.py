@@ -25,6 +25,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     import anyio
 
     from pi_cross_session.plugin.remote import files
+    from pi_cross_session.plugin.remote.bucket import BucketSpec
     from pi_cross_session.plugin.remote.gateway import Gateway, GatewayOptions
     from pi_cross_session.plugin.remote.link import Link, LinkConfig
 
@@ -40,17 +41,19 @@ def run(args: argparse.Namespace, console: Console) -> int:
             f"pi-cross-session gateway: another gateway already serves this agent dir ({lock.path})"
         )
         return exits.EXIT_LOCAL
+    credentials = None if args.user else files.load_nats_credentials(locations)
     link = Link(
         LinkConfig(
             servers=tuple(url for part in args.nats for url in part.split(",") if url),
+            machine=identity.machine,
             tls_ca=args.tls_ca,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             user=args.user,
             password=os.environ.get(PASSWORD_ENV) if args.user else None,
+            credentials=credentials,
             name=f"pi-cross-session gateway {identity.machine}",
-            kv_replicas=args.kv_replicas,
-            record_ttl_s=args.record_ttl,
+            bucket=BucketSpec(ttl_s=args.record_ttl, replicas=args.kv_replicas),
         )
     )
     options = GatewayOptions(

@@ -374,9 +374,12 @@ def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "remote",
         help="this machine's identity and trust for the remote plane",
         description=(
-            "Make this machine's Ed25519 identity (init), show it (show: the line to paste into "
-            "another machine's 'remote trust'), edit the allow-list (trust, untrust), turn remote "
-            "inbound on or off, or write a private CA and certificates for NATS (pki)."
+            "Make this machine's identity (init), show its card (show: the line to paste into "
+            "another machine's 'remote trust' and into 'remote deploy'), edit the allow-list "
+            "(trust, untrust), turn remote inbound on or off, install the deployment's NATS "
+            "credentials for this machine (credentials); for the deployment's administrator: "
+            "write the NATS server's configuration and each machine's JWT (deploy), create or "
+            "repair the discovery bucket (bucket), or write a private CA and certificates (pki)."
         ),
     )
     actions = remote.add_subparsers(dest="remote_command", metavar="ACTION")
@@ -390,10 +393,73 @@ def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     trust = actions.add_parser("trust", help="allow a machine (its name and public key)")
     trust.add_argument("machine")
     trust.add_argument("key", help="its public key, as 'remote show' prints it (ed25519:…)")
+    trust.add_argument(
+        "rest", nargs="*", help=argparse.SUPPRESS
+    )  # the rest of a pasted card (nats:U…), which trust does not need
     untrust = actions.add_parser("untrust", help="remove a machine from the allow-list")
     untrust.add_argument("machine")
     inbound = actions.add_parser("inbound", help="turn remote delivery to this machine on or off")
     inbound.add_argument("state", choices=("on", "off"))
+    credentials = actions.add_parser(
+        "credentials", help="install this machine's NATS user JWT from the deployment"
+    )
+    credentials.add_argument("file", metavar="FILE", help="the JWT 'remote deploy' wrote for us")
+    deploy = actions.add_parser(
+        "deploy",
+        help="write a NATS deployment: server configuration, TLS, each machine's JWT",
+        description=(
+            "Create (or update) a NATS deployment in DIR: its operator and account keys, a server "
+            "configuration with JetStream, TLS from a private CA and per-machine permissions, "
+            "and a user JWT for each machine named by its card ('remote show' on that machine). "
+            "Run it again to admit or revoke machines; --push hands the change to running servers."
+        ),
+    )
+    deploy.add_argument("--out", required=True, metavar="DIR", help="the deployment's directory")
+    deploy.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        help="a name or address machines reach the server by (repeatable; for its certificate)",
+    )
+    deploy.add_argument(
+        "--listen", metavar="HOST:PORT", help="where the server listens (default 0.0.0.0:4222)"
+    )
+    deploy.add_argument(
+        "--machine",
+        action="append",
+        default=[],
+        metavar="CARD",
+        help="admit a machine: its card, as 'remote show' prints it (repeatable)",
+    )
+    deploy.add_argument(
+        "--revoke", action="append", default=[], metavar="NAME", help="revoke a machine"
+    )
+    deploy.add_argument(
+        "--push",
+        metavar="URL",
+        help="hand the changed account to the servers at URL (a revocation applies at once)",
+    )
+    deploy.add_argument(
+        "--tls-ca", metavar="FILE", help="CA for --push (default: the deployment's)"
+    )
+    bucket = actions.add_parser(
+        "bucket", help="create the discovery bucket, or put its configuration back"
+    )
+    bucket.add_argument("--nats", required=True, metavar="URL", help="a server of the deployment")
+    bucket.add_argument(
+        "--creds", required=True, metavar="FILE", help="the deployment's admin.creds"
+    )
+    bucket.add_argument("--tls-ca", metavar="FILE", help="CA that signed the server certificate")
+    bucket.add_argument(
+        "--record-ttl",
+        type=_record_ttl,
+        default=REMOTE_RECORD_TTL_S,
+        metavar="S",
+        help="the records' TTL (the same as every gateway's --record-ttl)",
+    )
+    bucket.add_argument(
+        "--replicas", type=int, default=1, metavar="N", help="servers keeping each record"
+    )
     pki = actions.add_parser("pki", help="write a private CA and certificates for NATS")
     pki.add_argument("--out", required=True, metavar="DIR", help="where to write them")
     pki.add_argument(

@@ -1,8 +1,12 @@
-"""``pi-cross-session remote``: this machine's identity and trust (docs/remote.md).
+"""``pi-cross-session remote``: this machine's identity and trust, and a deployment's set-up
+(docs/remote.md).
 
-``init`` makes the Ed25519 identity, ``show`` prints it (the line another machine pastes into
-``trust``), ``trust``/``untrust`` edit the allow-list, ``inbound`` turns remote delivery here on
-or off, ``pki`` writes a private CA and certificates for a small NATS deployment.
+On a machine: ``init`` makes its identity (an Ed25519 key and a NATS user key), ``show`` prints
+its card (the line another machine pastes into ``trust``, and the administrator into ``deploy``),
+``trust``/``untrust`` edit the allow-list, ``inbound`` turns remote delivery here on or off,
+``credentials`` installs the deployment's JWT for this machine. For the deployment's
+administrator: ``deploy`` writes the NATS server's configuration and each machine's JWT,
+``bucket`` creates or repairs the discovery bucket, ``pki`` writes a private CA and certificates.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         if args.account is not None:
             trust = trust.with_account(args.account)
         files.save_trust(locations, trust)
-        console.result(f"{identity.machine} {identity.key.public_text()}")
+        console.result(identity.card())
         return exits.EXIT_OK
     if action == "show":
         identity = files.load_identity(locations)
@@ -39,6 +43,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
                 {
                     "machine": identity.machine,
                     "publicKey": identity.key.public_text(),
+                    "natsKey": identity.nats.public_key,
+                    "card": identity.card(),
                     "account": trust.account,
                     "inbound": "on" if trust.inbound else "off",
                     "trusted": sorted(trust.machines),
@@ -47,7 +53,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         else:
             trusted = ", ".join(sorted(trust.machines)) or "nobody"
             console.result(
-                f"{identity.machine} {identity.key.public_text()}\n"
+                f"{identity.card()}\n"
                 f"account {trust.account}; remote inbound {'on' if trust.inbound else 'off'}; "
                 f"trusts {trusted}"
             )
@@ -65,6 +71,17 @@ def run(args: argparse.Namespace, console: Console) -> int:
         files.save_trust(locations, files.load_trust(locations).with_inbound(args.state == "on"))
         console.result(f"remote inbound {args.state} (a running gateway picks it up at restart)")
         return exits.EXIT_OK
+    if action == "credentials":
+        token = files.install_nats_jwt(locations, _read_text(args.file))
+        console.result(
+            f"NATS credentials installed for {token.name}; the gateway uses them from its next "
+            "start"
+        )
+        return exits.EXIT_OK
+    if action == "deploy":
+        return _deploy(args, console)
+    if action == "bucket":
+        return _bucket(args, console)
     if action == "pki":
         from pi_cross_session.plugin.remote import pki
 
@@ -75,4 +92,117 @@ def run(args: argparse.Namespace, console: Console) -> int:
         )
         return exits.EXIT_OK
     console.problem("pi-cross-session remote: name a subcommand (see --help)")
+    return exits.EXIT_LOCAL
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read(64 * 1024)
+    except (OSError, UnicodeDecodeError) as exc:
+        from pi_cross_session.plugin.remote.files import RemoteSetupError
+
+        raise RemoteSetupError(f"cannot read {path}: {exc}") from None
+
+
+def _deploy(args: argparse.Namespace, console: Console) -> int:
+    import time
+    from pathlib import Path
+
+    from pi_cross_session.plugin.remote import natsd, pki
+    from pi_cross_session.plugin.remote.deployment import (
+        PKI_DIR,
+        SERVER_FILE,
+        Deployment,
+        MachineCard,
+    )
+
+    now = int(time.time())
+    deployment = Deployment.open(args.out, create=True)
+    if args.host:
+        deployment.hosts = list(args.host)
+    if args.listen is not None:
+        deployment.listen = args.listen
+    for card in args.machine:
+        deployment.admit(MachineCard.parse(card))
+    revoked = [deployment.revoke(name, now=now).name for name in args.revoke]
+    if deployment.ca is None:
+        if not deployment.hosts:
+            console.problem(
+                "pi-cross-session remote deploy: name the server's host with --host (its TLS "
+                "certificate must carry the name or address machines reach it by)"
+            )
+            return exits.EXIT_LOCAL
+        pki.create(str(Path(args.out) / PKI_DIR), deployment.hosts)
+    deployment.save(now=now)
+    if args.push:
+        import anyio
+
+        from pi_cross_session.plugin.remote.link import Link, LinkConfig
+
+        async def push() -> None:
+            link = Link(
+                LinkConfig(
+                    servers=(args.push,),
+                    machine=None,
+                    tls_ca=args.tls_ca or (str(deployment.ca) if deployment.ca else None),
+                    credentials=deployment.system_creds.read_text(),
+                )
+            )
+            await link.connect()
+            try:
+                await link.push_account(deployment.account_jwt(now=now))
+            finally:
+                await link.close()
+
+        anyio.run(push)
+    port = deployment.listen.rpartition(":")[2]
+    host = deployment.hosts[0] if deployment.hosts else "HOST"
+    url = f"tls://{host}:{port}"
+    names = ", ".join(sorted(deployment.machines)) or "none yet"
+    lines = [
+        f"deployment {deployment.directory}: machines {names}",
+        *([f"revoked {', '.join(revoked)}"] if revoked else []),
+        *([f"pushed to {args.push}"] if args.push else []),
+        f"start the server:   {natsd.server_binary_hint()} -c {deployment.directory / SERVER_FILE}",
+        f"create the bucket:  pi-cross-session remote bucket --nats {url} "
+        f"--creds {deployment.admin_creds} --tls-ca {deployment.ca}",
+        "on each machine:    pi-cross-session remote credentials "
+        f"{deployment.directory / 'machines'}/<name>.jwt",
+        f"                    pi-cross-session gateway --nats {url} "
+        f"--tls-ca <a copy of {deployment.ca}>",
+    ]
+    console.result("\n".join(lines))
+    return exits.EXIT_OK
+
+
+def _bucket(args: argparse.Namespace, console: Console) -> int:
+    import anyio
+
+    from pi_cross_session.plugin.remote.bucket import BucketSpec
+    from pi_cross_session.plugin.remote.link import Link, LinkConfig
+    from pi_cross_session.plugin.remote.mirror import ensure_bucket
+
+    link = Link(
+        LinkConfig(
+            servers=tuple(args.nats.split(",")),
+            machine=None,
+            tls_ca=args.tls_ca,
+            credentials=_read_text(args.creds),
+            bucket=BucketSpec(ttl_s=args.record_ttl, replicas=args.replicas),
+        )
+    )
+
+    async def run() -> tuple[str, str]:
+        await link.connect()
+        try:
+            return await ensure_bucket(link)
+        finally:
+            await link.close()
+
+    state, detail = anyio.run(run)
+    if state in ("ok", "created", "repaired"):
+        console.result("the bucket is as it should be" + (f" ({detail})" if detail else ""))
+        return exits.EXIT_OK
+    console.problem(f"pi-cross-session remote bucket: {state}: {detail}")
     return exits.EXIT_LOCAL

@@ -82,6 +82,9 @@ class Code(StrEnum):
     #: A proxy of the remote plane (docs/remote.md) could not hand the frame to the remote
     #: machine at all (no NATS connection, nobody serving that machine): certainly not delivered.
     UNREACHABLE = "unreachable"
+    #: A proxy's NATS server refused this machine the subject of the remote machine (its
+    #: credentials do not allow it): certainly not delivered.
+    PERMISSION_DENIED = "permission_denied"
     #: A receiver refused (``ok:false``) with a ``status`` that is no word of the contract. Filed
     #: as a refusal, as spec §4.3 files every code outside the receipt-unknown list; the word
     #: itself is a peer's string and is kept only as an escaped diagnostic.
@@ -268,6 +271,10 @@ REFUSAL_TEXTS: Final[dict[str, str]] = {
     Code.NO_HANDLER: "No handler claimed this bridge envelope",
     Code.INJECTION_FAILED: "The session could not take the message into its conversation",
     Code.UNREACHABLE: "The remote machine could not be reached; the message was not sent",
+    Code.PERMISSION_DENIED: (
+        "The NATS deployment does not let this machine send to that machine; the message was not "
+        "sent"
+    ),
 }
 
 

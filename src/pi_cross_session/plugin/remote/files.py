@@ -1,7 +1,10 @@
 """The gateway's private files, all under ``<agentDir>/cross-session/remote/`` (0700):
 
 * ``machine.json`` — this machine's name (and its public key, for people to read);
-* ``machine.key`` — its Ed25519 private key, PKCS#8 PEM, 0600;
+* ``machine.key`` — its Ed25519 private key, PKCS#8 PEM, 0600 (it signs envelopes and records);
+* ``nats-user.nk`` — its NATS user seed, 0600: a key of its own, so that the machine key never
+  signs what a NATS server hands it to sign (the connection's nonce);
+* ``nats-user.jwt`` — its user JWT from the deployment (``remote credentials``), when there is one;
 * ``trust.json`` — the account, remote inbound on/off and the allow-list, 0600;
 * ``gateway.lock`` — held (``flock``) by the one gateway of this agent dir;
 * ``remote-peers.json`` — the gateway's snapshot of verified remote sessions (``peers --remote``).
@@ -29,12 +32,16 @@ from pi_cross_session.protocol.remote.settings import (
     MAX_ENVELOPE_BYTES,
 )
 from pi_cross_session.security.io import fs
+from pi_cross_session.security.remote import nats_jwt
 from pi_cross_session.security.remote.identity import MachineKey
+from pi_cross_session.security.remote.nats_jwt import CredentialsError, Jwt, NKey, Role
 from pi_cross_session.security.remote.trust import TrustConfig, parse_trust
 
 REMOTE_DIR: Final = "remote"
 MACHINE_FILE: Final = "machine.json"
 KEY_FILE: Final = "machine.key"
+NATS_SEED_FILE: Final = "nats-user.nk"
+NATS_JWT_FILE: Final = "nats-user.jwt"
 TRUST_FILE: Final = "trust.json"
 LOCK_FILE: Final = "gateway.lock"
 SNAPSHOT_FILE: Final = "remote-peers.json"
@@ -66,10 +73,15 @@ def _read(locations: Locations, name: str, max_bytes: int = MAX_REGISTRATION_BYT
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """This machine: its name and key."""
+    """This machine: its name, its key, and its NATS user key."""
 
     machine: str
     key: MachineKey
+    nats: NKey
+
+    def card(self) -> str:
+        """The line other machines and a deployment read: name, identity key, NATS user key."""
+        return f"{self.machine} {self.key.public_text()} nats:{self.nats.public_key}"
 
 
 def init_identity(locations: Locations, machine: str, *, replace: bool = False) -> Identity:
@@ -96,7 +108,64 @@ def init_identity(locations: Locations, machine: str, *, replace: bool = False) 
     fs.write_private_file(directory, KEY_FILE, key.to_pem())
     body = {"version": 1, "machine": machine, "publicKey": key.public_text()}
     fs.write_private_file(directory, MACHINE_FILE, (json.dumps(body, indent=2) + "\n").encode())
-    return Identity(machine, key)
+    nats = _make_nats_key(directory)
+    fs.remove_file(node_join(directory, NATS_JWT_FILE))  # it names the old NATS key
+    return Identity(machine, key, nats)
+
+
+def _make_nats_key(directory: str) -> NKey:
+    nats = NKey.generate(Role.USER)
+    fs.write_private_file(directory, NATS_SEED_FILE, nats.seed.encode())
+    return nats
+
+
+def _load_nats_key(locations: Locations) -> NKey:
+    try:
+        seed = _read(locations, NATS_SEED_FILE)
+    except fs.FileOperationError as exc:
+        if exc.code == "ENOENT":
+            # An identity made before machines had NATS keys of their own: make it now.
+            return _make_nats_key(_ensure_dirs(locations))
+        raise
+    try:
+        nats = NKey(seed.decode("ascii").strip())
+    except (UnicodeDecodeError, CredentialsError):
+        raise RemoteSetupError(f"{NATS_SEED_FILE} is not an NKey seed") from None
+    if nats.role is not Role.USER:
+        raise RemoteSetupError(f"{NATS_SEED_FILE} is not a user seed")
+    return nats
+
+
+def install_nats_jwt(locations: Locations, text: str) -> Jwt:
+    """Keep the deployment's user JWT for this machine, once it proves to be for this machine's
+    NATS key (blocking)."""
+    identity = load_identity(locations)
+    try:
+        token = nats_jwt.decode(text)
+    except CredentialsError as exc:
+        raise RemoteSetupError(f"not a NATS user JWT: {exc}") from None
+    if token.nats.get("type") != "user":
+        raise RemoteSetupError("not a NATS user JWT")
+    if token.subject != identity.nats.public_key:
+        raise RemoteSetupError(
+            f"this JWT is for another NATS key; this machine's is {identity.nats.public_key}"
+        )
+    fs.write_private_file(_ensure_dirs(locations), NATS_JWT_FILE, (token.text + "\n").encode())
+    return token
+
+
+def load_nats_credentials(locations: Locations) -> str | None:
+    """This machine's NATS credentials (the JWT and its seed), or ``None`` when no deployment
+    JWT was installed (blocking)."""
+    try:
+        text = _read(locations, NATS_JWT_FILE).decode("ascii").strip()
+    except fs.FileOperationError as exc:
+        if exc.code == "ENOENT":
+            return None
+        raise
+    except UnicodeDecodeError:
+        raise RemoteSetupError(f"{NATS_JWT_FILE} is not a JWT") from None
+    return nats_jwt.creds_text(text, load_identity(locations).nats.seed)
 
 
 def load_identity(locations: Locations) -> Identity:
@@ -111,7 +180,7 @@ def load_identity(locations: Locations) -> Identity:
     machine = meta.get("machine") if isinstance(meta, dict) else None
     if not isinstance(machine, str) or not is_machine_name(machine):
         raise RemoteSetupError("machine.json does not name a machine")
-    return Identity(machine, key)
+    return Identity(machine, key, _load_nats_key(locations))
 
 
 def load_trust(locations: Locations) -> TrustConfig:

@@ -3,8 +3,9 @@
 Four loops in one task group (docs/remote.md):
 
 * **publish** — this machine's live sessions into the KV bucket (:mod:`.publish`);
-* **mirror** — every verified record of other machines, kept while refreshed, each live one with a
-  local **proxy** (a registration and a socket, :mod:`.proxy`) up to ``max_proxies``;
+* **mirror** — every verified record of other machines, kept while refreshed (:mod:`.mirror`),
+  each live one with a local **proxy** (a registration and a socket, :mod:`.proxy`) within the
+  cap, shared fairly between the machines (:mod:`~pi_cross_session.security.remote.proxy_shares`);
 * **outbound** — a message or status query a local session sends to a proxy goes, signed, to the
   remote machine's gateway (NATS request/reply, one attempt, ``hop_deadline_s``) and its reply
   comes back as the proxy's answer — or as no answer at all when nobody knows the outcome;
@@ -29,10 +30,17 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 from nats.aio.msg import Msg
 
 from pi_cross_session.plugin.remote import files, identities
-from pi_cross_session.plugin.remote.link import HopTimeoutError, Link, UnreachableError
+from pi_cross_session.plugin.remote.link import (
+    HopTimeoutError,
+    Link,
+    PermissionDeniedError,
+    UnreachableError,
+)
+from pi_cross_session.plugin.remote.mirror import Mirror
 from pi_cross_session.plugin.remote.proxy import ProxySocket
 from pi_cross_session.plugin.remote.publish import Publisher
 from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE, DELIVERY_RECEIPTS
@@ -77,12 +85,10 @@ from pi_cross_session.protocol.remote.envelope import (
 from pi_cross_session.protocol.remote.settings import (
     MAX_GATEWAY_CONNECTIONS,
     MAX_PROXIES,
-    MAX_REMOTE_RECORDS,
     REMOTE_DELIVERY_DEADLINE_S,
     REMOTE_HOP_DEADLINE_S,
     REMOTE_PUBLISH_EVERY_S,
     REMOTE_RECORD_TTL_S,
-    REMOTE_RECORDS_PER_MACHINE,
     REMOTE_SCAN_EVERY_S,
     REMOTE_SESSION_WAIT_S,
     REMOTE_SNAPSHOT_EVERY_S,
@@ -92,6 +98,8 @@ from pi_cross_session.security.auth import Authenticator, Caller, LocalIdentity
 from pi_cross_session.security.io import fs
 from pi_cross_session.security.io.sender_files import PeersDirFiles
 from pi_cross_session.security.remote.identity import MachineKey
+from pi_cross_session.security.remote.proxy_shares import ProxyShares, Verdict
+from pi_cross_session.security.remote.records import RecordBook
 from pi_cross_session.security.remote.senders import (
     Claim,
     MachineFlow,
@@ -139,13 +147,6 @@ class GatewayOptions:
 
 
 @dataclass(slots=True)
-class _Record:
-    record: PeerRecord
-    at: int
-    seen: float
-
-
-@dataclass(slots=True)
 class _Proxy:
     machine: str
     record: PeerRecord
@@ -154,6 +155,8 @@ class _Proxy:
     capabilities: tuple[str, ...]
     scope: anyio.CancelScope
     socket: ProxySocket
+    #: Which proxy this gateway opened when (the newest gives way first to a fair share).
+    opened: int
 
 
 @dataclass(slots=True)
@@ -169,8 +172,9 @@ class GatewayStatistics:
 
     forwarded: dict[str, int] = field(default_factory=dict)
     delivered: dict[str, int] = field(default_factory=dict)
-    records_ignored: int = 0
-    watch_restarts: int = 0
+    #: Remote sessions left without a proxy because their machine had its share of the cap.
+    proxies_refused: int = 0
+    proxies_evicted: int = 0
     proxies_opened: int = 0
     proxies_closed: int = 0
     senders_made: int = 0
@@ -198,10 +202,28 @@ class Gateway:
         self._secret = secrets.token_bytes(32)
         self.started_at_ms = wall_ms()
         self._verifier = Verifier(
-            me=options.machine, trust=options.trust, started_at_ms=self.started_at_ms
+            me=options.machine,
+            trust=options.trust,
+            started_at_ms=self.started_at_ms,
+            record_max_age_ms=int(options.record_ttl_s * 1000),
         )
-        self._records: dict[tuple[str, str], _Record] = {}
-        self._skew_ms: dict[str, int] = {}
+        self._book = RecordBook(ttl_s=options.record_ttl_s)
+        self._mirror = Mirror(
+            machine=options.machine,
+            verifier=self._verifier,
+            link=link,
+            book=self._book,
+            wall_ms=wall_ms,
+            changed=self._reconcile,
+        )
+        others = [m for m in options.trust.machines if m != options.machine]
+        self._shares = ProxyShares(cap=options.max_proxies, machines=len(others))
+        #: Sessions whose machine had its share of the cap when they came: listed as such.
+        self._capped: set[tuple[str, str]] = set()
+        self._opened = 0
+        #: Whether the deployment refuses what no machine may do (``None``: not known yet).
+        self.permissions_enforced: bool | None = None
+        self._earlier_layout_seen = False
         self._proxies: dict[str, _Proxy] = {}
         self._senders: dict[str, _SenderIdentity] = {}
         self._making_identity = anyio.Lock()
@@ -224,6 +246,7 @@ class Gateway:
             exchanger=self._probe_exchanger,
             wall_ms=wall_ms,
             republish_s=options.publish_every_s,
+            on_bucket_error=self._mirror.bucket_failed,
         )
         self._group: anyio.abc.TaskGroup | None = None
         self._dirty = True
@@ -239,10 +262,20 @@ class Gateway:
         try:
             async with anyio.create_task_group() as group:
                 self._group = group
-                await self._link.serve(env.request_subject(self.options.machine), self._on_request)
+                await self._check_permissions()
+                for origin in self._mirror.origins:
+                    await self._link.serve(
+                        env.request_subject(self.options.machine, origin),
+                        partial(self._on_request, origin),
+                    )
+                if not self.permissions_enforced:
+                    await self._link.serve(
+                        env.earlier_request_subject(self.options.machine), self._on_earlier
+                    )
+                await self._mirror.start(group)
+                self._link.on_reconnect = self._after_reconnect
                 await self._publisher.scan_once()
                 group.start_soon(self._publish_loop)
-                group.start_soon(self._mirror_loop)
                 group.start_soon(self._sweep_loop)
                 if self.options.write_snapshot:
                     group.start_soon(self._snapshot_loop)
@@ -251,6 +284,37 @@ class Gateway:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._cleanup()
+
+    async def _check_permissions(self) -> None:
+        self.permissions_enforced = await self._link.permissions_enforced()
+        if self.permissions_enforced is None:
+            logger.warning(
+                "could not tell whether this NATS deployment enforces per-machine permissions "
+                "(its server did not answer a probe); treating it as open"
+            )
+        elif not self.permissions_enforced:
+            logger.warning(
+                "this NATS deployment does not enforce per-machine permissions: any client that "
+                "can connect may read every message, hide sessions, swallow or flood requests "
+                "(our signatures still refuse what they forge); set it up with "
+                "'pi-cross-session remote deploy' (docs/remote.md)"
+            )
+
+    async def _on_earlier(self, msg: Msg) -> None:
+        # A gateway of the layout before origins moved into the subject: say so once, read
+        # nothing (its origin is not vouched for by the subject).
+        if not self._earlier_layout_seen:
+            self._earlier_layout_seen = True
+            logger.warning(
+                "a gateway of an earlier pi-cross-session version sent a request to this machine "
+                "(subject %s); it cannot be answered until that machine is upgraded",
+                env.earlier_request_subject(self.options.machine),
+            )
+
+    async def _after_reconnect(self) -> None:
+        # Puts made while we were away reached the bucket but not our subscriptions.
+        if self._group is not None:
+            self._group.start_soon(self._mirror.read_current)
 
     async def _cleanup(self) -> None:
         with anyio.move_on_after(2):
@@ -273,69 +337,7 @@ class Gateway:
             except Exception:
                 logger.exception("publishing this machine's sessions failed; trying again")
 
-    # -- the mirror of other machines' records -----------------------------------------------------
-
-    async def _mirror_loop(self) -> None:
-        # Every machine republishes within publish_every_s, so a watch silent for longer than
-        # that (with anybody publishing) is restarted rather than trusted.
-        idle_s = self.options.publish_every_s * 1.5
-        while True:
-            try:
-                watch = self._link.watch()
-                try:
-                    while True:
-                        with anyio.move_on_after(idle_s) as idle:
-                            change = await watch.__anext__()
-                        if idle.cancelled_caught:
-                            break
-                        await self._on_change(change.key, change.value)
-                finally:
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-                        await watch.aclose()
-            except StopAsyncIteration:
-                pass
-            except UnreachableError as exc:
-                logger.info("bucket watch: %s", exc)
-            except Exception:
-                logger.exception("bucket watch failed; restarting it")
-            self.stats.watch_restarts += 1
-            await anyio.sleep(0.5)
-
-    async def _on_change(self, key: str, value: bytes | None) -> None:
-        parsed = env.parse_record_key(key)
-        if parsed is None or parsed[0] == self.options.machine:
-            return
-        machine, remote_id = parsed
-        if value is None:
-            if self._records.pop(parsed, None) is not None:
-                self._dirty = True
-                await self._reconcile(parsed)
-            return
-        now_ms = self._wall_ms()
-        verdict = self._verifier.check(value, now_ms, kinds={Kind.PEER})
-        if not isinstance(verdict, Verified) or verdict.envelope.origin != machine:
-            return  # unverified, or a machine publishing under another's name
-        try:
-            record = verdict.envelope.read_body()
-        except EnvelopeError:
-            return
-        if not isinstance(record, PeerRecord) or record.instance_id != remote_id:
-            return
-        known = self._records.get(parsed)
-        if known is not None and known.at > verdict.envelope.at:
-            return  # an older record than the one we hold
-        if known is None and not self._room_for(machine):
-            self.stats.records_ignored += 1
-            return
-        self._skew_ms[machine] = now_ms - verdict.envelope.at
-        self._records[parsed] = _Record(record, verdict.envelope.at, anyio.current_time())
-        self._dirty = True
-        await self._reconcile(parsed)
-
-    def _room_for(self, machine: str) -> bool:
-        if len(self._records) >= MAX_REMOTE_RECORDS:
-            return False
-        return sum(1 for m, _ in self._records if m == machine) < REMOTE_RECORDS_PER_MACHINE
+    # -- proxies of other machines' sessions -----------------------------------------------------
 
     async def _sweep_loop(self) -> None:
         while True:
@@ -346,37 +348,45 @@ class Gateway:
                 # in, and once more after the last (as the endpoint does after large frames).
                 self._handled_since_sweep = False
                 memory.give_back()
-            now = anyio.current_time()
-            for key in [
-                k for k, r in self._records.items() if now - r.seen > self.options.record_ttl_s
-            ]:
-                del self._records[key]
-                self._dirty = True
-                await self._reconcile(key)
-            if len(self._proxies) < self.options.max_proxies:
-                for key in sorted(self._records, key=lambda k: self._records[k].seen):
-                    if len(self._proxies) >= self.options.max_proxies:
-                        break
-                    if self._local_id(*key) not in self._proxies:
-                        await self._reconcile(key)
+            await self._mirror.expire()
+            if self._capped or len(self._proxies) < self.options.max_proxies:
+                await self._fill_free_slots()
+
+    async def _fill_free_slots(self) -> None:
+        """Give proxies to sessions that have none, machines furthest below their share first."""
+        held = self._held_per_machine()
+        waiting = sorted(
+            (key for key, _ in self._book.items() if self._local_id(*key) not in self._proxies),
+            key=lambda k: (held.get(k[0], 0), self._book.seen(k) or 0.0),
+        )
+        for key in waiting:
+            if len(self._proxies) >= self.options.max_proxies and not self._capped:
+                break
+            await self._reconcile(key)
+
+    def _held_per_machine(self) -> dict[str, int]:
+        held: dict[str, int] = {}
+        for proxy in self._proxies.values():
+            held[proxy.machine] = held.get(proxy.machine, 0) + 1
+        return held
 
     def _local_id(self, machine: str, remote_id: str) -> str:
         return derive_instance_id(self._secret, machine, remote_id)
 
     async def _reconcile(self, key: tuple[str, str]) -> None:
         """Make the proxy of ``key`` match its record (open, update, close)."""
+        self._dirty = True
         machine, remote_id = key
         local_id = self._local_id(machine, remote_id)
-        held = self._records.get(key)
+        record = self._book.get(key)
         proxy = self._proxies.get(local_id)
-        if held is None:
+        if record is None:
+            self._capped.discard(key)
             if proxy is not None:
                 await self._close_proxy(local_id)
             return
-        record = held.record
         if proxy is None:
-            if len(self._proxies) < self.options.max_proxies:
-                await self._open_proxy(machine, local_id, record)
+            await self._maybe_open(machine, local_id, record, key)
             return
         if proxy.record == record:
             return
@@ -387,6 +397,27 @@ class Gateway:
         proxy.record = record
         proxy.registration = self._proxy_registration(machine, local_id, record, proxy.token)
         await self._write(proxy.registration, machine)
+
+    async def _maybe_open(
+        self, machine: str, local_id: str, record: PeerRecord, key: tuple[str, str]
+    ) -> None:
+        decision = self._shares.decide(machine, self._held_per_machine())
+        if decision.verdict is Verdict.FULL:
+            if key not in self._capped:
+                self._capped.add(key)
+                self.stats.proxies_refused += 1
+            return
+        if decision.verdict is Verdict.EVICT:
+            assert decision.victim is not None
+            newest = max(
+                (p for p in self._proxies.values() if p.machine == decision.victim),
+                key=lambda p: p.opened,
+            )
+            self.stats.proxies_evicted += 1
+            await self._close_proxy(newest.registration.instance_id)
+            self._capped.add((newest.machine, newest.record.instance_id))
+        self._capped.discard(key)
+        await self._open_proxy(machine, local_id, record)
 
     def _proxy_registration(
         self, machine: str, local_id: str, record: PeerRecord, token: str
@@ -432,8 +463,9 @@ class Gateway:
             capabilities=capabilities,
         )
         scope = anyio.CancelScope()
+        self._opened += 1
         self._proxies[local_id] = _Proxy(
-            machine, record, registration, token, capabilities, scope, socket
+            machine, record, registration, token, capabilities, scope, socket, self._opened
         )
         try:
             await self._group.start(self._serve_proxy, socket, scope)
@@ -543,20 +575,22 @@ class Gateway:
         )
         payload = self.options.key.seal(env.encode(envelope))
         try:
-            answer = await self._link.request(
-                env.request_subject(proxy.machine), payload, self.options.hop_deadline_s
+            reply = await self._link.request(
+                env.request_subject(proxy.machine, self.options.machine),
+                payload,
+                self.options.hop_deadline_s,
+                partial(self._read_reply, nonce=nonce, machine=proxy.machine),
             )
         except UnreachableError as exc:
             too_large = "max_payload" in str(exc)
             code = Code.MESSAGE_TOO_LARGE if too_large else Code.UNREACHABLE
             self.stats.count(self.stats.forwarded, code)
             return self._refuse(proxy, request, code)
+        except PermissionDeniedError:
+            self.stats.count(self.stats.forwarded, Code.PERMISSION_DENIED)
+            return self._refuse(proxy, request, Code.PERMISSION_DENIED)
         except HopTimeoutError:
             self.stats.count(self.stats.forwarded, "hop_timeout")
-            return None
-        reply = self._read_reply(answer, nonce, proxy.machine)
-        if reply is None:
-            self.stats.count(self.stats.forwarded, "bad_reply")
             return None
         outcome, status = reply.outcome, reply.status
         self.stats.count(self.stats.forwarded, f"{outcome.value}:{status}")
@@ -576,9 +610,13 @@ class Gateway:
     def _refuse(self, proxy: _Proxy, request: Message | StatusQuery, code: str) -> Response:
         return self._proxy_reply(proxy, request.request_id, ok=False, status=code)
 
-    def _read_reply(self, payload: bytes, nonce: str, machine: str) -> ReplyBody | None:
-        verdict = self._verifier.check(payload, self._wall_ms(), kinds={Kind.REPLY}, reply_to=nonce)
-        if not isinstance(verdict, Verified) or verdict.envelope.origin != machine:
+    def _read_reply(self, payload: bytes, *, nonce: str, machine: str) -> ReplyBody | None:
+        """The reply body, when ``payload`` is ``machine``'s signed answer to ``nonce``."""
+        verdict = self._verifier.check(
+            payload, self._wall_ms(), origin=machine, kinds={Kind.REPLY}, reply_to=nonce
+        )
+        if not isinstance(verdict, Verified):
+            self.stats.count(self.stats.forwarded, "bad_reply")
             return None
         try:
             body = verdict.envelope.read_body()
@@ -588,11 +626,16 @@ class Gateway:
 
     # -- inbound: requests from other machines -------------------------------------------------
 
-    async def _on_request(self, msg: Msg) -> None:
-        """NATS calls this for every request on our subject, one at a time: checks here are
-        cheap and bounded; the delivery runs in its own task, within the machine's bounds."""
+    async def _on_request(self, origin: str, msg: Msg) -> None:
+        """NATS calls this for every request from ``origin`` (the subject names it), one at a
+        time per origin: checks here are bounded and nothing is parsed before the signature
+        verifies; the delivery runs in its own task, within the machine's bounds."""
+        # One pass of the loop per request: each origin's queue takes its turn with the others.
+        await anyio.lowlevel.checkpoint()
         self._handled_since_sweep = True
-        verdict = self._verifier.check(msg.data, self._wall_ms(), kinds=REQUEST_KINDS)
+        verdict = self._verifier.check(
+            msg.data, self._wall_ms(), origin=origin, kinds=REQUEST_KINDS
+        )
         if isinstance(verdict, Rejected):
             if verdict.answer is not None and verdict.envelope is not None:
                 await self._answer(msg, verdict.envelope, Outcome.REFUSED, verdict.answer)
@@ -790,18 +833,20 @@ class Gateway:
         """What ``peers --remote`` shows: every verified remote session, and the figures."""
         now = anyio.current_time()
         records = []
-        for (machine, _), held in sorted(
-            self._records.items(), key=lambda item: -item[1].record.updated_at
+        for (machine, remote_id), record in sorted(
+            self._book.items(), key=lambda item: -item[1].updated_at
         ):
-            proxy = self._proxies.get(self._local_id(machine, held.record.instance_id))
+            proxy = self._proxies.get(self._local_id(machine, remote_id))
+            seen = self._book.seen((machine, remote_id))
             records.append(
                 {
                     "machine": machine,
-                    **held.record.to_wire(),
-                    "ageS": round(now - held.seen, 1),
+                    **record.to_wire(),
+                    "ageS": round(now - (seen if seen is not None else now), 1),
                     "proxy": None
                     if proxy is None
                     else {"name": proxy.registration.name, "ref": proxy.registration.ref},
+                    "noProxy": "cap" if (machine, remote_id) in self._capped else None,
                 }
             )
         diagnostics = self._verifier.diagnostics()
@@ -812,10 +857,16 @@ class Gateway:
             "writtenAt": self._wall_ms(),
             "inbound": "on" if self.options.inbound else "off",
             "connected": self._link.connected,
+            "permissions": {None: "unknown", True: "enforced", False: "open"}[
+                self.permissions_enforced
+            ],
+            "bucket": self._mirror.health.to_json(),
             "records": records,
-            "skewMs": dict(self._skew_ms),
+            "skewMs": dict(self._mirror.skew_ms),
             "published": self._publisher.stats.published,
             "proxies": len(self._proxies),
+            "maxProxies": self.options.max_proxies,
+            "proxyShare": self._shares.share,
             "senders": len(self._senders),
             "forwarded": dict(self.stats.forwarded),
             "delivered": dict(self.stats.delivered),
@@ -823,7 +874,9 @@ class Gateway:
             "recentRejections": list(diagnostics.recent),
             "refusedByMachineBounds": self._flow.refused,
             "refusedBySessionBounds": self._doors.refused,
-            "recordsIgnored": self.stats.records_ignored,
+            "recordsIgnored": self._book.ignored,
+            "unsignedDeletes": self._mirror.unsigned_deletes,
+            "droppedByClient": self._link.dropped,
         }
 
     async def _snapshot_loop(self) -> None:

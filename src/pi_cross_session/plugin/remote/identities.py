@@ -21,12 +21,9 @@ from pi_cross_session.protocol.registration import (
     build_registration,
     serialize,
 )
+from pi_cross_session.protocol.remote.settings import REMOTE_RECORD_CWD_CHARS
 from pi_cross_session.protocol.text import clean_name, utf16_length
 from pi_cross_session.security.io import fs
-
-#: A proxy's cwd keeps at most this much of the remote one (a display field, and the file has a
-#: 64 KiB cap to respect).
-MAX_PROXY_CWD_CHARS = 4_096
 
 
 def _cut_units(value: str, units: int) -> str:
@@ -53,7 +50,7 @@ def remote_name(name: str, machine: str) -> str:
 
 def remote_cwd(cwd: str, machine: str) -> str:
     """``<machine>:<remote cwd>``: never an absolute path here, so no listing runs git in it."""
-    return f"{machine}:{cwd[:MAX_PROXY_CWD_CHARS]}"
+    return f"{machine}:{cwd[:REMOTE_RECORD_CWD_CHARS]}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -43,12 +43,57 @@ def server_binary() -> str:
     return found
 
 
+def server_binary_hint() -> str:
+    """The ``nats-server`` to tell a person to run: ours when installed, else the plain name."""
+    try:
+        return server_binary()
+    except FileNotFoundError:
+        return "nats-server"
+
+
 def free_port() -> int:
     """A loopback TCP port nobody listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def server_config(
+    *,
+    name: str,
+    listen: str,
+    store_dir: Path,
+    tls: TlsFiles | None = None,
+    cluster_listen: str | None = None,
+    routes: Sequence[str] = (),
+    users: dict[str, str] | None = None,
+    auth: str = "",
+) -> str:
+    """A nats-server configuration: JetStream on, ``max_payload`` for a full frame, and the given
+    TLS, cluster routes and authorization (server users, or a deployment's operator part)."""
+    lines = [
+        f"server_name: {name}",
+        f"listen: {listen}",
+        f"max_payload: {MAX_PAYLOAD}",
+        f'jetstream {{ store_dir: "{store_dir}" }}',
+    ]
+    if users:
+        listed = ", ".join(f'{{user: "{u}", password: "{p}"}}' for u, p in users.items())
+        lines.append(f"authorization {{ users: [ {listed} ] }}")
+    if auth:
+        lines.append(auth.rstrip("\n"))
+    if tls is not None:
+        entries = [f'cert_file: "{tls.cert}"', f'key_file: "{tls.key}"']
+        if tls.ca is not None:
+            entries.append(f'ca_file: "{tls.ca}"')
+        if tls.verify_clients:
+            entries.append("verify: true")
+        lines.append("tls {\n  " + "\n  ".join(entries) + "\n}")
+    if cluster_listen is not None:
+        joined = ", ".join(f"nats-route://{r}" for r in routes)
+        lines.append(f"cluster {{ name: pi-xs, listen: {cluster_listen}, routes: [ {joined} ] }}")
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +117,9 @@ class NatsServer:
     routes: Sequence[int] = ()
     tls: TlsFiles | None = None
     users: dict[str, str] | None = None
+    #: Operator mode: given this server's resolver dir, the configuration's authorization part
+    #: (a deployment's :meth:`~pi_cross_session.plugin.remote.deployment.Deployment.auth_config`).
+    auth: Callable[[Path], str] | None = None
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -80,30 +128,16 @@ class NatsServer:
         return f"{scheme}://127.0.0.1:{self.port}"
 
     def config_text(self) -> str:
-        store = self.directory / f"js-{self.name}"
-        lines = [
-            f"server_name: {self.name}",
-            f"listen: 127.0.0.1:{self.port}",
-            f"max_payload: {MAX_PAYLOAD}",
-            f'jetstream {{ store_dir: "{store}" }}',
-        ]
-        if self.users:
-            entries = ", ".join(f'{{user: "{u}", password: "{p}"}}' for u, p in self.users.items())
-            lines.append(f"authorization {{ users: [ {entries} ] }}")
-        if self.tls is not None:
-            tls = [f'cert_file: "{self.tls.cert}"', f'key_file: "{self.tls.key}"']
-            if self.tls.ca is not None:
-                tls.append(f'ca_file: "{self.tls.ca}"')
-            if self.tls.verify_clients:
-                tls.append("verify: true")
-            lines.append("tls {\n  " + "\n  ".join(tls) + "\n}")
-        if self.cluster_port is not None:
-            routes = ", ".join(f"nats-route://127.0.0.1:{p}" for p in self.routes)
-            lines.append(
-                f"cluster {{ name: pi-xs-test, listen: 127.0.0.1:{self.cluster_port}, "
-                f"routes: [ {routes} ] }}"
-            )
-        return "\n".join(lines) + "\n"
+        return server_config(
+            name=self.name,
+            listen=f"127.0.0.1:{self.port}",
+            store_dir=self.directory / f"js-{self.name}",
+            tls=self.tls,
+            cluster_listen=None if self.cluster_port is None else f"127.0.0.1:{self.cluster_port}",
+            routes=[f"127.0.0.1:{p}" for p in self.routes],
+            users=self.users,
+            auth=self.auth(self.directory / f"jwt-{self.name}") if self.auth is not None else "",
+        )
 
     def start(self, *, wait: bool = True) -> NatsServer:
         """Write the config, start the server, and (by default) wait until it accepts."""

@@ -4,8 +4,11 @@ Every ``REMOTE_SCAN_EVERY_S`` the publisher reads the peers dir with the file ch
 applies, skips what the gateway itself registered (its proxies and remote senders carry its pid),
 probes the rest as any listing does (which also tells each session's capabilities), and puts a
 signed record for each live one: at once when it is new or changed, and every
-``REMOTE_PUBLISH_EVERY_S`` anyway, so the bucket's TTL keeps it. A session that is gone is deleted.
-No token, socket path or pid is published.
+``REMOTE_PUBLISH_EVERY_S`` anyway, so the bucket's TTL keeps it. A session that is gone gets a
+signed **tombstone** on its key, the only thing readers take as "gone" at once (an unsigned
+delete removes nothing). Every record and tombstone carries the next of this machine's sequence
+numbers (:func:`next_seq`), so readers never take an older one back. No token, socket path or pid
+is published.
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from pi_cross_session.plugin.remote.link import Link, UnreachableError
+from pi_cross_session.plugin.remote.link import (
+    BucketError,
+    Link,
+    PermissionDeniedError,
+    UnreachableError,
+)
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.limits import (
@@ -28,9 +36,10 @@ from pi_cross_session.protocol.limits import (
 from pi_cross_session.protocol.paths import Locations, instance_id_from_filename
 from pi_cross_session.protocol.registration import Registration, parse_registration
 from pi_cross_session.protocol.remote import envelope as env
-from pi_cross_session.protocol.remote.envelope import EVERYONE, Kind, PeerRecord
+from pi_cross_session.protocol.remote.envelope import EVERYONE, Kind, PeerRecord, Tombstone
 from pi_cross_session.protocol.remote.settings import (
     REMOTE_PUBLISH_EVERY_S,
+    REMOTE_RECORD_CWD_CHARS,
 )
 from pi_cross_session.security.io import fs
 from pi_cross_session.security.remote.identity import MachineKey
@@ -64,13 +73,23 @@ def read_local(locations: Locations, own_pid: int) -> list[Registration]:
     return found
 
 
-def record_of(registration: Registration, capabilities: tuple[str, ...]) -> PeerRecord:
-    """What is published of a live local session."""
+def next_seq(last: int, wall_ms: int) -> int:
+    """The sequence of this machine's next record: above the last, and never below the clock's
+    microseconds-ish (``wall_ms * 1000``), so that a restarted gateway, which has forgotten its
+    last, still signs above everything it signed before (unless the clock stepped back)."""
+    return max(last + 1, wall_ms * 1000)
+
+
+def record_of(
+    registration: Registration, capabilities: tuple[str, ...], *, seq: int = 0
+) -> PeerRecord:
+    """What is published of a live local session (``seq`` set when it is signed)."""
     return PeerRecord(
+        seq=seq,
         id=registration.id,
         instance_id=registration.instance_id,
         name=registration.name,
-        cwd=registration.cwd,
+        cwd=registration.cwd[:REMOTE_RECORD_CWD_CHARS],
         status=registration.status,
         inbound=registration.inbound,
         started_at=int(registration.started_at),
@@ -108,7 +127,10 @@ class Publisher:
     wall_ms: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
     republish_s: float = REMOTE_PUBLISH_EVERY_S
     stats: PublisherStatistics = field(default_factory=PublisherStatistics)
+    #: Called when the bucket refused or lacked a record, so the gateway checks the bucket.
+    on_bucket_error: Callable[[BucketError], None] = field(default=lambda exc: None)
     _published: dict[str, _Published] = field(default_factory=dict)
+    _seq: int = 0
 
     async def scan_once(self) -> None:
         """One pass: read, probe, put what changed or is due, delete what is gone."""
@@ -131,45 +153,47 @@ class Publisher:
             known = self._published.get(instance_id)
             if known is not None and known.record == record and now - known.at < self.republish_s:
                 continue
-            if await self._put(record):
+            if await self._put(Kind.PEER, record):
                 self._published[instance_id] = _Published(record, now)
         for instance_id in [i for i in self._published if i not in live]:
-            try:
-                await self.link.delete(env.record_key(self.machine, instance_id))
+            if await self._put(Kind.GONE, Tombstone(seq=0, instance_id=instance_id)):
                 self.stats.deletes += 1
-            except UnreachableError:
-                self.stats.failures += 1
-                continue  # tried again next pass; the TTL ends it anyway
-            del self._published[instance_id]
+                del self._published[instance_id]
+            # else tried again next pass; the TTL ends it anyway
         self.stats.published = len(self._published)
 
-    async def _put(self, record: PeerRecord) -> bool:
+    async def _put(self, kind: Kind, body: PeerRecord | Tombstone) -> bool:
+        wall_ms = self.wall_ms()
+        self._seq = next_seq(self._seq, wall_ms)
         envelope = env.build(
-            kind=Kind.PEER,
+            kind=kind,
             account=self.account,
             origin=self.machine,
             to=EVERYONE,
             nonce=secrets.token_hex(16),
-            at_ms=self.wall_ms(),
-            body=record,
+            at_ms=wall_ms,
+            body=body.model_copy(update={"seq": self._seq}),
         )
         try:
             await self.link.put(
-                env.record_key(self.machine, record.instance_id),
+                env.record_subject(self.machine, body.instance_id),
                 self.key.seal(env.encode(envelope)),
             )
-        except UnreachableError as exc:
+        except BucketError as exc:
             self.stats.failures += 1
-            logger.info("could not publish %s: %s", record.instance_id, exc)
+            self.on_bucket_error(exc)
+            return False
+        except (UnreachableError, PermissionDeniedError) as exc:
+            self.stats.failures += 1
+            logger.info("could not publish %s: %s", body.instance_id, exc)
             return False
         self.stats.puts += 1
         return True
 
     async def withdraw_all(self) -> None:
-        """Delete every record of ours (at shutdown; best effort, the TTL ends the rest)."""
+        """A tombstone for every record of ours (at shutdown; best effort, the TTL ends the
+        rest)."""
         for instance_id in list(self._published):
-            try:
-                await self.link.delete(env.record_key(self.machine, instance_id))
-            except UnreachableError:
+            if not await self._put(Kind.GONE, Tombstone(seq=0, instance_id=instance_id)):
                 return
             del self._published[instance_id]

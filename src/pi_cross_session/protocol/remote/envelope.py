@@ -36,13 +36,13 @@ from pi_cross_session.protocol.frames import (
     WireId,
 )
 from pi_cross_session.protocol.limits import (
-    MAX_CWD_UNITS,
     MAX_NAME_CODE_POINTS,
 )
 from pi_cross_session.protocol.remote.settings import (
     MAX_MACHINE_NAME_CHARS,
+    REMOTE_RECORD_CWD_CHARS,
 )
-from pi_cross_session.protocol.text import require_well_formed, utf16_length
+from pi_cross_session.protocol.text import require_well_formed
 
 #: A machine name: ``a-z 0-9 -``, starting and ending with a letter or digit.
 MACHINE_RE: Final = re.compile(rf"[a-z0-9](?:[a-z0-9-]{{0,{MAX_MACHINE_NAME_CHARS - 2}}}[a-z0-9])?")
@@ -55,8 +55,12 @@ EVERYONE: Final = "*"
 #: Subjects and the bucket, all under one prefix so a NATS account can grant exactly these.
 SUBJECT_PREFIX: Final = "pi-xs.v1"
 KV_BUCKET: Final = "pi-xs-peers"
-#: The queue group of a machine's request subject: one gateway takes each request.
-QUEUE_GROUP: Final = "gw"
+#: The JetStream stream behind the bucket, and the subjects its records travel on.
+KV_STREAM: Final = f"KV_{KV_BUCKET}"
+RECORD_PREFIX: Final = f"$KV.{KV_BUCKET}"
+#: A subject under the inbox space that no machine's inbox can be (machine names never start with
+#: ``_``): a gateway publishes to it once to learn whether the deployment enforces permissions.
+OPEN_PROBE_SUBJECT: Final = f"{SUBJECT_PREFIX}.in._probe.nobody"
 ENVELOPE_VERSION: Final = 1
 
 
@@ -71,10 +75,14 @@ class Kind(StrEnum):
     STATUS = "status"
     REPLY = "reply"
     PEER = "peer"
+    #: A signed tombstone: the origin's session is gone (a record kind, like ``peer``).
+    GONE = "gone"
 
 
 #: Kinds that ask the receiving gateway to act, and get exactly one reply.
 REQUEST_KINDS: Final = frozenset({Kind.SEND, Kind.STATUS})
+#: Kinds the bucket holds: a live session's record, or its tombstone.
+RECORD_KINDS: Final = frozenset({Kind.PEER, Kind.GONE})
 
 
 class Outcome(StrEnum):
@@ -95,11 +103,46 @@ def is_machine_name(value: str) -> bool:
     return MACHINE_RE.fullmatch(value) is not None
 
 
-def request_subject(machine: str) -> str:
-    """Where requests for ``machine`` are sent (and its gateway listens)."""
+def _machine(machine: str) -> str:
     if not is_machine_name(machine):
         raise ValueError("not a machine name")
-    return f"{SUBJECT_PREFIX}.to.{machine}"
+    return machine
+
+
+def request_subject(to: str, origin: str) -> str:
+    """Where ``origin`` sends its requests for ``to``: the subject names both, so a deployment
+    that lets ``origin`` publish only on its own ``from.<origin>`` subjects vouches for it."""
+    return f"{SUBJECT_PREFIX}.to.{_machine(to)}.from.{_machine(origin)}"
+
+
+def requests_to(machine: str) -> str:
+    """The wildcard subject ``machine``'s gateway serves: requests from every machine."""
+    return f"{SUBJECT_PREFIX}.to.{_machine(machine)}.from.*"
+
+
+def requests_from(origin: str) -> str:
+    """The wildcard subject ``origin`` publishes its requests on: to every machine."""
+    return f"{SUBJECT_PREFIX}.to.*.from.{_machine(origin)}"
+
+
+def request_origin(subject: str, me: str) -> str | None:
+    """The origin a request subject names, when it is addressed to ``me``; else ``None``."""
+    head = f"{SUBJECT_PREFIX}.to.{me}.from."
+    if not subject.startswith(head):
+        return None
+    origin = subject[len(head) :]
+    return origin if is_machine_name(origin) else None
+
+
+#: Requests in the layout before origins moved into the subject: ``pi-xs.v1.to.<machine>``.
+def earlier_request_subject(machine: str) -> str:
+    """Where a gateway of the earlier layout sends requests for ``machine``."""
+    return f"{SUBJECT_PREFIX}.to.{_machine(machine)}"
+
+
+def inbox_prefix(machine: str) -> str:
+    """``machine``'s reply subjects start here; only it may subscribe to them."""
+    return f"{SUBJECT_PREFIX}.in.{_machine(machine)}"
 
 
 def record_key(machine: str, instance_id: str) -> str:
@@ -109,12 +152,30 @@ def record_key(machine: str, instance_id: str) -> str:
     return f"{machine}.{instance_id}"
 
 
+def record_subject(machine: str, instance_id: str) -> str:
+    """The subject a record of ``machine``'s session ``instance_id`` is put on."""
+    return f"{RECORD_PREFIX}.{record_key(machine, instance_id)}"
+
+
+def records_of(machine: str) -> str:
+    """The wildcard subject of every record ``machine`` publishes."""
+    return f"{RECORD_PREFIX}.{_machine(machine)}.>"
+
+
 def parse_record_key(key: str) -> tuple[str, str] | None:
     """``(machine, instance id)`` of a KV key, or ``None`` when it is not one of ours."""
     machine, _, instance_id = key.partition(".")
     if not is_machine_name(machine) or NONCE_RE.fullmatch(instance_id) is None:
         return None
     return machine, instance_id
+
+
+def parse_record_subject(subject: str) -> tuple[str, str] | None:
+    """``(machine, instance id)`` of a record's subject, or ``None`` when it is not one."""
+    head = RECORD_PREFIX + "."
+    if not subject.startswith(head):
+        return None
+    return parse_record_key(subject[len(head) :])
 
 
 # -- models ----------------------------------------------------------------------------------------
@@ -136,8 +197,8 @@ def _name(value: str) -> str:
 
 
 def _cwd(value: str) -> str:
-    if utf16_length(value) > MAX_CWD_UNITS:
-        raise ValueError(f"must be at most {MAX_CWD_UNITS} UTF-16 units")
+    if len(value) > REMOTE_RECORD_CWD_CHARS:
+        raise ValueError(f"must be at most {REMOTE_RECORD_CWD_CHARS} code points")
     return value
 
 
@@ -231,9 +292,11 @@ class PeerRecord(_Model):
     """``peer``: one live session of the origin machine, as its KV record publishes it.
 
     Everything a listing shows, and the capabilities its ``ready`` advertised; never its token,
-    socket path or pid.
+    socket path or pid. ``seq`` is the origin's record sequence: it grows with every record and
+    tombstone a machine signs, so no reader takes one older than what it has seen.
     """
 
+    seq: SafeInt
     id: SessionId
     instance_id: InstanceId = Field(alias="instanceId")
     name: Name
@@ -246,6 +309,7 @@ class PeerRecord(_Model):
 
     def to_wire(self) -> dict[str, Any]:
         return {
+            "seq": self.seq,
             "id": self.id,
             "instanceId": self.instance_id,
             "name": self.name,
@@ -258,12 +322,23 @@ class PeerRecord(_Model):
         }
 
 
-Body: TypeAlias = SendBody | StatusBody | ReplyBody | PeerRecord
+class Tombstone(_Model):
+    """``gone``: the origin's session ``instanceId`` ended; only its own machine can say so."""
+
+    seq: SafeInt
+    instance_id: InstanceId = Field(alias="instanceId")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"seq": self.seq, "instanceId": self.instance_id}
+
+
+Body: TypeAlias = SendBody | StatusBody | ReplyBody | PeerRecord | Tombstone
 _BODY_OF: Final[dict[Kind, type[Body]]] = {
     Kind.SEND: SendBody,
     Kind.STATUS: StatusBody,
     Kind.REPLY: ReplyBody,
     Kind.PEER: PeerRecord,
+    Kind.GONE: Tombstone,
 }
 
 

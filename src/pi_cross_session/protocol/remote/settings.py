@@ -16,6 +16,13 @@ MAX_MACHINE_NAME_CHARS: Final = 32
 #: An envelope on NATS, at most: one full frame's text plus room for the envelope's own fields.
 #: The NATS server's ``max_payload`` must allow it (its default 1 MB does not).
 MAX_ENVELOPE_BYTES: Final = MAX_FRAME_BYTES + 65_536
+#: A published session's cwd keeps at most this many code points (a display field: a proxy shows
+#: it after ``machine:``), so that a record, at worst every character escaped, stays small.
+REMOTE_RECORD_CWD_CHARS: Final = 4_096
+#: A record or tombstone in the bucket, at most (the bucket's ``max_msg_size`` too): a record at
+#: its largest, every field escaped, is under 60 KiB. Anything larger on a record subject is
+#: dropped before its signature is checked.
+MAX_RECORD_BYTES: Final = 65_536
 #: A signed envelope is valid from this long before now (the contract's 30 s message window) …
 ENVELOPE_MAX_AGE_S: Final = 30.0
 #: … to this far ahead (the contract's 5 s future skew): machines keep clocks within 5 s.
@@ -90,6 +97,20 @@ NATS_CONNECT_TIMEOUT_S: Final = 5.0
 #: A JetStream cluster that has just started elects its leader within seconds; a gateway waits
 #: this long for the bucket before giving up.
 JETSTREAM_READY_S: Final = 20.0
+#: A JetStream API request (the bucket's configuration, a record's acknowledgement, a read of the
+#: current records) waits this long for its answer.
+BUCKET_OPERATION_TIMEOUT_S: Final = 5.0
+#: Bytes waiting in the client for one subscription (requests from one origin machine, or its
+#: records) before the client drops what arrives: each origin has its own, so one origin's flood,
+#: or a stranger's under its name, fills only its own, and a gateway's memory stays bounded.
+REMOTE_PENDING_BYTES_PER_ORIGIN: Final = 8 * 1024 * 1024
+#: A gateway checks the bucket (exists, configured as it must be) at start and when an operation
+#: on it fails, at most this often.
+BUCKET_CHECK_EVERY_S: Final = 2.0
+#: A read of one machine's current records takes at most this many bytes (and
+#: ``REMOTE_RECORDS_PER_MACHINE`` records): an honest machine's 512 records are far smaller, and a
+#: machine that filled its keys with the largest junk costs a reader no more.
+REMOTE_READ_BYTES_PER_MACHINE: Final = 4 * 1024 * 1024
 #: Pause between reconnect attempts to NATS.
 NATS_RECONNECT_WAIT_S: Final = 0.5
 #: How often the remote snapshot file for ``peers --remote`` is rewritten, at most.

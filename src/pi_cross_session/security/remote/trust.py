@@ -1,11 +1,13 @@
 """The allow-list, and the ordered checks every envelope passes before a gateway acts on it.
 
-Order (docs/remote.md, "Checks on every envelope"): size; signature prefix; the JSON object and
-its ``origin``; the origin on the allow-list; the signature verifies with the listed key; the
-fields; ``account`` is ours; ``to`` is us (or everyone, for records); the kind is one we expect
-here; ``at`` inside the window and not before we started; the nonce not seen. The expensive
-signature check runs before the fields are validated, so an unlisted sender costs a JSON parse and
-nothing more.
+Order (docs/remote.md, "Checks on every envelope"): the origin, which the NATS subject names (the
+deployment vouches for it), is on the allow-list; the size is within the bound of what may arrive
+there; the signature verifies, with the origin's listed key, over the bytes as they arrived; only
+then is anything parsed: the JSON object, its fields, its ``origin`` is the subject's; ``account``
+is ours; ``to`` is us (or everyone, for records); the kind is one we expect here; ``at`` inside the
+window (a record's: its validity) and, for requests, not before we started; the nonce not seen.
+Nothing from NATS is parsed unless it is bounded and signed by a machine we trust: an unlisted
+origin costs a dictionary look-up, a forged payload one signature check over its bytes.
 
 Each failure has a :class:`Cause`. Only a request from a verified origin is ever answered — with
 ``expired`` (clock) or ``rate_limited`` (nonce table full) — and everything else is dropped: a
@@ -29,18 +31,21 @@ from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.remote.envelope import (
     ACCOUNT_RE,
     EVERYONE,
+    RECORD_KINDS,
+    REQUEST_KINDS,
     Envelope,
     EnvelopeError,
     Kind,
-    from_object,
+    decode,
     is_machine_name,
-    loads_object,
 )
 from pi_cross_session.protocol.remote.settings import (
     ENVELOPE_MAX_AGE_S,
     ENVELOPE_MAX_AHEAD_S,
     MAX_ENVELOPE_BYTES,
+    MAX_RECORD_BYTES,
     REMOTE_DIAGNOSTICS_KEPT,
+    REMOTE_RECORD_TTL_S,
 )
 from pi_cross_session.security.remote.identity import (
     MachineKeyError,
@@ -131,6 +136,8 @@ class Cause(StrEnum):
     MALFORMED = "malformed"
     UNKNOWN_MACHINE = "unknown_machine"
     BAD_SIGNATURE = "bad_signature"
+    #: Signed by the machine the subject names, but naming another origin inside.
+    ORIGIN_MISMATCH = "origin_mismatch"
     WRONG_ACCOUNT = "wrong_account"
     NOT_FOR_US = "not_for_us"
     UNEXPECTED_KIND = "unexpected_kind"
@@ -179,6 +186,8 @@ class Verifier:
         max_age_ms: int = int(ENVELOPE_MAX_AGE_S * 1000),
         max_ahead_ms: int = int(ENVELOPE_MAX_AHEAD_S * 1000),
         max_bytes: int = MAX_ENVELOPE_BYTES,
+        record_max_bytes: int = MAX_RECORD_BYTES,
+        record_max_age_ms: int = int(REMOTE_RECORD_TTL_S * 1000),
         diagnostics_kept: int = REMOTE_DIAGNOSTICS_KEPT,
     ) -> None:
         self._me = me
@@ -188,6 +197,8 @@ class Verifier:
         self._max_age_ms = max_age_ms
         self._max_ahead_ms = max_ahead_ms
         self._max_bytes = max_bytes
+        self._record_max_bytes = record_max_bytes
+        self._record_max_age_ms = record_max_age_ms
         self._rejected: dict[str, int] = {}
         self._recent: deque[str] = deque(maxlen=diagnostics_kept)
         self._accepted = 0
@@ -210,50 +221,56 @@ class Verifier:
         payload: bytes,
         now_ms: int,
         *,
+        origin: str,
         kinds: Collection[Kind],
         reply_to: str | None = None,
     ) -> Verified | Rejected:
-        """Judge one payload from NATS.
+        """Judge one payload from NATS that the subject (or, for a reply, the request) says came
+        from ``origin``.
 
-        ``kinds`` are the kinds expected where it arrived (requests on our subject, a reply on an
-        inbox, records in the bucket); ``reply_to`` is the nonce a reply must answer.
+        ``kinds`` are the kinds expected where it arrived (requests on our subject, a reply on our
+        inbox, records and tombstones in the bucket); ``reply_to`` is the nonce a reply must answer.
         """
-        if len(payload) > self._max_bytes:
-            return self._reject(Cause.TOO_LARGE, "payload over the size limit")
-        parts = split(payload)
-        if parts is None:
-            return self._reject(Cause.MALFORMED, "payload shorter than a signature")
-        signature, data = parts
-        try:
-            raw = loads_object(data)
-        except EnvelopeError:
-            return self._reject(Cause.MALFORMED, "not a JSON object")
-        origin = raw.get("origin")
-        key = self._trust.machines.get(origin) if isinstance(origin, str) else None
+        key = self._trust.machines.get(origin)
         if key is None:
             return self._reject(Cause.UNKNOWN_MACHINE, "origin not on the allow-list")
+        records_only = all(kind in RECORD_KINDS for kind in kinds)
+        if len(payload) > (self._record_max_bytes if records_only else self._max_bytes):
+            return self._reject(Cause.TOO_LARGE, f"from {origin}: payload over the size limit")
+        parts = split(payload)
+        if parts is None:
+            return self._reject(Cause.MALFORMED, f"from {origin}: shorter than a signature")
+        signature, data = parts
         if not verifies(key, signature, data):
             return self._reject(Cause.BAD_SIGNATURE, f"signature of {origin} does not verify")
         try:
-            envelope = from_object(raw)
+            envelope = decode(data)
         except EnvelopeError as exc:
             return self._reject(Cause.MALFORMED, f"from {origin}: {exc}")
+        if envelope.origin != origin:
+            return self._reject(Cause.ORIGIN_MISMATCH, f"from {origin}: names another origin")
         if envelope.account != self._trust.account:
             return self._reject(Cause.WRONG_ACCOUNT, f"from {origin}: signed for another account")
-        wanted_to = EVERYONE if envelope.kind is Kind.PEER else self._me
+        record = envelope.kind in RECORD_KINDS
+        wanted_to = EVERYONE if record else self._me
         if envelope.to != wanted_to:
             return self._reject(Cause.NOT_FOR_US, f"from {origin}: addressed elsewhere")
         if envelope.kind not in kinds or (reply_to is not None and envelope.re != reply_to):
             return self._reject(Cause.UNEXPECTED_KIND, f"from {origin}: not expected here")
-        answerable = envelope.kind is Kind.SEND or envelope.kind is Kind.STATUS
-        if not now_ms - self._max_age_ms <= envelope.at <= now_ms + self._max_ahead_ms:
+        answerable = envelope.kind in REQUEST_KINDS
+        max_age_ms = self._record_max_age_ms if record else self._max_age_ms
+        if not now_ms - max_age_ms <= envelope.at <= now_ms + self._max_ahead_ms:
             return self._reject(
                 Cause.CLOCK,
                 f"from {origin}: signed {now_ms - envelope.at} ms before our now",
                 Code.EXPIRED if answerable else None,
                 envelope,
             )
-        if envelope.kind is not Kind.PEER and envelope.at < self._started_at_ms:
+        if record:
+            # Records carry their own sequence; a reader keeps the newest (records.py).
+            self._accepted += 1
+            return Verified(envelope)
+        if envelope.at < self._started_at_ms:
             # Our nonces were forgotten when we started: nothing signed before may pass.
             return self._reject(
                 Cause.BEFORE_START,
@@ -261,17 +278,16 @@ class Verifier:
                 Code.EXPIRED if answerable else None,
                 envelope,
             )
-        if envelope.kind is not Kind.PEER:
-            seen = self._nonces.admit(envelope.origin, envelope.id, envelope.at, now_ms)
-            if seen is Seen.REPLAY:
-                return self._reject(Cause.REPLAY, f"from {origin}: nonce already seen")
-            if seen is Seen.FULL:
-                return self._reject(
-                    Cause.NONCES_FULL,
-                    f"from {origin}: too many envelopes in the window",
-                    Code.RATE_LIMITED if answerable else None,
-                    envelope,
-                )
+        seen = self._nonces.admit(envelope.origin, envelope.id, envelope.at, now_ms)
+        if seen is Seen.REPLAY:
+            return self._reject(Cause.REPLAY, f"from {origin}: nonce already seen")
+        if seen is Seen.FULL:
+            return self._reject(
+                Cause.NONCES_FULL,
+                f"from {origin}: too many envelopes in the window",
+                Code.RATE_LIMITED if answerable else None,
+                envelope,
+            )
         self._accepted += 1
         return Verified(envelope)
 

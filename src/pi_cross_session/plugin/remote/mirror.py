@@ -1,0 +1,250 @@
+"""The mirror: other machines' sessions as their signed records say, and the bucket's health.
+
+Records reach a gateway two ways, neither through a JetStream consumer (a machine may not create
+one, docs/remote.md "Who may do what"):
+
+* **live**: a plain subscription to each trusted machine's record subjects sees every put as it
+  is made, one queue per machine, so one machine's flood fills only its own;
+* **current**: at start and after every reconnect, the stream's direct get hands over the newest
+  message of each key, machine by machine, bounded in count and bytes.
+
+Every message is judged by its subject first (a trusted machine's key, or nothing is read), then
+by its signature over the bytes as they arrived, and only then parsed
+(:class:`~pi_cross_session.security.remote.trust.Verifier`); the
+:class:`~pi_cross_session.security.remote.records.RecordBook` keeps the newest by sequence. A
+delete or purge marker nobody signed removes nothing: the gateway reads that key again instead.
+
+The bucket itself is checked at start and whenever an operation on it fails: missing, or with a
+configuration that lost a protection, it is created or put back where this machine may, and
+reported either way (one log line at the default verbosity, and the status snapshot).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+from nats.aio.msg import Msg
+
+from pi_cross_session.plugin.remote import bucket
+from pi_cross_session.plugin.remote.link import (
+    BucketError,
+    HopTimeoutError,
+    Link,
+    PermissionDeniedError,
+    Record,
+    UnreachableError,
+)
+from pi_cross_session.protocol.remote import envelope as env
+from pi_cross_session.protocol.remote.envelope import (
+    RECORD_KINDS,
+    EnvelopeError,
+    PeerRecord,
+    Tombstone,
+)
+from pi_cross_session.protocol.remote.settings import (
+    BUCKET_CHECK_EVERY_S,
+    REMOTE_READ_BYTES_PER_MACHINE,
+    REMOTE_RECORDS_PER_MACHINE,
+)
+from pi_cross_session.security.remote.records import Key, Offer, RecordBook
+from pi_cross_session.security.remote.trust import Verified, Verifier
+
+logger = logging.getLogger(__name__)
+
+_CHANGES = frozenset({Offer.NEW, Offer.UPDATED, Offer.REMOVED})
+
+
+@dataclass(slots=True)
+class BucketHealth:
+    """What the last check of the bucket found (``state`` is one word, ``detail`` a sentence)."""
+
+    state: str = "unchecked"
+    detail: str = ""
+    checks: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state, "detail": self.detail, "checks": self.checks}
+
+
+class Mirror:
+    """Other machines' records, kept current; ``changed`` is awaited for every session whose
+    record appeared, changed or ended."""
+
+    def __init__(
+        self,
+        *,
+        machine: str,
+        verifier: Verifier,
+        link: Link,
+        book: RecordBook,
+        wall_ms: Callable[[], int],
+        changed: Callable[[Key], Awaitable[None]],
+    ) -> None:
+        self._machine = machine
+        self._verifier = verifier
+        self._link = link
+        self.book = book
+        self._wall_ms = wall_ms
+        self._changed = changed
+        self.skew_ms: dict[str, int] = {}
+        self.health = BucketHealth()
+        self._checking = anyio.Lock()
+        self._last_check = -BUCKET_CHECK_EVERY_S
+        self._earlier: set[str] = set()
+        self._group: anyio.abc.TaskGroup | None = None
+        #: Unsigned delete or purge markers seen (each answered by a fresh read of its key).
+        self.unsigned_deletes = 0
+
+    @property
+    def origins(self) -> list[str]:
+        return sorted(m for m in self._verifier.trust.machines if m != self._machine)
+
+    async def start(self, group: anyio.abc.TaskGroup) -> None:
+        """Check the bucket, follow every trusted machine's records, then read the current ones
+        (in that order, so nothing put meanwhile is missed)."""
+        self._group = group
+        await self.check_bucket(force=True)
+        for origin in self.origins:
+            await self._link.serve(env.records_of(origin), partial(self._on_message, origin))
+        await self.read_current()
+
+    # -- records -----------------------------------------------------------------------------------
+
+    async def _on_message(self, origin: str, msg: Msg) -> None:
+        # One pass of the loop per message: each machine's queue takes its turn with the others.
+        await anyio.lowlevel.checkpoint()
+        operation = msg.headers.get("KV-Operation") if msg.headers else None
+        await self._take(origin, Record(msg.subject, msg.data, operation))
+
+    async def _take(self, origin: str, record: Record) -> None:
+        key = env.parse_record_subject(record.subject)
+        if key is None or key[0] != origin:
+            return
+        if record.operation is not None:
+            # A delete or purge marker: nobody signed it, so it removes nothing; the key's
+            # current record is read again (a signed tombstone there would say "gone").
+            self.unsigned_deletes += 1
+            if self._group is not None:
+                self._group.start_soon(self._reread, origin, record.subject)
+            return
+        verdict = self._verifier.check(
+            record.data, self._wall_ms(), origin=origin, kinds=RECORD_KINDS
+        )
+        if not isinstance(verdict, Verified):
+            return
+        try:
+            body = verdict.envelope.read_body()
+        except EnvelopeError:
+            if origin not in self._earlier:
+                self._earlier.add(origin)
+                logger.warning(
+                    "machine %s publishes records this gateway cannot read (an earlier version of "
+                    "pi-cross-session?); upgrade its gateway",
+                    origin,
+                )
+            return
+        if not isinstance(body, PeerRecord | Tombstone) or body.instance_id != key[1]:
+            return
+        self.skew_ms[origin] = self._wall_ms() - verdict.envelope.at
+        offer = self.book.offer(origin, verdict.envelope.at, body, anyio.current_time())
+        if offer in _CHANGES:
+            await self._changed(key)
+
+    async def _reread(self, origin: str, subject: str) -> None:
+        try:
+            for record in await self._link.read_records(subject, 1, REMOTE_READ_BYTES_PER_MACHINE):
+                if record.operation is None:
+                    await self._take(origin, record)
+        except (BucketError, UnreachableError, PermissionDeniedError) as exc:
+            logger.info("reading %s again: %s", subject, exc)
+
+    async def read_current(self) -> None:
+        """Take the bucket's current record of every trusted machine's sessions."""
+        for origin in self.origins:
+            try:
+                records = await self._link.read_records(
+                    env.records_of(origin),
+                    REMOTE_RECORDS_PER_MACHINE,
+                    REMOTE_READ_BYTES_PER_MACHINE,
+                )
+            except BucketError as exc:
+                self.bucket_failed(exc)
+                return
+            except (UnreachableError, PermissionDeniedError) as exc:
+                logger.info("reading the records of %s: %s", origin, exc)
+                continue
+            for record in records:
+                if record.operation is None:
+                    await self._take(origin, record)
+
+    async def expire(self) -> None:
+        """End the records nobody refreshed in time."""
+        for key in self.book.expire(anyio.current_time(), self._wall_ms()):
+            await self._changed(key)
+
+    # -- the bucket --------------------------------------------------------------------------------
+
+    def bucket_failed(self, exc: BucketError) -> None:
+        """An operation on the bucket failed: check it (soon, and not more than every few s)."""
+        logger.info("the bucket: %s", exc)
+        if self._group is not None:
+            self._group.start_soon(self.check_bucket)
+
+    async def check_bucket(self, *, force: bool = False) -> None:
+        """Verify the bucket exists as it must; create or repair it where this machine may."""
+        if self._checking.locked():
+            return
+        async with self._checking:
+            now = anyio.current_time()
+            if not force and now - self._last_check < BUCKET_CHECK_EVERY_S:
+                return
+            self._last_check = now
+            self._report(*await ensure_bucket(self._link))
+
+    def _report(self, state: str, detail: str) -> None:
+        changed = (state, detail) != (self.health.state, self.health.detail)
+        self.health.state, self.health.detail = state, detail
+        self.health.checks += 1
+        if changed and state != "ok":
+            logger.warning("remote discovery: %s", detail)
+        elif changed and self.health.checks > 1:
+            logger.warning("remote discovery: the bucket is as it should be again")
+
+
+async def ensure_bucket(link: Link) -> tuple[str, str]:
+    """Check the bucket; create or repair it where ``link``'s user may. Returns the state (one
+    word: ``ok``, ``created``, ``repaired``, ``missing``, ``altered``, ``unverified`` or
+    ``unknown``) and, unless ``ok``, a sentence saying what was found and done."""
+    try:
+        config = await link.bucket_config()
+    except PermissionDeniedError:
+        return "unverified", "this machine may not read the bucket's configuration"
+    except (BucketError, UnreachableError, HopTimeoutError) as exc:
+        return "unknown", f"the bucket could not be checked: {exc}"
+    if config is None:
+        return await _make(link, update=False, why="the bucket did not exist")
+    found = bucket.problems(config, link.bucket_spec)
+    if found:
+        return await _make(link, update=True, why="the bucket was altered: " + "; ".join(found))
+    return "ok", ""
+
+
+async def _make(link: Link, *, update: bool, why: str) -> tuple[str, str]:
+    try:
+        await link.make_bucket(update=update)
+    except PermissionDeniedError:
+        return ("altered" if update else "missing"), (
+            f"{why}, and this machine may not {'repair' if update else 'create'} it; the "
+            "deployment's administrator can: pi-cross-session remote bucket"
+        )
+    except (BucketError, UnreachableError, HopTimeoutError) as exc:
+        return ("altered" if update else "missing"), f"{why}; putting it back failed: {exc}"
+    return (
+        "repaired" if update else "created"
+    ), f"{why}; it was {'put back' if update else 'created'}"

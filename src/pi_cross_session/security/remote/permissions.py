@@ -1,0 +1,53 @@
+"""What a machine's NATS credentials let it do: the subject permissions in its user JWT.
+
+Everything not listed is denied by the server (docs/remote.md, "Who may do what"; each row is
+tried by ``tests/remote/test_permissions.py`` with another machine's valid credentials):
+
+* publish: requests to any machine, **only as itself** (``pi-xs.v1.to.*.from.<M>``); records and
+  tombstones **only under its own keys**; the two JetStream reads a gateway makes of the bucket
+  (its configuration, and the current records through the stream's direct get);
+* subscribe: requests **addressed to it** (``pi-xs.v1.to.<M>.from.*``), **its own inbox**
+  (replies, JetStream answers), and the bucket's record subjects (signed, public within the
+  deployment);
+* one reply to each request it receives (``allow_responses``), and nothing else on another
+  machine's inbox.
+
+No machine may create, change, purge or delete the bucket, delete a message from it, or create a
+consumer (a push consumer's delivery subject is not checked against its creator's rights, so that
+right alone would let it deliver into another machine's subjects): a gateway reads the bucket
+through the stream's direct get and a plain subscription to the record subjects instead.
+"""
+
+from __future__ import annotations
+
+from pi_cross_session.protocol.remote.envelope import (
+    KV_STREAM,
+    RECORD_PREFIX,
+    inbox_prefix,
+    records_of,
+    requests_from,
+    requests_to,
+)
+from pi_cross_session.security.remote.nats_jwt import Permissions
+
+#: The JetStream API subjects a machine may publish to (requests answered on its own inbox).
+BUCKET_INFO_SUBJECT = f"$JS.API.STREAM.INFO.{KV_STREAM}"
+BUCKET_READ_SUBJECT = f"$JS.API.DIRECT.GET.{KV_STREAM}"
+
+
+def machine_permissions(machine: str) -> Permissions:
+    """The permissions of ``machine``'s user in the deployment's account."""
+    return Permissions(
+        publish=(
+            requests_from(machine),
+            records_of(machine),
+            BUCKET_INFO_SUBJECT,
+            BUCKET_READ_SUBJECT,
+        ),
+        subscribe=(
+            requests_to(machine),
+            f"{inbox_prefix(machine)}.>",
+            f"{RECORD_PREFIX}.>",
+        ),
+        responses=1,
+    )
