@@ -9,7 +9,6 @@ import time
 
 import anyio
 
-from pi_cross_session.plugin.remote.natsd import cluster
 from pi_cross_session.protocol.codes import OK_RECEIPTS, Code
 from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.registration import parse_registration
@@ -26,12 +25,7 @@ GOOD_IN_A_ROW = 4
 def test_a_cluster_node_killed_during_traffic_fails_over_without_duplicates(
     fleet: Fleet,
 ) -> None:
-    nodes = cluster(fleet.root / "nats", 3)
-    fleet.servers.extend(nodes)
-    for node in nodes:
-        node.start(wait=False)
-    for node in nodes:
-        node.wait_ready()
+    nodes = fleet.start_cluster(3)
     laptop, buildbox = fleet.pair("laptop", "buildbox")
     bob = buildbox.inbox("bob", "--busy", "0")
     urls = [node.url for node in nodes]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -14,6 +15,12 @@ import anyio
 from pi_cross_session.cli import exits
 from pi_cross_session.protocol.remote.envelope import request_subject
 from tests.support.remote import Fleet, Machine, RawMachine, Tap, raw_request, reply_of
+
+
+def ask(fleet: Fleet, raw: RawMachine, payload: bytes, timeout_s: float = 6.0) -> bytes | None:
+    """``raw`` sends ``payload`` to buildbox, on its own subject, with its own credentials."""
+    subject = request_subject("buildbox", raw.name)
+    return anyio.run(partial(raw_request, who=raw), fleet.url, subject, payload, timeout_s)
 
 
 def _target(machine: Machine, name: str) -> str:
@@ -35,8 +42,8 @@ def test_a_frozen_receiving_gateway_is_receipt_unknown_never_a_retry(fleet: Flee
     laptop.start_gateway()
     remote_gateway = buildbox.start_gateway()
     laptop.wait_peer("bob@buildbox")
-    subject = request_subject("buildbox")
-    with Tap(fleet.url, [subject]) as tap:
+    subject = request_subject("buildbox", "laptop")
+    with Tap(fleet.url, [subject], creds=fleet.admin_creds) as tap:
         remote_gateway.process.send_signal(signal.SIGSTOP)  # a partition, seen from laptop
         try:
             sent = laptop.cli("send", "bob@buildbox", "are you there?", "--json")
@@ -108,7 +115,7 @@ SKEWS = [(0, True), (4_000, True), (-4_000, True), (-31_000, False), (6_000, Fal
 def test_clock_skew_inside_the_window_passes_beyond_it_is_expired(fleet: Fleet) -> None:
     fleet.start_server()
     buildbox = fleet.machine("buildbox")
-    raw = RawMachine("skewed")
+    raw = RawMachine("skewed", fleet=fleet)
     buildbox.trust(raw)
     bob = buildbox.inbox("bob", "--busy", "0")
     buildbox.start_gateway()
@@ -125,7 +132,7 @@ def test_clock_skew_inside_the_window_passes_beyond_it_is_expired(fleet: Fleet) 
             message_id=message_id,
             at_ms=time.time_ns() // 1_000_000 + offset_ms,
         )
-        reply = reply_of(anyio.run(raw_request, fleet.url, request_subject("buildbox"), payload))
+        reply = reply_of(ask(fleet, raw, payload))
         if delivered:
             assert reply == ("receipt", "submitted"), (offset_ms, reply)
             bob.wait_event("message", messageId=message_id)
@@ -139,19 +146,18 @@ def test_a_replay_is_dropped_and_after_a_restart_is_expired_never_admitted_twice
 ) -> None:
     fleet.start_server()
     buildbox = fleet.machine("buildbox")
-    raw = RawMachine("laptop")
+    raw = RawMachine("laptop", fleet=fleet)
     buildbox.trust(raw)
     bob = buildbox.inbox("bob")
     gateway = buildbox.start_gateway()
     payload, _ = raw.payload("buildbox", _target(buildbox, "bob"), "once", message_id="m-1")
-    subject = request_subject("buildbox")
-    assert reply_of(anyio.run(raw_request, fleet.url, subject, payload)) == ("receipt", "submitted")
+    assert reply_of(ask(fleet, raw, payload)) == ("receipt", "submitted")
     # The same bytes again: the nonce is remembered, the envelope dropped without a word.
-    assert anyio.run(raw_request, fleet.url, subject, payload, 2.0) is None
+    assert ask(fleet, raw, payload, 2.0) is None
     gateway.stop()
     buildbox.start_gateway()
     # A restarted gateway forgot its nonces, so it refuses anything signed before it started.
-    assert reply_of(anyio.run(raw_request, fleet.url, subject, payload)) == ("refused", "expired")
+    assert reply_of(ask(fleet, raw, payload)) == ("refused", "expired")
     bob.wait_event("message", messageId="m-1")
     assert _received(bob, "m-1") == 1
 
@@ -159,18 +165,21 @@ def test_a_replay_is_dropped_and_after_a_restart_is_expired_never_admitted_twice
 def test_an_untrusted_or_forged_machine_gets_no_answer_at_all(fleet: Fleet) -> None:
     fleet.start_server()
     buildbox = fleet.machine("buildbox")
-    trusted, stranger = RawMachine("laptop"), RawMachine("laptop")
+    # The stranger holds laptop's NATS credentials (stolen), not laptop's machine key: NATS lets
+    # it speak as laptop, our signatures do not.
+    trusted = RawMachine("laptop", fleet=fleet)
+    stranger = RawMachine("laptop")
+    stranger.creds, stranger.nats = trusted.creds, trusted.nats
     buildbox.trust(trusted)
     bob = buildbox.inbox("bob")
     buildbox.start_gateway()
-    subject = request_subject("buildbox")
     target = _target(buildbox, "bob")
     forged, _ = stranger.payload("buildbox", target, "let me in", message_id="f-1")
-    assert anyio.run(raw_request, fleet.url, subject, forged, 2.0) is None
+    assert ask(fleet, stranger, forged, 2.0) is None
     other_account = RawMachine("laptop", account="elsewhere")
-    other_account.key = trusted.key
+    other_account.key, other_account.creds = trusted.key, trusted.creds
     wrong, _ = other_account.payload("buildbox", target, "wrong account", message_id="f-2")
-    assert anyio.run(raw_request, fleet.url, subject, wrong, 2.0) is None
+    assert ask(fleet, other_account, wrong, 2.0) is None
     assert _received(bob, "f-1") == _received(bob, "f-2") == 0
 
 
@@ -192,7 +201,7 @@ def test_a_flood_from_one_machine_is_bounded_and_another_machine_still_gets_thro
 ) -> None:
     fleet.start_server()
     laptop, buildbox = fleet.pair("laptop", "buildbox")
-    flooder = RawMachine("flooder")
+    flooder = RawMachine("flooder", fleet=fleet)
     buildbox.trust(flooder)
     # bob refuses everything, so the flood costs the session nothing but refusals.
     buildbox.inbox("bob", "--refuse")
@@ -201,12 +210,10 @@ def test_a_flood_from_one_machine_is_bounded_and_another_machine_still_gets_thro
     buildbox.start_gateway()
     laptop.wait_peer("carol@buildbox")
     target = _target(buildbox, "bob")
-    subject = request_subject("buildbox")
+    subject = request_subject("buildbox", flooder.name)
 
     async def flood() -> list[tuple[str, str] | None]:
-        import nats
-
-        nc = await nats.connect(fleet.url)
+        nc = await flooder.connect(fleet.url)
         replies: list[tuple[str, str] | None] = []
         try:
 
@@ -244,7 +251,7 @@ def test_a_flood_from_one_machine_is_bounded_and_another_machine_still_gets_thro
 def test_no_machine_reaches_a_third_one_through_a_gateway(fleet: Fleet) -> None:
     fleet.start_server()
     laptop, buildbox = fleet.pair("laptop", "buildbox")
-    third = RawMachine("third")
+    third = RawMachine("third", fleet=fleet)
     buildbox.trust(third)
     alice = laptop.inbox("alice")
     laptop.start_gateway()
@@ -253,7 +260,7 @@ def test_no_machine_reaches_a_third_one_through_a_gateway(fleet: Fleet) -> None:
     # "third" asks buildbox to deliver to buildbox's proxy of alice: not a session of buildbox.
     proxy = _target(buildbox, "alice@laptop")
     payload, _ = third.payload("buildbox", proxy, "pass this on", message_id="t-1")
-    reply = reply_of(anyio.run(raw_request, fleet.url, request_subject("buildbox"), payload))
+    reply = reply_of(ask(fleet, third, payload))
     assert reply == ("refused", "not_found")
     assert _received(alice, "t-1") == 0
 

@@ -24,7 +24,7 @@ from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.registration import Registration, parse_registration
 from pi_cross_session.protocol.remote import envelope as env
 from pi_cross_session.security.io import fs
-from tests.support.remote import Fleet, Machine, Tap
+from tests.support.remote import Fleet, Machine, Tap, connect_as
 from tests.support.socket_peers import as_sender, make_message, published_sender
 
 
@@ -48,14 +48,14 @@ def _secrets_of(machine: Machine) -> list[bytes]:
     raw = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
     found += [raw, raw.hex().encode(), base64.b64encode(raw).rstrip(b"=")]
     found += [line for line in pem.splitlines() if line and not line.startswith(b"-----")]
+    # Its NATS seed too: only its public key and the JWT made from it may ever be seen.
+    found.append((Path(files.remote_dir(machine.locations)) / files.NATS_SEED_FILE).read_bytes())
     return found
 
 
-async def _bucket(url: str) -> list[bytes]:
-    """Every value the bucket holds, with its history."""
-    import nats
-
-    nc = await nats.connect(url)
+async def _bucket(url: str, creds: str | None) -> list[bytes]:
+    """Every value the bucket holds, with its history (read as the deployment's administrator)."""
+    nc = await connect_as(url, creds)
     try:
         kv = await nc.jetstream().key_value(env.KV_BUCKET)
         values = []
@@ -69,7 +69,7 @@ async def _bucket(url: str) -> list[bytes]:
 def test_no_token_key_or_socket_path_travels(fleet: Fleet) -> None:
     fleet.start_server()
     laptop, buildbox = fleet.pair("laptop", "buildbox")
-    with Tap(fleet.url, [">", "$KV.>"]) as tap:
+    with Tap(fleet.url, [">", "$KV.>"], creds=fleet.admin_creds) as tap:
         bob = buildbox.inbox("bob", "--busy", "0")
         alice = laptop.inbox("alice", "--busy", "0")
         laptop.start_gateway()
@@ -101,12 +101,15 @@ def test_no_token_key_or_socket_path_travels(fleet: Fleet) -> None:
         bob.wait_event("message", messageId=to_bob)
         alice.wait_event("message", messageId=to_alice)
         secrets = _secrets_of(laptop) + _secrets_of(buildbox)
-        stored = anyio.run(_bucket, fleet.url)
+        stored = anyio.run(_bucket, fleet.url, fleet.admin_creds)
     seen = tap.seen()
     subjects = {subject for subject, _ in seen}
     # The tap saw what we mean to check: requests both ways, replies, and the bucket's puts.
-    assert {env.request_subject("laptop"), env.request_subject("buildbox")} <= subjects
-    assert any(s.startswith("_INBOX.") for s in subjects), subjects
+    assert {
+        env.request_subject("laptop", "buildbox"),
+        env.request_subject("buildbox", "laptop"),
+    } <= subjects
+    assert any(s.startswith(env.inbox_prefix("laptop") + ".") for s in subjects), subjects
     assert any(s.startswith(f"$KV.{env.KV_BUCKET}.") for s in subjects), subjects
     assert len(stored) >= 2, stored  # bob and alice (the senders here are not live sessions)
     everything = b"\n".join([s.encode() + b" " + data for s, data in seen] + stored)

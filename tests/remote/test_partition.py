@@ -80,11 +80,11 @@ def test_a_gateway_cut_from_nats_while_its_sessions_stay_up(fleet: Fleet) -> Non
     buildbox.start_gateway(urls=[link.url])
     laptop.wait_peer("bob@buildbox")
     buildbox.wait_peer("alice@laptop")
-    to_buildbox = request_subject("buildbox")
+    to_buildbox = request_subject("buildbox", "laptop")
 
     # The tap is a subscriber too, so NATS would no longer answer "no responders" while it
     # listens: it watches the silent partition only.
-    with Tap(fleet.url, [to_buildbox]) as tap:
+    with Tap(fleet.url, [to_buildbox], creds=fleet.admin_creds) as tap:
         # A silent partition: buildbox's connection stays open, no byte moves. The request goes
         # out once; no verified reply comes in the hop's 4 s, so the sender hears
         # receipt_unknown, and nothing is sent again.
@@ -123,7 +123,7 @@ def test_a_gateway_killed_mid_exchange_is_receipt_unknown_and_nothing_arrives_tw
     near = laptop.start_gateway()
     far = buildbox.start_gateway()
     laptop.wait_peer("bob@buildbox")
-    subject = request_subject("buildbox")
+    subject = request_subject("buildbox", "laptop")
 
     def send_while(kill: Callable[[], None], text: str, published: int) -> str:
         """Send to bob@buildbox; once the request is on NATS (and buildbox's gateway, frozen,
@@ -134,7 +134,7 @@ def test_a_gateway_killed_mid_exchange_is_receipt_unknown_and_nothing_arrives_tw
             kill()
             return _unknown(pending.result())
 
-    with Tap(fleet.url, [subject]) as tap:
+    with Tap(fleet.url, [subject], creds=fleet.admin_creds) as tap:
         # The *sending* gateway killed while its request is out: the sender's connection to the
         # proxy closes at once, receipt_unknown. The request was out, so buildbox, thawed,
         # delivers it: once, and its reply goes to nobody.

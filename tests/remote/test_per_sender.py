@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -20,7 +21,7 @@ from pi_cross_session.protocol.codes import OK_RECEIPTS
 from pi_cross_session.protocol.limits import LIFETIME_BUDGET, RATE_CAPACITY
 from pi_cross_session.protocol.remote.envelope import request_subject
 from tests.support.processes import InboxProcess
-from tests.support.remote import Fleet, Machine, RawMachine, fleet_at, reply_of
+from tests.support.remote import Fleet, Machine, RawMachine, fleet_at, raw_request, reply_of
 
 MACHINES = ("alpha", "beta", "gamma", "delta")
 
@@ -43,7 +44,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     with fleet_at(Path(tmp_path_factory.mktemp("plane")) / "fleet") as fleet:
         fleet.start_server()
         buildbox = fleet.machine("buildbox")
-        machines = {name: RawMachine(name) for name in MACHINES}
+        machines = {name: RawMachine(name, fleet=fleet) for name in MACHINES}
         buildbox.trust(*machines.values())
         buildbox.start_gateway()
         yield Plane(fleet, buildbox, machines)
@@ -62,14 +63,12 @@ def _send(
     most ``width`` at once over one connection; the ``(outcome, status)`` of each, in order.
     A session between turns answers ``busy`` (which admits nothing and spends nothing): such a
     send is signed again and repeated, unless ``again_if_busy`` is false."""
-    import nats
-
     raw = plane.machines[machine]
-    subject = request_subject("buildbox")
+    subject = request_subject("buildbox", machine)
     replies: list[tuple[str, str] | None] = [None] * len(sends)
 
     async def run() -> None:
-        nc = await nats.connect(plane.fleet.url)
+        nc = await raw.connect(plane.fleet.url)
         limiter = anyio.Semaphore(width)
         try:
 
@@ -179,22 +178,20 @@ def test_no_goal_scope_crosses_machines(plane: Plane) -> None:
     )
     assert forged.count(b"goal") == 3
     resealed = plane.machines["beta"].key.seal(forged[64:])
-    reply = reply_of(anyio.run(_request, plane.fleet.url, request_subject("buildbox"), resealed))
+    beta = plane.machines["beta"]
+    asked = anyio.run(
+        partial(raw_request, who=beta),
+        plane.fleet.url,
+        request_subject("buildbox", "beta"),
+        resealed,
+        10.0,
+    )
+    reply = reply_of(asked)
     assert _taken(reply), reply
     dora.wait_event("message", messageId="g-1")
     (message,) = _messages(dora)
     assert message.get("goalId") is None, message
     assert "goal" not in str(message.get("sender")), message
-
-
-async def _request(url: str, subject: str, payload: bytes) -> bytes:
-    import nats
-
-    nc = await nats.connect(url)
-    try:
-        return bytes((await nc.request(subject, payload, timeout=10)).data)
-    finally:
-        await nc.close()
 
 
 def test_first_messages_of_a_new_remote_sender_arriving_together_all_authenticate(

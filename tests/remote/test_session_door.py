@@ -43,7 +43,7 @@ def test_deliveries_to_one_session_are_capped_and_the_rest_refused_at_once(
     assert MACHINES * REMOTE_IN_FLIGHT_PER_MACHINE > MAX_CONNECTIONS  # the door would overflow
     fleet.start_server()
     buildbox = fleet.machine("buildbox")
-    machines = [RawMachine(f"m{index}") for index in range(MACHINES)]
+    machines = [RawMachine(f"m{index}", fleet=fleet) for index in range(MACHINES)]
     buildbox.trust(*machines)
     buildbox.start_gateway()
     replies: list[tuple[str, str] | None] = []
@@ -60,7 +60,7 @@ def test_deliveries_to_one_session_are_capped_and_the_rest_refused_at_once(
                 return False
 
             async def machine_asks(machine: RawMachine) -> None:
-                nc = await nats.connect(fleet.url)
+                nc = await machine.connect(fleet.url)
                 try:
                     async with anyio.create_task_group() as group:
                         for index in range(REMOTE_IN_FLIGHT_PER_MACHINE):
@@ -77,7 +77,9 @@ def test_deliveries_to_one_session_are_capped_and_the_rest_refused_at_once(
                     sender_id=f"{index:032x}",
                 )
                 try:
-                    msg = await nc.request(request_subject("buildbox"), payload, timeout=10)
+                    msg = await nc.request(
+                        request_subject("buildbox", machine.name), payload, timeout=10
+                    )
                 except nats.errors.TimeoutError:
                     replies.append(None)
                     return

@@ -21,7 +21,8 @@ def test_remote_commands_make_a_private_identity_and_an_allow_list(fleet: Fleet)
     other = fleet.machine("second")
     again = machine.cli("remote", "init", "--machine", "first")
     assert again.returncode == 0, again
-    assert again.stdout.split() == ["first", machine.public_key]  # kept, not replaced
+    assert again.stdout.split() == machine.card.split()  # kept, not replaced
+    assert machine.card.split()[:2] == ["first", machine.public_key]
     renamed = machine.cli("remote", "init", "--machine", "renamed")
     assert renamed.returncode == exits.EXIT_LOCAL, renamed
     bad = machine.cli("remote", "init", "--machine", "Not_A_Name")
@@ -34,6 +35,8 @@ def test_remote_commands_make_a_private_identity_and_an_allow_list(fleet: Fleet)
     assert shown == {
         "machine": "first",
         "publicKey": machine.public_key,
+        "natsKey": machine.card.split()[2].removeprefix("nats:"),
+        "card": machine.card,
         "account": "pi-xs",
         "inbound": "on",
         "trusted": ["second"],
@@ -42,7 +45,7 @@ def test_remote_commands_make_a_private_identity_and_an_allow_list(fleet: Fleet)
     assert machine.cli("remote", "show", "--json").json()["inbound"] == "off"
     remote_dir = machine.agent_dir / "cross-session" / "remote"
     assert _mode(remote_dir) == 0o700
-    for name in ("machine.key", "machine.json", "trust.json"):
+    for name in ("machine.key", "machine.json", "trust.json", "nats-user.nk", "nats-user.jwt"):
         assert _mode(remote_dir / name) == 0o600
     # A key file others could read is refused, never used.
     (remote_dir / "machine.key").chmod(0o644)
@@ -64,7 +67,8 @@ def test_gateways_reach_a_tls_server_through_the_private_ca(fleet: Fleet, tmp_pa
             key=str(pki_dir / "server-key.pem"),
             ca=str(pki_dir / "ca.pem"),
             verify_clients=True,
-        )
+        ),
+        client_cert=(str(pki_dir / "client.pem"), str(pki_dir / "client-key.pem")),
     )
     assert fleet.url.startswith("tls://")
     bob = buildbox.inbox("bob")

@@ -4,6 +4,12 @@ A *machine* here is an agent dir with its own Ed25519 identity and its own gatew
 on 127.0.0.1, exactly as docs/remote.md defines a machine. Every process is a real one (the
 ``pi-cross-session`` command line), every NATS server a real ``nats-server``; :class:`Fleet`
 stops all of them and removes every runtime dir under ``/tmp`` its agent dirs map to.
+
+By default a fleet is a **deployment** as ``remote deploy`` makes one: the servers run in operator
+mode, every machine (and every :class:`RawMachine` a test plays) connects with its own user JWT
+and its permissions, and the bucket is made by the deployment's administrator. ``Fleet(root,
+open_deployment=True)`` is a NATS server without any authorization, for the defence-in-depth
+tests: what still holds when someone else runs NATS without our permissions.
 """
 
 from __future__ import annotations
@@ -79,6 +85,10 @@ class Machine:
         identity = files.init_identity(self.locations, name)
         files.save_trust(self.locations, files.load_trust(self.locations).with_inbound(True))
         self.public_key = identity.key.public_text()
+        self.card = identity.card()
+        if fleet.deployment is not None:
+            jwt = fleet.admit(self.card, name)
+            files.install_nats_jwt(self.locations, jwt)
 
     def cli(self, *args: str, timeout: float = MUST_HAPPEN_S) -> Result:
         return run_cli(self.agent_dir, *args, cwd=self.workdir, timeout=timeout)
@@ -148,22 +158,121 @@ class Machine:
 class Fleet:
     """Machines and NATS servers of one test; :meth:`close` ends every process."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, open_deployment: bool = False) -> None:
+        from pi_cross_session.plugin.remote.deployment import Deployment
+
         self.root = root
         self.servers: list[NatsServer] = []
         self.processes: list[WatchedProcess] = []
         self.machines: list[Machine] = []
         self.links: list[Link] = []
+        self.deployment: Deployment | None = None
+        if not open_deployment:
+            self.deployment = Deployment.open(root / "deployment", create=True)
+            self.deployment.save(now=int(time.time()))
 
     @property
     def url(self) -> str:
         return self.servers[0].url
 
-    def start_server(self, **kwargs: Any) -> NatsServer:
+    def admit(self, card: str, name: str) -> str:
+        """Admit a machine into the deployment; its user JWT."""
+        from pi_cross_session.plugin.remote.deployment import MachineCard
+
+        assert self.deployment is not None
+        now = int(time.time())
+        self.deployment.admit(MachineCard.parse(card), now=now)
+        self.deployment.save(now=now)
+        return self.deployment.machine_jwt(name, now=now).decode()
+
+    @property
+    def admin_creds(self) -> str | None:
+        """The deployment administrator's credentials (``None`` for an open server)."""
+        return None if self.deployment is None else self.deployment.admin_creds.read_text()
+
+    def server(self, **kwargs: Any) -> NatsServer:
+        """A server of this fleet's deployment (not started)."""
+        if self.deployment is not None:
+            deployment = self.deployment
+            kwargs.setdefault(
+                "auth",
+                lambda resolver: deployment.auth_config(
+                    now=int(time.time()), resolver_dir=resolver
+                ),
+            )
         server = NatsServer(self.root / "nats", name=f"n{len(self.servers) + 1}", **kwargs)
         self.servers.append(server)
-        server.start()
         return server
+
+    def start_server(
+        self, *, client_cert: tuple[str, str] | None = None, **kwargs: Any
+    ) -> NatsServer:
+        """Start a server (the deployment's bucket made on it, as its administrator would, with
+        ``client_cert`` when the server verifies clients)."""
+        server = self.server(**kwargs).start()
+        self.make_bucket(
+            [server.url], tls_ca=server.tls.ca if server.tls else None, client_cert=client_cert
+        )
+        return server
+
+    def start_cluster(self, size: int = 3) -> list[NatsServer]:
+        """``size`` routed servers, started, with the bucket replicated on all of them."""
+        from pi_cross_session.plugin.remote.natsd import free_port
+
+        ports = [free_port() for _ in range(size)]
+        nodes = [
+            self.server(
+                cluster_port=ports[index], routes=[p for i, p in enumerate(ports) if i != index]
+            )
+            for index in range(size)
+        ]
+        for node in nodes:
+            node.start(wait=False)
+        for node in nodes:
+            node.wait_ready()
+        self.make_bucket([node.url for node in nodes], replicas=size)
+        return nodes
+
+    def make_bucket(
+        self,
+        urls: Sequence[str],
+        *,
+        tls_ca: str | None = None,
+        client_cert: tuple[str, str] | None = None,
+        replicas: int = 1,
+    ) -> None:
+        """What ``remote bucket`` does: the bucket, made by the deployment's administrator (on
+        an open server, the first gateway makes it)."""
+        if self.deployment is None:
+            return
+        from pi_cross_session.plugin.remote.bucket import BucketSpec
+        from pi_cross_session.plugin.remote.link import Link as NatsLink
+        from pi_cross_session.plugin.remote.link import LinkConfig
+        from pi_cross_session.plugin.remote.mirror import ensure_bucket
+
+        link = NatsLink(
+            LinkConfig(
+                servers=tuple(urls),
+                machine=None,
+                tls_ca=tls_ca,
+                tls_cert=client_cert[0] if client_cert else None,
+                tls_key=client_cert[1] if client_cert else None,
+                credentials=self.admin_creds,
+                bucket=BucketSpec(replicas=replicas),
+            )
+        )
+
+        async def make() -> tuple[str, str]:
+            await link.connect()
+            try:
+                return await ensure_bucket(link)
+            finally:
+                await link.close()
+
+        import anyio
+
+        state, detail = anyio.run(make)
+        assert state in ("ok", "created"), detail
 
     def link(self) -> Link:
         """A TCP link to the first server that a test can freeze or cut (a partition)."""
@@ -213,8 +322,8 @@ class Fleet:
 
 
 @contextmanager
-def fleet_at(root: Path) -> Iterator[Fleet]:
-    fleet = Fleet(root)
+def fleet_at(root: Path, *, open_deployment: bool = False) -> Iterator[Fleet]:
+    fleet = Fleet(root, open_deployment=open_deployment)
     try:
         yield fleet
     finally:
@@ -226,13 +335,24 @@ class RawMachine:
     another machine's subject over its own NATS connection, so a test can choose every field
     (the clock, the nonce, a replay) and see the one reply the gateway gives."""
 
-    def __init__(self, name: str, *, account: str = "pi-xs") -> None:
+    def __init__(self, name: str, *, account: str = "pi-xs", fleet: Fleet | None = None) -> None:
         from pi_cross_session.security.remote.identity import MachineKey
+        from pi_cross_session.security.remote.nats_jwt import NKey, Role, creds_text
 
         self.name = name
         self.account = account
         self.key = MachineKey.generate()
         self.public_key = self.key.public_text()
+        self.nats = NKey.generate(Role.USER)
+        self.card = f"{name} {self.public_key} nats:{self.nats.public_key}"
+        #: Its NATS credentials in the fleet's deployment (``None`` on an open server).
+        self.creds: str | None = None
+        if fleet is not None and fleet.deployment is not None:
+            self.creds = creds_text(fleet.admit(self.card, name).strip(), self.nats.seed)
+
+    async def connect(self, url: str) -> Any:
+        """A NATS connection as this machine: its credentials, its inbox."""
+        return await connect_as(url, self.creds, machine=self.name)
 
     def payload(
         self,
@@ -277,14 +397,29 @@ class RawMachine:
         return self.key.seal(env.encode(envelope)), nonce
 
 
-async def raw_request(
-    url: str, subject: str, payload: bytes, timeout_s: float = 6.0
-) -> bytes | None:
-    """One NATS request; the reply's payload, or ``None`` when none came in time."""
+async def connect_as(url: str, creds: str | None, *, machine: str | None = None) -> Any:
+    """A NATS connection with ``creds`` (none on an open server), using ``machine``'s inbox."""
     import nats
+    from nats.aio.client import RawCredentials
+
+    from pi_cross_session.protocol.remote.envelope import inbox_prefix
+
+    options: dict[str, Any] = {}
+    if creds is not None:
+        options["user_credentials"] = RawCredentials(creds)
+    if machine is not None:
+        options["inbox_prefix"] = inbox_prefix(machine)
+    return await nats.connect(url, **options)
+
+
+async def raw_request(
+    url: str, subject: str, payload: bytes, timeout_s: float = 6.0, *, who: RawMachine | None = None
+) -> bytes | None:
+    """One NATS request (as ``who``, when the server wants credentials); the reply's payload, or
+    ``None`` when none came in time."""
     import nats.errors
 
-    nc = await nats.connect(url)
+    nc = await (who.connect(url) if who is not None else connect_as(url, None))
     try:
         msg = await nc.request(subject, payload, timeout=timeout_s)
         return bytes(msg.data)
@@ -417,8 +552,11 @@ class Tap:
     (``>``: everything in the account, requests, replies and the bucket's puts alike), as a
     third party on the server would see it. Use it as a context manager."""
 
-    def __init__(self, url: str, subjects: Sequence[str] = (">",)) -> None:
+    def __init__(
+        self, url: str, subjects: Sequence[str] = (">",), *, creds: str | None = None
+    ) -> None:
         self._url = url
+        self._creds = creds
         self._subjects = list(subjects)
         self._seen: list[tuple[str, bytes]] = []
         self._lock = threading.Lock()
@@ -455,9 +593,7 @@ class Tap:
             self._ready.set()
 
     async def _main(self) -> None:
-        import nats
-
-        nc = await nats.connect(self._url)
+        nc = await connect_as(self._url, self._creds)
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
 

@@ -124,7 +124,7 @@ def _deploy(args: argparse.Namespace, console: Console) -> int:
     if args.listen is not None:
         deployment.listen = args.listen
     for card in args.machine:
-        deployment.admit(MachineCard.parse(card))
+        deployment.admit(MachineCard.parse(card), now=now)
     revoked = [deployment.revoke(name, now=now).name for name in args.revoke]
     if deployment.ca is None:
         if not deployment.hosts:

@@ -32,9 +32,14 @@ control flow that never leaves its module) are left out.
     ├── EnvelopeError                     protocol.remote.envelope: bytes that are no envelope
     ├── MachineKeyError                   security.remote.identity: a key that cannot be read
     ├── TrustConfigError                  security.remote.trust: a trust file that cannot be used
+    ├── CredentialsError                  security.remote.nats_jwt: an NKey or JWT that is unusable
     ├── RemoteSetupError                  plugin.remote.files: the remote plane is not set up
+    ├── DeploymentError                   plugin.remote.deployment: a deployment dir or card is bad
     ├── UnreachableError                  plugin.remote.link: never handed to NATS (not sent)
-    └── HopTimeoutError                   plugin.remote.link: no reply in time (outcome unknown)
+    ├── PermissionDeniedError             plugin.remote.link: NATS refused us the subject (not sent)
+    ├── HopTimeoutError                   plugin.remote.link: no reply in time (outcome unknown)
+    ├── BucketError                       plugin.remote.link: the bucket is missing or refused us
+    └── RefusedError                      plugin.remote.link: the servers refused an admin request
 
 "The peer broke the protocol" (:class:`FrameError`, :class:`FrameValidationError`) and "we broke it"
 (:class:`LocalProtocolError`) are different classes so that a caller never confuses a hostile input

@@ -195,13 +195,18 @@ class Deployment:
 
     # -- machines --------------------------------------------------------------------------------
 
-    def admit(self, card: MachineCard) -> None:
-        """Add (or update) a machine; a key revoked earlier stays revoked."""
+    def admit(self, card: MachineCard, *, now: int) -> None:
+        """Add (or update) a machine. A key revoked earlier stays revoked; a machine that comes
+        with a new NATS key has its old one revoked (whoever holds it is no longer that
+        machine)."""
         if card.nats_key in self.revoked:
             raise DeploymentError(
-                f"the NATS key of {card.name} was revoked; the machine needs a new one "
-                "('pi-cross-session remote init --replace-nats-key')"
+                f"the NATS key of {card.name} was revoked; that machine needs a new identity "
+                "('pi-cross-session remote init --replace')"
             )
+        earlier = self.machines.get(card.name)
+        if earlier is not None and earlier.nats_key != card.nats_key:
+            self.revoked[earlier.nats_key] = now
         self.machines[card.name] = card
 
     def revoke(self, name: str, *, now: int) -> MachineCard:

@@ -202,19 +202,3 @@ class NatsServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def cluster(directory: Path, size: int = 3) -> list[NatsServer]:
-    """``size`` servers routed to each other (not started)."""
-    ports = [free_port() for _ in range(size)]
-    cluster_ports = [free_port() for _ in range(size)]
-    return [
-        NatsServer(
-            directory,
-            name=f"n{index + 1}",
-            port=ports[index],
-            cluster_port=cluster_ports[index],
-            routes=[p for i, p in enumerate(cluster_ports) if i != index],
-        )
-        for index in range(size)
-    ]
