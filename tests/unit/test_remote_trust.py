@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
+from pi_cross_session.protocol import jsonwire
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.remote import envelope as env
 from pi_cross_session.protocol.remote.envelope import (
     EVERYONE,
+    Body,
     Kind,
     Outcome,
     PeerRecord,
@@ -18,7 +22,10 @@ from pi_cross_session.protocol.remote.envelope import (
     RemoteSender,
     ReplyBody,
     SendBody,
+    Tombstone,
 )
+from pi_cross_session.protocol.remote.settings import MAX_RECORD_BYTES
+from pi_cross_session.security.remote import trust as trust_module
 from pi_cross_session.security.remote.identity import (
     MachineKey,
     MachineKeyError,
@@ -39,7 +46,10 @@ from pi_cross_session.security.remote.trust import (
 
 NOW = 1_700_000_000_000
 LAPTOP = MachineKey.generate()
+DESK = MachineKey.generate()
 STRANGER = MachineKey.generate()
+REQUESTS = frozenset({Kind.SEND, Kind.STATUS})
+RECORDS = frozenset({Kind.PEER, Kind.GONE})
 
 
 def body() -> SendBody:
@@ -73,15 +83,96 @@ def payload(
     return key.seal(env.encode(envelope))
 
 
+def record(seq: int = 1) -> PeerRecord:
+    return PeerRecord(
+        seq=seq,
+        id="s",
+        instance_id="a" * 32,
+        name="alice",
+        cwd="/",
+        status="idle",
+        inbound="accept",
+        started_at=1,
+        updated_at=2,
+        capabilities=[],
+    )
+
+
+def published(
+    content: Body,
+    *,
+    kind: Kind = Kind.PEER,
+    key: MachineKey = LAPTOP,
+    at: int = NOW,
+    nonce: str = "1" * 32,
+    to: str = EVERYONE,
+) -> bytes:
+    """A record or tombstone of the laptop's, as it lies in the bucket."""
+    envelope = env.build(
+        kind=kind, account="pi-xs", origin="laptop", to=to, nonce=nonce, at_ms=at, body=content
+    )
+    return key.seal(env.encode(envelope))
+
+
 def verifier(**overrides: object) -> Verifier:
-    trust = TrustConfig().with_machine("laptop", LAPTOP.public_key)
+    trust = (
+        TrustConfig()
+        .with_machine("laptop", LAPTOP.public_key)
+        .with_machine("desk", DESK.public_key)
+    )
     fields: dict[str, object] = {"me": "buildbox", "trust": trust, "started_at_ms": NOW - 60_000}
     fields.update(overrides)
     return Verifier(**fields)  # type: ignore[arg-type]
 
 
-def check(v: Verifier, data: bytes, now: int = NOW) -> Verified | Rejected:
-    return v.check(data, now, kinds={Kind.SEND, Kind.STATUS})
+def check(
+    v: Verifier,
+    data: bytes,
+    now: int = NOW,
+    *,
+    origin: str = "laptop",
+    kinds: Collection[Kind] = REQUESTS,
+) -> Verified | Rejected:
+    return v.check(data, now, origin=origin, kinds=kinds)
+
+
+@dataclass
+class Calls:
+    count: int = 0
+
+
+def counting(monkeypatch: pytest.MonkeyPatch, targets: list[tuple[object, str]]) -> Calls:
+    """Count every call of the functions named by ``targets`` (module, attribute)."""
+    calls = Calls()
+    for module, name in targets:
+        real = getattr(module, name)
+
+        def counted(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            calls.count += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+@pytest.fixture
+def parses(monkeypatch: pytest.MonkeyPatch) -> Calls:
+    """Every way in to reading an envelope's bytes: the JSON reader under it, the two steps of
+    reading, and the verifier's own reference to them."""
+    return counting(
+        monkeypatch,
+        [
+            (jsonwire, "loads"),
+            (env, "loads_object"),
+            (env, "from_object"),
+            (trust_module, "decode"),
+        ],
+    )
+
+
+@pytest.fixture
+def signature_checks(monkeypatch: pytest.MonkeyPatch) -> Calls:
+    return counting(monkeypatch, [(trust_module, "verifies")])
 
 
 # -- keys ------------------------------------------------------------------------------------------
@@ -163,37 +254,179 @@ def test_a_good_request_passes_once() -> None:
     assert (again.cause, again.answer) == (Cause.REPLAY, None)
 
 
-UNANSWERED: dict[str, tuple[Callable[[], bytes], Cause]] = {
-    "short": (lambda: b"x" * 10, Cause.MALFORMED),
-    "not-json": (lambda: LAPTOP.seal(b"not json"), Cause.MALFORMED),
-    "unknown-machine": (lambda: payload(STRANGER, origin="stranger"), Cause.UNKNOWN_MACHINE),
-    "bad-signature": (lambda: payload(STRANGER), Cause.BAD_SIGNATURE),
-    "wrong-account": (lambda: payload(account="other"), Cause.WRONG_ACCOUNT),
-    "not-for-us": (lambda: payload(to="elsewhere"), Cause.NOT_FOR_US),
-    "unexpected-kind": (lambda: payload(kind=Kind.REPLY), Cause.UNEXPECTED_KIND),
+#: Each case: the payload, the origin its subject names, and why it is dropped.
+UNANSWERED: dict[str, tuple[Callable[[], bytes], str, Cause]] = {
+    "short": (lambda: b"x" * 10, "laptop", Cause.MALFORMED),
+    "not-json": (lambda: LAPTOP.seal(b"not json"), "laptop", Cause.MALFORMED),
+    "unknown-machine": (
+        lambda: payload(STRANGER, origin="stranger"),
+        "stranger",
+        Cause.UNKNOWN_MACHINE,
+    ),
+    "bad-signature": (lambda: payload(STRANGER), "laptop", Cause.BAD_SIGNATURE),
+    "another-machines-key": (lambda: payload(DESK), "laptop", Cause.BAD_SIGNATURE),
+    "origin-mismatch": (lambda: payload(origin="desk"), "laptop", Cause.ORIGIN_MISMATCH),
+    "wrong-account": (lambda: payload(account="other"), "laptop", Cause.WRONG_ACCOUNT),
+    "not-for-us": (lambda: payload(to="elsewhere"), "laptop", Cause.NOT_FOR_US),
+    "for-everyone": (lambda: payload(to=EVERYONE), "laptop", Cause.NOT_FOR_US),
+    "unexpected-kind": (lambda: payload(kind=Kind.REPLY), "laptop", Cause.UNEXPECTED_KIND),
+    "a-record-among-requests": (lambda: published(record()), "laptop", Cause.UNEXPECTED_KIND),
 }
 
 
 @pytest.mark.parametrize("case", sorted(UNANSWERED))
 def test_an_unverified_or_misaddressed_envelope_is_dropped_unanswered(case: str) -> None:
-    make, cause = UNANSWERED[case]
-    verdict = check(verifier(), make())
+    make, origin, cause = UNANSWERED[case]
+    v = verifier()
+    verdict = check(v, make(), origin=origin)
     assert isinstance(verdict, Rejected)
     assert (verdict.cause, verdict.answer) == (cause, None)
+    assert v.diagnostics().accepted == 0
 
 
-def test_a_payload_over_the_limit_is_not_even_parsed() -> None:
+def test_a_payload_over_the_limit_is_not_even_parsed(parses: Calls) -> None:
     verdict = check(verifier(max_bytes=100), payload())
     assert isinstance(verdict, Rejected)
     assert verdict.cause is Cause.TOO_LARGE
+    assert parses.count == 0
 
 
-def test_a_tampered_byte_breaks_the_signature() -> None:
-    data = bytearray(payload())
-    data[-3] ^= 1
-    verdict = check(verifier(), bytes(data))
+def test_a_tampered_byte_breaks_the_signature(parses: Calls) -> None:
+    """The signature is checked over the bytes as they arrived, before they are read: a flipped
+    byte is a bad signature, whatever it did to the JSON."""
+    for index in (-3, 70, 80):
+        data = bytearray(payload())
+        data[index] ^= 1
+        verdict = check(verifier(), bytes(data))
+        assert isinstance(verdict, Rejected)
+        assert verdict.cause is Cause.BAD_SIGNATURE
+    assert parses.count == 0
+
+
+# -- nothing is read before it is known to be bounded and signed -----------------------------------
+
+
+def test_the_counters_see_a_parse_and_a_signature_check(
+    parses: Calls, signature_checks: Calls
+) -> None:
+    """The counted functions are the ones a good envelope goes through, so the zero counts
+    below mean something."""
+    assert isinstance(check(verifier(), payload()), Verified)
+    assert parses.count > 0
+    assert signature_checks.count == 1
+    before = parses.count
+    verdict = check(verifier(), LAPTOP.seal(b"not json"))
     assert isinstance(verdict, Rejected)
-    assert verdict.cause in (Cause.BAD_SIGNATURE, Cause.MALFORMED)
+    assert verdict.cause is Cause.MALFORMED
+    assert parses.count > before
+
+
+#: Payloads the verifier must refuse without reading a byte of their JSON: the payload, the
+#: origin its subject names, the kinds expected there, the verifier's overrides, the cause.
+UNREAD: dict[str, tuple[Callable[[], bytes], str, frozenset[Kind], dict[str, object], Cause]] = {
+    "forged": (lambda: payload(STRANGER), "laptop", REQUESTS, {}, Cause.BAD_SIGNATURE),
+    "signed-by-another-listed-machine": (
+        lambda: payload(DESK, origin="desk"),
+        "laptop",
+        REQUESTS,
+        {},
+        Cause.BAD_SIGNATURE,
+    ),
+    "forged-and-hostile": (
+        lambda: STRANGER.seal(b"[" * 100_000),
+        "laptop",
+        REQUESTS,
+        {},
+        Cause.BAD_SIGNATURE,
+    ),
+    "forged-record": (
+        lambda: published(record(), key=STRANGER),
+        "laptop",
+        RECORDS,
+        {},
+        Cause.BAD_SIGNATURE,
+    ),
+    "unknown-origin": (
+        lambda: payload(STRANGER, origin="stranger"),
+        "stranger",
+        REQUESTS,
+        {},
+        Cause.UNKNOWN_MACHINE,
+    ),
+    "listed-origin-inside-unknown-subject": (
+        lambda: payload(),
+        "stranger",
+        REQUESTS,
+        {},
+        Cause.UNKNOWN_MACHINE,
+    ),
+    "oversized": (lambda: payload(), "laptop", REQUESTS, {"max_bytes": 100}, Cause.TOO_LARGE),
+    "oversized-record": (
+        lambda: LAPTOP.seal(b" " * MAX_RECORD_BYTES),
+        "laptop",
+        RECORDS,
+        {},
+        Cause.TOO_LARGE,
+    ),
+    "shorter-than-a-signature": (lambda: b"{}", "laptop", REQUESTS, {}, Cause.MALFORMED),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNREAD))
+def test_nothing_is_parsed_unless_bounded_and_signed(case: str, parses: Calls) -> None:
+    make, origin, kinds, overrides, cause = UNREAD[case]
+    data = make()
+    verdict = check(verifier(**overrides), data, origin=origin, kinds=kinds)
+    assert isinstance(verdict, Rejected)
+    assert (verdict.cause, verdict.answer, verdict.envelope) == (cause, None, None)
+    assert parses.count == 0
+
+
+def test_an_unlisted_origin_costs_no_signature_check(signature_checks: Calls) -> None:
+    v = verifier()
+    for data in (payload(STRANGER, origin="stranger"), payload(), b"x" * 10_000_000):
+        verdict = check(v, data, origin="stranger")
+        assert isinstance(verdict, Rejected)
+        assert verdict.cause is Cause.UNKNOWN_MACHINE
+    assert signature_checks.count == 0
+
+
+def test_the_checks_run_origin_then_size_then_signature(signature_checks: Calls) -> None:
+    huge_forgery = STRANGER.seal(b" " * 200)
+    v = verifier(max_bytes=100)
+    unknown = check(v, huge_forgery, origin="stranger")
+    assert isinstance(unknown, Rejected)
+    assert unknown.cause is Cause.UNKNOWN_MACHINE
+    oversized = check(v, huge_forgery)
+    assert isinstance(oversized, Rejected)
+    assert oversized.cause is Cause.TOO_LARGE
+    assert signature_checks.count == 0
+    forged = check(verifier(), STRANGER.seal(b"not json"))
+    assert isinstance(forged, Rejected)
+    assert forged.cause is Cause.BAD_SIGNATURE
+    assert signature_checks.count == 1
+
+
+# -- the origin is the subject's -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("named", ["desk", "stranger", "buildbox"])
+def test_a_machine_cannot_speak_for_another_on_its_own_subject(named: str) -> None:
+    """The deployment lets the laptop publish only on its own subjects; inside, it may claim any
+    origin, and that claim must not stand."""
+    v = verifier()
+    verdict = check(v, payload(origin=named))
+    assert isinstance(verdict, Rejected)
+    assert (verdict.cause, verdict.answer) == (Cause.ORIGIN_MISMATCH, None)
+    assert v.diagnostics().rejected == {"origin_mismatch": 1}
+
+
+def test_an_envelope_relayed_on_another_machines_subject_fails_its_signature() -> None:
+    """The laptop's own envelope, replayed where the desk's requests arrive, is checked with the
+    desk's key."""
+    verdict = check(verifier(), payload(), origin="desk")
+    assert isinstance(verdict, Rejected)
+    assert verdict.cause is Cause.BAD_SIGNATURE
 
 
 @pytest.mark.parametrize(
@@ -240,30 +473,87 @@ def test_a_full_nonce_table_refuses_that_machine_and_forgets_nothing_early() -> 
 
 
 def test_a_record_is_meant_for_everyone_and_is_not_a_nonce() -> None:
-    record = PeerRecord(
-        id="s",
-        instance_id="a" * 32,
-        name="alice",
-        cwd="/",
-        status="idle",
-        inbound="accept",
-        started_at=1,
-        updated_at=2,
-        capabilities=[],
-    )
-    envelope = env.build(
-        kind=Kind.PEER,
-        account="pi-xs",
-        origin="laptop",
-        to=EVERYONE,
-        nonce="1" * 32,
-        at_ms=NOW,
-        body=record,
-    )
-    data = LAPTOP.seal(env.encode(envelope))
-    v = verifier()
+    data = published(record())
+    v = verifier(nonces=NonceWindow(per_machine=1))
     for _ in range(2):  # the same record read twice (a KV history) is fine
-        assert isinstance(v.check(data, NOW, kinds={Kind.PEER}), Verified)
+        assert isinstance(check(v, data, kinds={Kind.PEER}), Verified)
+    assert isinstance(check(v, published(record(2), nonce="2" * 32), kinds=RECORDS), Verified)
+    # Records took no room in the nonce table: a request still has its one slot.
+    assert isinstance(check(v, payload()), Verified)
+
+
+def test_a_tombstone_is_a_record() -> None:
+    stone = published(Tombstone(seq=2, instance_id="a" * 32), kind=Kind.GONE)
+    verdict = check(verifier(), stone, kinds=RECORDS)
+    assert isinstance(verdict, Verified)
+    assert verdict.envelope.read_body() == Tombstone(seq=2, instance_id="a" * 32)
+    unexpected = check(verifier(), stone, kinds={Kind.PEER})
+    assert isinstance(unexpected, Rejected)
+    assert unexpected.cause is Cause.UNEXPECTED_KIND
+    addressed = published(Tombstone(seq=2, instance_id="a" * 32), kind=Kind.GONE, to="buildbox")
+    misaddressed = check(verifier(), addressed, kinds=RECORDS)
+    assert isinstance(misaddressed, Rejected)
+    assert misaddressed.cause is Cause.NOT_FOR_US
+
+
+@pytest.mark.parametrize(
+    ("at", "passes"),
+    [
+        (NOW - 30_000, True),
+        (NOW - 30_001, False),
+        (NOW + 5_000, True),
+        (NOW + 5_001, False),
+    ],
+)
+@pytest.mark.parametrize("kind", sorted(RECORDS))
+def test_a_record_is_valid_for_the_record_ttl_by_default(at: int, passes: bool, kind: Kind) -> None:
+    body: Body = record() if kind is Kind.PEER else Tombstone(seq=1, instance_id="a" * 32)
+    verdict = check(verifier(), published(body, kind=kind, at=at), kinds=RECORDS)
+    if passes:
+        assert isinstance(verdict, Verified)
+    else:
+        assert isinstance(verdict, Rejected)
+        # Nobody asked for a record: a stale one is dropped, never answered.
+        assert (verdict.cause, verdict.answer) == (Cause.CLOCK, None)
+        assert verdict.envelope is not None
+
+
+def test_records_have_their_own_window_and_requests_keep_theirs() -> None:
+    """A deployment's longer TTL stretches how long a record is valid, not a request."""
+    v = verifier(record_max_age_ms=120_000, started_at_ms=0)
+    at = NOW - 100_000
+    assert isinstance(check(v, published(record(), at=at), kinds=RECORDS), Verified)
+    request = check(v, payload(at=at))
+    assert isinstance(request, Rejected)
+    assert (request.cause, request.answer) == (Cause.CLOCK, Code.EXPIRED)
+    too_old = check(v, published(record(), at=NOW - 120_001), kinds=RECORDS)
+    assert isinstance(too_old, Rejected)
+    assert too_old.cause is Cause.CLOCK
+    shorter = verifier(record_max_age_ms=10_000)
+    stale = check(shorter, published(record(), at=NOW - 10_001), kinds=RECORDS)
+    assert isinstance(stale, Rejected)
+    assert stale.cause is Cause.CLOCK
+    assert isinstance(check(shorter, payload(at=NOW - 10_001)), Verified)
+
+
+def test_a_record_signed_before_the_gateway_started_still_counts() -> None:
+    """Records are ordered by their sequence, not by nonces, so nothing was forgotten at start."""
+    v = verifier(started_at_ms=NOW)
+    assert isinstance(check(v, published(record(), at=NOW - 1_000), kinds=RECORDS), Verified)
+    request = check(v, payload(at=NOW - 1_000))
+    assert isinstance(request, Rejected)
+    assert request.cause is Cause.BEFORE_START
+
+
+def test_records_have_their_own_size_bound_where_only_records_arrive() -> None:
+    data = published(record())
+    tight = verifier(record_max_bytes=len(data) - 1)
+    too_large = check(tight, data, kinds=RECORDS)
+    assert isinstance(too_large, Rejected)
+    assert too_large.cause is Cause.TOO_LARGE
+    # Where requests may arrive too, the envelope bound applies.
+    assert isinstance(check(tight, data, kinds={Kind.PEER, Kind.SEND}), Verified)
+    assert isinstance(check(verifier(record_max_bytes=len(data)), data, kinds=RECORDS), Verified)
 
 
 def test_a_reply_must_answer_our_request() -> None:
@@ -273,10 +563,13 @@ def test_a_reply_must_answer_our_request() -> None:
         started_at_ms=0,
     )
     data = payload(kind=Kind.REPLY, origin="buildbox", to="laptop")
-    assert isinstance(v.check(data, NOW, kinds={Kind.REPLY}, reply_to="2" * 32), Verified)
+    assert isinstance(
+        v.check(data, NOW, origin="buildbox", kinds={Kind.REPLY}, reply_to="2" * 32), Verified
+    )
     other = v.check(
         payload(kind=Kind.REPLY, origin="buildbox", to="laptop", nonce="5" * 32),
         NOW,
+        origin="buildbox",
         kinds={Kind.REPLY},
         reply_to="9" * 32,
     )
@@ -289,8 +582,9 @@ def test_refusals_are_counted_by_cause() -> None:
     check(v, payload(STRANGER))
     check(v, payload(STRANGER))
     check(v, payload())
+    check(v, payload(STRANGER, origin="stranger"), origin="stranger")
     diagnostics = v.diagnostics()
-    assert diagnostics.rejected == {"bad_signature": 2}
+    assert diagnostics.rejected == {"bad_signature": 2, "unknown_machine": 1}
     assert diagnostics.accepted == 1
-    assert len(diagnostics.recent) == 2
+    assert len(diagnostics.recent) == 3
     assert json.dumps(list(diagnostics.recent))  # plain text lines

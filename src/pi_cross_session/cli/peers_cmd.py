@@ -74,19 +74,35 @@ def run(args: argparse.Namespace, console: Console) -> int:
         from pi_cross_session.cli.remote_peers import show_remote
 
         return show_remote(environment.resolve(), console, as_json=args.json)
-    found = peers_of(environment.resolve(), console)
+    locations = environment.resolve()
+    found = peers_of(locations, console)
+    from pi_cross_session.plugin.capped import capped_sessions
+
     if args.json:
         peers = [peer.to_dict() for peer in found.peers]
-        console.json({"peers": peers, "unread": found.unread, "unchecked": found.unchecked})
+        capped = capped_sessions(locations)
+        console.json(
+            {
+                "peers": peers,
+                "unread": found.unread,
+                "unchecked": found.unchecked,
+                "capped": [] if capped is None else list(capped.names),
+            }
+        )
         return exits.EXIT_OK
     from pi_cross_session.cli import words
 
     table = words.peer_table(found.peers, unchecked=bool(found.unchecked))
     if table:
         console.result(table)
-    if found.unread or found.unchecked:
-        from pi_cross_session.plugin.render import unchecked_line, unread_line
+    capped = capped_sessions(locations)
+    if found.unread or found.unchecked or capped is not None:
+        from pi_cross_session.plugin.render import capped_line, unchecked_line, unread_line
 
-        notes = [unread_line(found.unread), found.unchecked and unchecked_line(found.unchecked)]
+        notes = [
+            unread_line(found.unread),
+            found.unchecked and unchecked_line(found.unchecked),
+            capped and capped_line(capped),
+        ]
         console.result("\n".join(note for note in notes if note))
     return exits.EXIT_OK

@@ -15,6 +15,7 @@ from typing import cast
 
 from pi_cross_session.cli import exits, words
 from pi_cross_session.cli.console import Console
+from pi_cross_session.plugin.capped import capped_sessions
 from pi_cross_session.plugin.cli_identity import Held, Holder
 from pi_cross_session.plugin.outbound import (
     Outbox,
@@ -99,6 +100,11 @@ async def resolve(held: Held, target: str) -> Resolved | AddressFailure:
             if unchecked is not None:
                 return AddressFailure(unchecked, line(unchecked.detail or unchecked.status))
             text = words.not_found(target, listing.peers, unread=listing.unread)
+            capped = capped_sessions(held.outbox.exchanger.locations)
+            if capped is not None:
+                from pi_cross_session.plugin.render import capped_hint  # only when it applies
+
+                text = f"{text} {capped_hint(target, capped)}"
         elif exc.code == Code.AMBIGUOUS:
             candidates = tuple(cast(Sequence[PublicPeer], exc.candidates))
             text = words.ambiguous(target, candidates)

@@ -19,7 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import anyio
+
 from pi_cross_session.plugin import render
+from pi_cross_session.plugin.capped import capped_sessions
 from pi_cross_session.plugin.options import Inbound, parse_inbound, parse_name
 from pi_cross_session.plugin.runtime import SessionRuntime
 from pi_cross_session.protocol.registration import PublicPeer
@@ -66,7 +69,10 @@ async def peers(runtime: SessionRuntime) -> str:
     """``/peers`` and ``/list-pi``: this session, then one line per live peer."""
     me = await runtime.me()
     listing = await runtime.list_peers()
-    return render.listing(me, listing.peers, unread=listing.unread, unchecked=listing.unchecked)
+    capped = await anyio.to_thread.run_sync(capped_sessions, runtime.locations)
+    return render.listing(
+        me, listing.peers, unread=listing.unread, unchecked=listing.unchecked, capped=capped
+    )
 
 
 def _me(runtime: SessionRuntime) -> PublicPeer | None:

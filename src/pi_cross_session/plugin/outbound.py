@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 import anyio
 
 from pi_cross_session.plugin import render
+from pi_cross_session.plugin.capped import capped_sessions
 from pi_cross_session.plugin.render import NEXT_SHORT_OF_RESOURCES, listing_short, target_unchecked
 from pi_cross_session.plugin.reports import ENDED_UNDELIVERED, DeliveryOutcome, SendReport
 from pi_cross_session.protocol import sanitize
@@ -217,10 +218,15 @@ async def resolve(outbox: Outbox, target: str) -> tuple[PublicPeer, Listing] | S
         unchecked = unchecked_failure(listing) if exc.code == Code.NOT_FOUND else None
         if unchecked is not None:
             return unchecked
-        detail = str(exc)
-        unread = render.unread_line(listing.unread) if exc.code == Code.NOT_FOUND else None
-        # The target may be among the registrations the listing never read: say so.
-        return local_failure(exc.code, detail if unread is None else f"{detail} {unread}")
+        notes = [str(exc)]
+        if exc.code == Code.NOT_FOUND:
+            # The target may be among the registrations the listing never read, or a remote
+            # session the gateway keeps no proxy for: say so.
+            notes.append(render.unread_line(listing.unread) or "")
+            capped = await anyio.to_thread.run_sync(capped_sessions, outbox.exchanger.locations)
+            if capped is not None:
+                notes.append(render.capped_hint(target, capped))
+        return local_failure(exc.code, " ".join(note for note in notes if note))
     return peer, listing
 
 

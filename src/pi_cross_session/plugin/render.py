@@ -19,6 +19,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from pi_cross_session.plugin.capped import Capped
 from pi_cross_session.plugin.reports import (
     DeliveryOutcome,
     GoalView,
@@ -189,13 +190,52 @@ def inbox_row(row: Row) -> str:
 
 
 def listing(
-    me: PublicPeer | None, peers: Sequence[PublicPeer], *, unread: int = 0, unchecked: int = 0
+    me: PublicPeer | None,
+    peers: Sequence[PublicPeer],
+    *,
+    unread: int = 0,
+    unchecked: int = 0,
+    capped: Capped | None = None,
 ) -> str:
     """The text of ``list_pi`` and ``/peers``: this session first, then one line per peer, then
-    a line for the registrations the listing left unread and for the sessions it could not
-    check, if any."""
+    a line for the registrations the listing left unread, for the sessions it could not check,
+    and for the remote sessions the gateway keeps no proxy for, if any."""
     first = f"This session: {display_line(me)}" if me is not None else INBOX_UNAVAILABLE
-    return "\n".join([first, *peer_lines(peers, unread=unread, unchecked=unchecked)])
+    lines = [first, *peer_lines(peers, unread=unread, unchecked=unchecked)]
+    if capped is not None:
+        lines.append(capped_line(capped))
+    return "\n".join(lines)
+
+
+#: Remote sessions named at most in a line about the proxy cap.
+_CAPPED_NAMED: Final = 5
+
+
+def capped_line(capped: Capped) -> str:
+    """The remote sessions the local gateway keeps no proxy for because of its cap."""
+    count = len(capped.names)
+    named = ", ".join(_name(name) for name in capped.names[:_CAPPED_NAMED])
+    more = f" and {count - _CAPPED_NAMED} more" if count > _CAPPED_NAMED else ""
+    return (
+        f"{count} session{'s' if count != 1 else ''} of other machines "
+        f"{'have' if count != 1 else 'has'} no proxy here, so cannot be listed or messaged from "
+        f"this machine until a slot frees: its gateway keeps at most {capped.cap} proxies, "
+        f"{capped.share} guaranteed to each machine it trusts, and their machine has its share "
+        f"({named}{more})."
+    )
+
+
+def capped_hint(target: str, capped: Capped) -> str:
+    """What a send by name adds when no live session matched while the gateway keeps some
+    remote sessions without a proxy: the target may be one of them."""
+    if target in capped.names:
+        return (
+            f"{_name(target)} is a session of another machine that this machine's gateway keeps "
+            f"no proxy for: it keeps at most {capped.cap} proxies, {capped.share} guaranteed to "
+            "each machine it trusts, and that machine has its share; it cannot be reached from "
+            "here until a slot frees."
+        )
+    return capped_line(capped)
 
 
 def address(peer: PublicPeer | Registration) -> str:
@@ -1145,6 +1185,8 @@ __all__ = [
     "WAIT_LABEL",
     "WAIT_SECONDS_DESCRIPTION",
     "address",
+    "capped_hint",
+    "capped_line",
     "channel_meta",
     "command_failed",
     "delivery_text",

@@ -21,9 +21,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal
 
+import anyio
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from pi_cross_session.plugin import render
+from pi_cross_session.plugin.capped import capped_sessions
 from pi_cross_session.plugin.runtime import NotReadyError, SessionRuntime
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.frames import ID_RE, INSTANCE_ID_RE
@@ -296,12 +298,17 @@ async def run_list_pi(runtime: SessionRuntime) -> ToolOutput:
             {"ok": False, "code": "internal_error", "error": str(exc)},
             is_error=True,
         )
-    details = {
+    details: dict[str, Any] = {
         "self": None if me is None else me.to_dict(),
         "peers": [peer.to_dict() for peer in listing.peers],
         "unread": listing.unread,
     }
-    text = render.listing(me, listing.peers, unread=listing.unread, unchecked=listing.unchecked)
+    capped = await anyio.to_thread.run_sync(capped_sessions, runtime.locations)
+    if capped is not None:
+        details["capped"] = list(capped.names)
+    text = render.listing(
+        me, listing.peers, unread=listing.unread, unchecked=listing.unchecked, capped=capped
+    )
     ids = render.runtime_ids(listing.peers)
     return ToolOutput(text if ids is None else f"{text}\n{ids}", details)
 

@@ -22,15 +22,13 @@ import os
 from dataclasses import dataclass
 from typing import Any, Final
 
+from pi_cross_session.plugin.capped import MAX_SNAPSHOT_BYTES, SNAPSHOT_FILE
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.limits import (
     MAX_REGISTRATION_BYTES,
 )
 from pi_cross_session.protocol.paths import Locations, node_join
 from pi_cross_session.protocol.remote.envelope import is_machine_name
-from pi_cross_session.protocol.remote.settings import (
-    MAX_ENVELOPE_BYTES,
-)
 from pi_cross_session.security.io import fs
 from pi_cross_session.security.remote import nats_jwt
 from pi_cross_session.security.remote.identity import MachineKey
@@ -44,9 +42,6 @@ NATS_SEED_FILE: Final = "nats-user.nk"
 NATS_JWT_FILE: Final = "nats-user.jwt"
 TRUST_FILE: Final = "trust.json"
 LOCK_FILE: Final = "gateway.lock"
-SNAPSHOT_FILE: Final = "remote-peers.json"
-#: The snapshot holds up to 10,000 records of a few hundred bytes.
-MAX_SNAPSHOT_BYTES: Final = 64 * MAX_ENVELOPE_BYTES
 
 
 class RemoteSetupError(CrossSessionError):

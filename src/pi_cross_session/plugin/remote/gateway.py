@@ -92,6 +92,7 @@ from pi_cross_session.protocol.remote.settings import (
     REMOTE_SCAN_EVERY_S,
     REMOTE_SESSION_WAIT_S,
     REMOTE_SNAPSHOT_EVERY_S,
+    REMOTE_SNAPSHOT_REFRESH_S,
     REMOTE_SWEEP_EVERY_S,
 )
 from pi_cross_session.security.auth import Authenticator, Caller, LocalIdentity
@@ -876,13 +877,18 @@ class Gateway:
             "refusedBySessionBounds": self._doors.refused,
             "recordsIgnored": self._book.ignored,
             "unsignedDeletes": self._mirror.unsigned_deletes,
+            "staleRecords": self._mirror.stale_records,
             "droppedByClient": self._link.dropped,
         }
 
     async def _snapshot_loop(self) -> None:
+        written = -REMOTE_SNAPSHOT_REFRESH_S
         while True:
-            if self._dirty:
+            # At once after a change; at least every REMOTE_SNAPSHOT_REFRESH_S anyway, so that a
+            # reader sees the counters move and can tell a live gateway's snapshot from a stale one.
+            if self._dirty or anyio.current_time() - written >= REMOTE_SNAPSHOT_REFRESH_S:
                 self._dirty = False
+                written = anyio.current_time()
                 try:
                     await anyio.to_thread.run_sync(
                         files.write_snapshot, self.locations, self.snapshot()

@@ -100,6 +100,8 @@ class Mirror:
         self._group: anyio.abc.TaskGroup | None = None
         #: Unsigned delete or purge markers seen (each answered by a fresh read of its key).
         self.unsigned_deletes = 0
+        #: Signed records or tombstones refused as older than what was seen for their session.
+        self.stale_records = 0
 
     @property
     def origins(self) -> list[str]:
@@ -153,6 +155,8 @@ class Mirror:
             return
         self.skew_ms[origin] = self._wall_ms() - verdict.envelope.at
         offer = self.book.offer(origin, verdict.envelope.at, body, anyio.current_time())
+        if offer is Offer.STALE:
+            self.stale_records += 1
         if offer in _CHANGES:
             await self._changed(key)
 

@@ -196,6 +196,11 @@ class Exchanger:
 
     # -- public API ------------------------------------------------------------------------------
 
+    @property
+    def locations(self) -> Locations:
+        """The agent dir this exchanger sends from."""
+        return self._locations
+
     async def probe(self, peer: Registration) -> Receipt:
         """Prove ``peer`` is alive: a hello without ``from``, nothing after ``ready``."""
         hello = self._hello(peer, sender=None)

@@ -115,6 +115,8 @@ REMOTE_READ_BYTES_PER_MACHINE: Final = 4 * 1024 * 1024
 NATS_RECONNECT_WAIT_S: Final = 0.5
 #: How often the remote snapshot file for ``peers --remote`` is rewritten, at most.
 REMOTE_SNAPSHOT_EVERY_S: Final = 1.0
+#: … and rewritten at least this often even when nothing changed (its counters still move).
+REMOTE_SNAPSHOT_REFRESH_S: Final = 5.0
 #: Connections open at once across all of a gateway's proxies (each proxy also keeps the
 #: contract's 64): a gateway with 128 proxies must not run out of file descriptors.
 MAX_GATEWAY_CONNECTIONS: Final = 256
