@@ -397,6 +397,38 @@ class RawMachine:
         return self.key.seal(env.encode(envelope)), nonce
 
 
+    def record(self, instance_id: str, name: str, *, seq: int, at_ms: int | None = None) -> bytes:
+        """A signed record of a live session ``name`` of this machine (for its key in the
+        bucket)."""
+        import secrets
+
+        from pi_cross_session.protocol.remote import envelope as env
+
+        now = time.time_ns() // 1_000_000 if at_ms is None else at_ms
+        body = env.PeerRecord(
+            seq=seq,
+            id=f"session-{instance_id[:8]}",
+            instance_id=instance_id,
+            name=name,
+            cwd="/work",
+            status="idle",
+            inbound="accept",
+            started_at=now,
+            updated_at=now,
+            capabilities=["cancel-safe-queue-v1"],
+        )
+        envelope = env.build(
+            kind=env.Kind.PEER,
+            account=self.account,
+            origin=self.name,
+            to=env.EVERYONE,
+            nonce=secrets.token_hex(16),
+            at_ms=now,
+            body=body,
+        )
+        return self.key.seal(env.encode(envelope))
+
+
 async def connect_as(url: str, creds: str | None, *, machine: str | None = None) -> Any:
     """A NATS connection with ``creds`` (none on an open server), using ``machine``'s inbox."""
     import nats

@@ -409,7 +409,9 @@ class Link:
         except BucketError:
             raise BucketError("no bucket stores records", missing=True) from None
         except HopTimeoutError:
-            raise UnreachableError("the bucket did not acknowledge a record") from None
+            # Subscribers on the subject (every gateway's) keep NATS from saying "no responders"
+            # when the stream is gone: silence is how a missing bucket shows then.
+            raise BucketError("the bucket did not acknowledge a record") from None
         error = answer.get("error")
         if isinstance(error, dict):
             raise BucketError(f"the bucket refused a record: {error.get('description')}")

@@ -549,6 +549,7 @@ class Endpoint(Generic[SessionT]):
         """Count the free descriptors (duplicating the listener's, then closing the copies) and
         let the connections have what is free beyond the reserve."""
         fd = listener.fileno()
+        was_short = self._headroom.cap is not None
         copies: list[int] = []
         try:
             for _ in range(self._headroom.wanted(self._counters.open)):
@@ -559,7 +560,7 @@ class Endpoint(Generic[SessionT]):
             for copy in copies:
                 os.close(copy)
         self._headroom.on_count(self._counters.open, len(copies))
-        if self._headroom.cap is None:
+        if was_short and self._headroom.cap is None:
             logger.info(
                 "file descriptors are back on %s: up to %d connections again",
                 self.path,

@@ -76,6 +76,11 @@ class NKey:
             self._pair = nkeys.from_seed(bytearray(seed.encode("ascii")))
         except (nkeys.NkeysError, UnicodeEncodeError, ValueError):
             raise CredentialsError("not an NKey seed") from None
+        # nkeys.decode_seed does not check the seed's checksum: a damaged seed would silently be
+        # another key.
+        raw = base64.b32decode(seed + "=" * (-len(seed) % 8))
+        if nkeys.crc16(bytearray(raw[:-2])).to_bytes(2, "little") != raw[-2:]:
+            raise CredentialsError("the NKey seed's checksum is wrong")
         roles = {role.value: role for role in Role}
         if prefix not in roles:
             raise CredentialsError("an NKey seed of a role we do not use")

@@ -1,0 +1,352 @@
+"""The five attacks on the remote plane that once succeeded, each tried again over a real
+nats-server (docs/security.md, "The remote plane"): a delete nobody signed, a captured record
+written back, the bucket deleted or shrunk, a request subject's queue hijacked, costly junk parsed
+before its origin was known, and one machine taking every proxy slot.
+
+Most are tried on a server **without permissions** (someone else's NATS, where any client may
+publish anything): what holds there is our second wall, the signatures, sequences and checks of
+the gateways. The permission rows themselves, NATS's first wall, are ``test_permissions.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from pi_cross_session.cli import exits
+from pi_cross_session.plugin.remote import files
+from pi_cross_session.protocol.remote import envelope as env
+from tests.support.bounds import MUST_HAPPEN_S
+from tests.support.remote import Fleet, Machine, RawMachine, Tap, connect_as, fleet_at
+from tests.support.waiting import eventually
+
+
+@pytest.fixture
+def open_fleet(tmp_path: Path) -> Iterator[Fleet]:
+    with fleet_at(tmp_path / "fleet", open_deployment=True) as made:
+        yield made
+
+
+def _snapshot(machine: Machine) -> dict[str, Any]:
+    found = files.read_snapshot(machine.locations)
+    return found or {}
+
+
+def _wait(condition: Any, what: str) -> None:
+    """Poll what only exposes state (a snapshot file, a stream's configuration) until it holds."""
+    deadline = time.monotonic() + MUST_HAPPEN_S
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.05)
+
+
+def _remote_id(buildbox: Machine, name: str) -> str:
+    return next(r["instanceId"] for r in buildbox.registrations() if r["name"] == name)
+
+
+async def _publish(url: str, creds: str | None, subject: str, data: bytes, **kw: Any) -> None:
+    nc = await connect_as(url, creds)
+    try:
+        await nc.publish(subject, data, **kw)
+        await nc.flush()
+    finally:
+        await nc.close()
+
+
+def test_a_delete_nobody_signed_never_removes_a_remote_session(open_fleet: Fleet) -> None:
+    fleet = open_fleet
+    laptop, buildbox, _gateway, _proxy = fleet.bob_behind_a_proxy()
+    subject = env.record_subject("buildbox", _remote_id(buildbox, "bob"))
+    before = _snapshot(laptop).get("unsignedDeletes", 0)
+    # A stranger deletes (and purges) bob's key, again and again, as `nats kv del` would.
+    for operation in ("DEL", "PURGE", "DEL"):
+        anyio.run(
+            lambda op=operation: _publish(
+                fleet.url, None, subject, b"", headers={"KV-Operation": op}
+            )
+        )
+    # laptop's gateway saw every one of them (and read the key again each time) …
+    _wait(
+        lambda: _snapshot(laptop).get("unsignedDeletes", 0) >= before + 3,
+        "laptop's gateway counted the deletes",
+    )
+    # … and bob@buildbox is still listed and still reachable.
+    assert "bob@buildbox" in [r["name"] for r in laptop.registrations()]
+    sent = laptop.cli("send", "bob@buildbox", "still there?", "--json")
+    assert sent.returncode == exits.EXIT_OK, sent
+
+
+def test_a_captured_record_written_back_cannot_revive_an_ended_session(open_fleet: Fleet) -> None:
+    fleet = open_fleet
+    fleet.start_server()
+    laptop, buildbox = fleet.pair("laptop", "buildbox")
+    with Tap(fleet.url, [env.records_of("buildbox")]) as tap:
+        bob = buildbox.inbox("bob")
+        laptop.start_gateway()
+        buildbox.start_gateway()
+        laptop.wait_peer("bob@buildbox")
+        subject = env.record_subject("buildbox", _remote_id(buildbox, "bob"))
+        captured = next(data for seen, data in tap.seen() if seen == subject and data)
+    # bob ends: buildbox signs a tombstone, and laptop's proxy goes at once.
+    bob.close()
+    laptop.wait_peer("bob@buildbox", present=False)
+    before = _snapshot(laptop).get("staleRecords", 0)
+    # The captured record, still inside its validity, is written back by a stranger.
+    anyio.run(lambda: _publish(fleet.url, None, subject, captured))
+    _wait(
+        lambda: _snapshot(laptop).get("staleRecords", 0) > before,
+        "laptop's gateway judged the replayed record",
+    )
+    assert "bob@buildbox" not in [r["name"] for r in laptop.registrations()]
+
+
+def test_a_deleted_or_shrunk_bucket_is_put_back_and_said_out_loud(open_fleet: Fleet) -> None:
+    fleet = open_fleet
+    fleet.start_server()
+    laptop, buildbox = fleet.pair("laptop", "buildbox")
+    buildbox.inbox("bob")
+    # A short TTL: records are re-put every 2 s, so a broken bucket is noticed within that.
+    laptop_gateway = laptop.start_gateway("--record-ttl", "6")
+    buildbox_gateway = buildbox.start_gateway("--record-ttl", "6")
+    laptop.wait_peer("bob@buildbox")
+
+    async def js_call(action: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        nc = await connect_as(fleet.url, None)
+        try:
+            data = b"" if body is None else json.dumps(body).encode()
+            msg = await nc.request(f"$JS.API.STREAM.{action}.{env.KV_STREAM}", data, timeout=5)
+            answer: dict[str, Any] = json.loads(msg.data)
+            return answer
+        finally:
+            await nc.close()
+
+    assert anyio.run(js_call, "DELETE").get("success") is True
+    # Both gateways say so at the default verbosity (a warning), and one of them puts it back.
+    for gateway in (laptop_gateway, buildbox_gateway):
+        gateway.wait_line(
+            r"warning: .*remote discovery: the bucket did not exist", stderr=True, timeout=30
+        )
+    _wait(lambda: "error" not in anyio.run(js_call, "INFO"), "the bucket was created again")
+    assert "bob@buildbox" in [r["name"] for r in laptop.registrations()]  # never went away
+    # Shrunk below a record's size: the next put fails, and the configuration is put back.
+    config = anyio.run(js_call, "INFO")["config"]
+    assert "error" not in anyio.run(js_call, "UPDATE", {**config, "max_msg_size": 64})
+    # buildbox is the one publishing (laptop has no session of its own): its put fails first.
+    buildbox_gateway.wait_line(
+        r"warning: .*remote discovery: the bucket was altered: its max message size",
+        stderr=True,
+        timeout=30,
+    )
+    _wait(
+        lambda: anyio.run(js_call, "INFO")["config"]["max_msg_size"] > 64,
+        "the bucket's configuration was put back",
+    )
+    # A machine that starts now still finds bob: discovery is on.
+    third = fleet.machine("third")
+    third.trust(buildbox)
+    third.start_gateway("--record-ttl", "6")
+    third.wait_peer("bob@buildbox")
+
+
+def test_a_missing_bucket_that_a_machine_may_not_create_is_reported(fleet: Fleet) -> None:
+    fleet.start_server()
+    laptop, buildbox = fleet.pair("laptop", "buildbox")
+    buildbox.inbox("bob")
+    laptop_gateway = laptop.start_gateway()
+    buildbox_gateway = buildbox.start_gateway()
+    laptop.wait_peer("bob@buildbox")
+
+    async def delete() -> None:
+        nc = await connect_as(fleet.url, fleet.admin_creds)  # only the administrator may
+        try:
+            await nc.jetstream().delete_stream(env.KV_STREAM)
+        finally:
+            await nc.close()
+
+    anyio.run(delete)
+    # buildbox's next put (within a third of the TTL) finds no bucket; laptop's gateway, which
+    # publishes nothing, learns it when it reads the bucket again.
+    buildbox_gateway.wait_line(
+        r"warning: .*the bucket did not exist, and this machine may not create it",
+        stderr=True,
+        timeout=30,
+    )
+    _wait(lambda: _snapshot(buildbox).get("bucket", {}).get("state") == "missing", "reported")
+    del laptop_gateway
+    # Records still flow between the live gateways meanwhile.
+    assert "bob@buildbox" in [r["name"] for r in laptop.registrations()]
+
+
+def test_a_stranger_on_a_request_subject_neither_swallows_nor_spoils_a_receipt(
+    open_fleet: Fleet,
+) -> None:
+    fleet = open_fleet
+    laptop, _buildbox, _gateway, _proxy = fleet.bob_behind_a_proxy()
+    taken: list[bytes] = []
+
+    async def stranger_and_sends() -> list[int]:
+        # In the gateways' old queue group, answering every request at once with junk.
+        nc = await connect_as(fleet.url, None)
+
+        async def hijack(msg: Any) -> None:
+            taken.append(bytes(msg.data))
+            await msg.respond(b"\x00" * 64 + b'{"junk":true}')
+
+        await nc.subscribe(env.request_subject("buildbox", "laptop"), queue="gw", cb=hijack)
+        await nc.flush()
+        codes: list[int] = []
+        try:
+
+            async def send(index: int) -> None:
+                result = await anyio.to_thread.run_sync(
+                    lambda: laptop.cli("send", "bob@buildbox", f"concurrent {index}", "--json")
+                )
+                codes.append(result.returncode)
+
+            async with anyio.create_task_group() as group:
+                for index in range(12):
+                    group.start_soon(send, index)
+        finally:
+            await nc.close()
+        return codes
+
+    codes = anyio.run(stranger_and_sends)
+    # The stranger saw the requests (no permissions here: nothing is private), but every one of
+    # them reached buildbox too, and every sender got its receipt.
+    assert len(taken) == 12
+    assert codes == [exits.EXIT_OK] * 12
+
+
+def test_nothing_from_nats_is_parsed_before_its_origin_is_verified(
+    open_fleet: Fleet, tmp_path: Path
+) -> None:
+    """The gateway runs in this process so its parses can be counted: junk on a request subject
+    of an unknown origin, junk with a forged signature under a trusted origin, on request and on
+    record subjects, costly-shaped or not, is never parsed; the one signed request is."""
+    from pi_cross_session.plugin.remote.gateway import Gateway, GatewayOptions
+    from pi_cross_session.plugin.remote.link import Link, LinkConfig
+    from pi_cross_session.protocol.remote import envelope as envelope_module
+
+    fleet = open_fleet
+    fleet.start_server()
+    buildbox = fleet.machine("buildbox")
+    laptop = RawMachine("laptop")
+    buildbox.trust(laptop)
+    bob = buildbox.inbox("bob", "--busy", "0")
+    target = _remote_id(buildbox, "bob")
+    parsed: list[bytes] = []
+    real = envelope_module.loads_object
+
+    def counting(data: bytes) -> dict[str, Any]:
+        parsed.append(data)
+        return real(data)
+
+    costly = b"[" * 20_000 + b"]" * 20_000
+    junk = [
+        (env.request_subject("buildbox", "stranger"), b"\x00" * 64 + costly),
+        (env.request_subject("buildbox", "laptop"), b"\x01" * 64 + costly),
+        (env.request_subject("buildbox", "laptop"), b"\x02" * 64 + b'{"v":1}'),
+        (env.record_subject("stranger", "a" * 32), b"\x03" * 64 + costly),
+        (env.record_subject("laptop", "b" * 32), b"\x04" * 64 + costly),
+    ]
+
+    async def main() -> bytes:
+        identity = files.load_identity(buildbox.locations)
+        link = Link(LinkConfig(servers=(fleet.url,), machine="buildbox"))
+        await link.connect()
+        options = GatewayOptions(
+            machine="buildbox",
+            key=identity.key,
+            trust=files.load_trust(buildbox.locations),
+            inbound=True,
+            write_snapshot=False,
+        )
+        gateway = Gateway(buildbox.locations, options, link)
+        try:
+            async with anyio.create_task_group() as group:
+                await group.start(gateway.run)
+                parsed.clear()
+                nc = await connect_as(fleet.url, None)
+                try:
+                    for subject, data in junk:
+                        await nc.publish(subject, data)
+                    payload, _ = laptop.payload("buildbox", target, "signed", message_id="ok-1")
+                    # After the junk on laptop's own subject: answered means the junk was judged.
+                    reply = await nc.request(
+                        env.request_subject("buildbox", "laptop"), payload, timeout=10
+                    )
+                    # A record subject's junk is judged in its own queue: one signed record of
+                    # laptop's after it, and the gateway's mirror holding it, says it was.
+                    seq = secrets.randbits(40)
+                    record = laptop.record("c" * 32, "carol", seq=seq)
+                    await nc.publish(env.record_subject("laptop", "b" * 32), b"\x05" * 64 + costly)
+                    await nc.publish(env.record_subject("laptop", "c" * 32), record)
+                    await eventually(lambda: gateway._book.get(("laptop", "c" * 32)))
+                finally:
+                    await nc.close()
+                group.cancel_scope.cancel()
+        finally:
+            await link.close()
+        return bytes(reply.data)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(envelope_module, "loads_object", counting)
+        reply = anyio.run(main)
+    assert json.loads(reply[64:])["body"]["status"] == "submitted"
+    bob.wait_event("message", messageId="ok-1")
+    # Exactly the two signed payloads were parsed, nothing of the junk.
+    assert len(parsed) == 2, [data[:40] for data in parsed]
+    assert all(re.match(rb'\{"v":1,"kind":"(send|peer)"', data) for data in parsed), parsed
+
+
+def test_one_machine_with_many_sessions_cannot_take_every_proxy_slot(fleet: Fleet) -> None:
+    fleet.start_server()
+    laptop, buildbox = fleet.pair("laptop", "buildbox")
+    crowd = RawMachine("crowd", fleet=fleet)
+    laptop.trust(crowd)
+    # laptop keeps 4 proxies at most: 2 guaranteed to each of the two machines it trusts.
+    laptop.start_gateway("--max-proxies", "4")
+    ids = [f"{index + 1:032x}" for index in range(8)]
+
+    async def crowd_publishes() -> None:
+        nc = await crowd.connect(fleet.url)
+        try:
+            js = nc.jetstream()
+            for index, instance_id in enumerate(ids):
+                record = crowd.record(instance_id, f"busy{index}", seq=index + 1)
+                await js.publish(env.record_subject("crowd", instance_id), record)
+        finally:
+            await nc.close()
+
+    anyio.run(crowd_publishes)
+    _wait(
+        lambda: sum(1 for r in laptop.registrations() if r["name"].endswith("@crowd")) == 4,
+        "crowd's sessions filled laptop's free slots",
+    )
+    # buildbox comes later, with one session: it still gets a proxy (its share), taken back
+    # from crowd's surplus.
+    buildbox.inbox("bob")
+    buildbox.start_gateway()
+    laptop.wait_peer("bob@buildbox")
+    crowd_proxies = [r for r in laptop.registrations() if r["name"].endswith("@crowd")]
+    assert len(crowd_proxies) == 3
+    sent = laptop.cli("send", "bob@buildbox", "a slot for me too", "--json")
+    assert sent.returncode == exits.EXIT_OK, sent
+    # Every listing says which sessions have no proxy, and why; a send to one says so too.
+    _wait(lambda: len(_snapshot(laptop).get("records", [])) == 9, "the snapshot lists all")
+    listed = laptop.cli("peers")
+    assert "5 sessions of other machines have no proxy here" in listed.stdout, listed
+    capped = laptop.cli("peers", "--json").json()["capped"]
+    assert len(capped) == 5, capped
+    assert all(name.endswith("@crowd") for name in capped), capped
+    refused = laptop.cli("send", capped[0], "hello?", "--json")
+    assert refused.returncode == exits.EXIT_NO_TARGET, refused
+    assert "keeps no proxy for" in refused.json()["error"], refused.json()
