@@ -23,6 +23,7 @@ import pytest
 
 from pi_cross_session.cli import exits
 from pi_cross_session.plugin.remote import files
+from pi_cross_session.protocol.codes import OK_RECEIPTS
 from pi_cross_session.protocol.remote import envelope as env
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.remote import Fleet, Machine, RawMachine, Tap, connect_as, fleet_at
@@ -189,10 +190,15 @@ def test_a_stranger_on_a_request_subject_neither_swallows_nor_spoils_a_receipt(
     open_fleet: Fleet,
 ) -> None:
     fleet = open_fleet
-    laptop, _buildbox, _gateway, _proxy = fleet.bob_behind_a_proxy()
+    fleet.start_server()
+    laptop, buildbox = fleet.pair("laptop", "buildbox")
+    bob = buildbox.inbox("bob", "--busy", "0")
+    laptop.start_gateway()
+    buildbox.start_gateway()
+    laptop.wait_peer("bob@buildbox")
     taken: list[bytes] = []
 
-    async def stranger_and_sends() -> list[int]:
+    async def stranger_and_sends() -> list[dict[str, Any]]:
         # In the gateways' old queue group, answering every request at once with junk.
         nc = await connect_as(fleet.url, None)
 
@@ -202,27 +208,32 @@ def test_a_stranger_on_a_request_subject_neither_swallows_nor_spoils_a_receipt(
 
         await nc.subscribe(env.request_subject("buildbox", "laptop"), queue="gw", cb=hijack)
         await nc.flush()
-        codes: list[int] = []
+        reports: list[dict[str, Any]] = []
         try:
 
             async def send(index: int) -> None:
                 result = await anyio.to_thread.run_sync(
                     lambda: laptop.cli("send", "bob@buildbox", f"concurrent {index}", "--json")
                 )
-                codes.append(result.returncode)
+                reports.append(result.json())
 
             async with anyio.create_task_group() as group:
                 for index in range(12):
                     group.start_soon(send, index)
         finally:
             await nc.close()
-        return codes
+        return reports
 
-    codes = anyio.run(stranger_and_sends)
+    reports = anyio.run(stranger_and_sends)
     # The stranger saw the requests (no permissions here: nothing is private), but every one of
-    # them reached buildbox too, and every sender got its receipt.
+    # them reached buildbox too, and every sender heard what became of its message: a receipt,
+    # or a refusal bob gave (twelve at once may find it busy), never "unknown".
     assert len(taken) == 12
-    assert codes == [exits.EXIT_OK] * 12
+    assert [r["state"] for r in reports if r["state"] == "receipt_unknown"] == [], reports
+    delivered = [r["messageId"] for r in reports if r["status"] in OK_RECEIPTS]
+    assert delivered, reports
+    for message_id in delivered:
+        bob.wait_event("message", messageId=message_id)
 
 
 def test_nothing_from_nats_is_parsed_before_its_origin_is_verified(

@@ -287,7 +287,7 @@ class RecordBookMachine(RuleBasedStateMachine):
             self.model[key] = Entry(body.seq, at, live, self.now)
             return Offer.NOTED if gone else Offer.NEW
         was_live = entry.live is not None
-        entry.seq, entry.at, entry.live, entry.seen = body.seq, at, live, self.now
+        entry.seq, entry.at, entry.live, entry.seen = body.seq, max(entry.at, at), live, self.now
         if gone:
             return Offer.REMOVED if was_live else Offer.NOTED
         return Offer.UPDATED if was_live else Offer.NEW

@@ -49,6 +49,7 @@ from pi_cross_session.protocol.remote.envelope import (
 )
 from pi_cross_session.protocol.remote.settings import (
     BUCKET_CHECK_EVERY_S,
+    JETSTREAM_READY_S,
     REMOTE_READ_BYTES_PER_MACHINE,
     REMOTE_RECORDS_PER_MACHINE,
 )
@@ -225,12 +226,19 @@ async def ensure_bucket(link: Link) -> tuple[str, str]:
     """Check the bucket; create or repair it where ``link``'s user may. Returns the state (one
     word: ``ok``, ``created``, ``repaired``, ``missing``, ``altered``, ``unverified`` or
     ``unknown``) and, unless ``ok``, a sentence saying what was found and done."""
-    try:
-        config = await link.bucket_config()
-    except PermissionDeniedError:
-        return "unverified", "this machine may not read the bucket's configuration"
-    except (BucketError, UnreachableError, HopTimeoutError) as exc:
-        return "unknown", f"the bucket could not be checked: {exc}"
+    deadline = anyio.current_time() + JETSTREAM_READY_S
+    while True:
+        try:
+            config = await link.bucket_config()
+            break
+        except PermissionDeniedError:
+            return "unverified", "this machine may not read the bucket's configuration"
+        except (BucketError, UnreachableError, HopTimeoutError) as exc:
+            # A cluster that has just started answers nothing until it elected its leader.
+            if anyio.current_time() >= deadline:
+                return "unknown", f"the bucket could not be checked: {exc}"
+            logger.info("JetStream not ready (%s); trying again", exc)
+            await anyio.sleep(0.5)
     if config is None:
         return await _make(link, update=False, why="the bucket did not exist")
     found = bucket.problems(config, link.bucket_spec)

@@ -4,6 +4,10 @@ A machine's private key is kept as PKCS#8 PEM (the file layer writes it 0600); i
 shared as ``ed25519:<base64 of the 32 raw bytes>``, one line a user can paste into another
 machine's allow-list. On NATS a payload is the 64-byte signature followed by the envelope's exact
 bytes: the signature covers what travels, so no canonical form is needed.
+
+``cryptography`` reads and writes the key files; signatures are made and checked with libsodium
+(PyNaCl, already here for NATS's own keys): ``bench/remote.py``'s note in docs/performance.md has
+the figures (a verification takes about half the time), and every remote send verifies two.
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ import base64
 import binascii
 from typing import Final
 
-from cryptography.exceptions import InvalidSignature
+import nacl.exceptions
+import nacl.signing
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from pi_cross_session.protocol.errors import CrossSessionError
 
@@ -30,11 +35,46 @@ class MachineKeyError(CrossSessionError):
     """A key that cannot be read (wrong format or type)."""
 
 
+class PublicKey:
+    """A machine's public key: checks what it signed. Equal when the raw keys are."""
+
+    __slots__ = ("_verify", "raw")
+
+    def __init__(self, raw: bytes) -> None:
+        if len(raw) != PUBLIC_KEY_BYTES:
+            raise MachineKeyError(f"a public key is {PUBLIC_KEY_BYTES} bytes")
+        self.raw = raw
+        self._verify = nacl.signing.VerifyKey(raw)
+
+    def verifies(self, signature: bytes, data: bytes) -> bool:
+        """True when ``signature`` is this key's over exactly ``data``."""
+        try:
+            self._verify.verify(data, signature)
+        except (nacl.exceptions.BadSignatureError, ValueError):
+            return False
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PublicKey) and other.raw == self.raw
+
+    def __hash__(self) -> int:
+        return hash(self.raw)
+
+    def __repr__(self) -> str:
+        return f"PublicKey({public_key_text(self)!r})"
+
+
 class MachineKey:
     """A machine's private key: signs what its gateway sends."""
 
     def __init__(self, key: Ed25519PrivateKey) -> None:
         self._key = key
+        raw = key.private_bytes(
+            serialization.Encoding.Raw,
+            serialization.PrivateFormat.Raw,
+            serialization.NoEncryption(),
+        )
+        self._signing = nacl.signing.SigningKey(raw)
 
     @classmethod
     def generate(cls) -> MachineKey:
@@ -61,9 +101,9 @@ class MachineKey:
         )
 
     @property
-    def public_key(self) -> Ed25519PublicKey:
+    def public_key(self) -> PublicKey:
         """The key others verify with."""
-        return self._key.public_key()
+        return PublicKey(bytes(self._signing.verify_key))
 
     def public_text(self) -> str:
         """The public key's text form, for another machine's allow-list."""
@@ -71,16 +111,15 @@ class MachineKey:
 
     def seal(self, data: bytes) -> bytes:
         """The payload that travels: the signature of ``data``, then ``data``."""
-        return self._key.sign(data) + data
+        return self._signing.sign(data).signature + data
 
 
-def public_key_text(key: Ed25519PublicKey) -> str:
+def public_key_text(key: PublicKey) -> str:
     """``ed25519:<base64>`` of a public key."""
-    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return PUBLIC_KEY_PREFIX + base64.b64encode(raw).decode("ascii")
+    return PUBLIC_KEY_PREFIX + base64.b64encode(key.raw).decode("ascii")
 
 
-def parse_public_key(text: str) -> Ed25519PublicKey:
+def parse_public_key(text: str) -> PublicKey:
     """A public key from its text form; :class:`MachineKeyError` when it is not one."""
     if not text.startswith(PUBLIC_KEY_PREFIX):
         raise MachineKeyError(f"a public key starts with {PUBLIC_KEY_PREFIX!r}")
@@ -88,9 +127,7 @@ def parse_public_key(text: str) -> Ed25519PublicKey:
         raw = base64.b64decode(text[len(PUBLIC_KEY_PREFIX) :], validate=True)
     except (binascii.Error, ValueError):
         raise MachineKeyError("the public key is not base64") from None
-    if len(raw) != PUBLIC_KEY_BYTES:
-        raise MachineKeyError(f"a public key is {PUBLIC_KEY_BYTES} bytes")
-    return Ed25519PublicKey.from_public_bytes(raw)
+    return PublicKey(raw)
 
 
 def split(payload: bytes) -> tuple[bytes, bytes] | None:
@@ -100,10 +137,6 @@ def split(payload: bytes) -> tuple[bytes, bytes] | None:
     return payload[:SIGNATURE_BYTES], payload[SIGNATURE_BYTES:]
 
 
-def verifies(key: Ed25519PublicKey, signature: bytes, data: bytes) -> bool:
+def verifies(key: PublicKey, signature: bytes, data: bytes) -> bool:
     """True when ``signature`` is ``key``'s over exactly ``data``."""
-    try:
-        key.verify(signature, data)
-    except InvalidSignature:
-        return False
-    return True
+    return key.verifies(signature, data)

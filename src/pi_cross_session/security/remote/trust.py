@@ -24,8 +24,6 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.remote.envelope import (
@@ -49,6 +47,7 @@ from pi_cross_session.protocol.remote.settings import (
 )
 from pi_cross_session.security.remote.identity import (
     MachineKeyError,
+    PublicKey,
     parse_public_key,
     public_key_text,
     split,
@@ -71,9 +70,9 @@ class TrustConfig:
 
     account: str = DEFAULT_ACCOUNT
     inbound: bool = False
-    machines: Mapping[str, Ed25519PublicKey] = field(default_factory=dict)
+    machines: Mapping[str, PublicKey] = field(default_factory=dict)
 
-    def with_machine(self, name: str, key: Ed25519PublicKey) -> TrustConfig:
+    def with_machine(self, name: str, key: PublicKey) -> TrustConfig:
         """This config with ``name`` allowed under ``key`` (replacing an earlier key)."""
         if not is_machine_name(name):
             raise TrustConfigError("not a machine name")
@@ -118,7 +117,7 @@ def parse_trust(data: bytes) -> TrustConfig:
         raise TrustConfigError("the trust file's inbound is neither 'on' nor 'off'")
     if not isinstance(machines, dict):
         raise TrustConfigError("the trust file's machines is not an object")
-    keys: dict[str, Ed25519PublicKey] = {}
+    keys: dict[str, PublicKey] = {}
     for name, text in machines.items():
         if not isinstance(name, str) or not is_machine_name(name) or not isinstance(text, str):
             raise TrustConfigError("a machine entry is not a name and a key")
