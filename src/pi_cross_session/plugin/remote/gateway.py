@@ -30,7 +30,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 from nats.aio.msg import Msg
 
 from pi_cross_session.plugin.remote import files, identities
@@ -631,8 +630,6 @@ class Gateway:
         """NATS calls this for every request from ``origin`` (the subject names it), one at a
         time per origin: checks here are bounded and nothing is parsed before the signature
         verifies; the delivery runs in its own task, within the machine's bounds."""
-        # One pass of the loop per request: each origin's queue takes its turn with the others.
-        await anyio.lowlevel.checkpoint()
         self._handled_since_sweep = True
         verdict = self._verifier.check(
             msg.data, self._wall_ms(), origin=origin, kinds=REQUEST_KINDS
@@ -678,12 +675,16 @@ class Gateway:
             slots = self._slots.get(session)
             if slots is None:
                 slots = self._slots[session] = anyio.Semaphore(self._doors.open_at_once)
-            entered = False
-            with anyio.move_on_after(self.options.session_wait_s):
-                await slots.acquire()
-                entered = True
-            if not entered:
-                return Outcome.REFUSED, Code.RATE_LIMITED  # waited its time in line
+            try:
+                # A free slot is taken at once: ``acquire`` would first give the loop a pass.
+                slots.acquire_nowait()
+            except anyio.WouldBlock:
+                entered = False
+                with anyio.move_on_after(self.options.session_wait_s):
+                    await slots.acquire()
+                    entered = True
+                if not entered:
+                    return Outcome.REFUSED, Code.RATE_LIMITED  # waited its time in line
             try:
                 return await self._deliver_to(envelope, body)
             finally:

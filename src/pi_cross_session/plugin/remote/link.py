@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 import anyio
+import anyio.lowlevel
 import nats.errors
 from nats.aio.client import Client, RawCredentials
 from nats.aio.msg import Msg
@@ -363,9 +364,23 @@ class Link:
         pending_bytes: int = REMOTE_PENDING_BYTES_PER_ORIGIN,
     ) -> Subscription:
         """Take every message on ``subject``, in its own queue of at most ``pending_bytes`` (the
-        client drops what does not fit, and counts it): one origin's flood fills its own."""
+        client drops what does not fit, and counts it): one origin's flood fills its own.
+
+        The client hands a queue's messages to its callback one after the other without giving
+        the loop a pass, so a flooded queue would keep every other subscription waiting: while
+        messages wait behind the current one, each takes its turn with the other queues first.
+        """
         nc = self._require()
-        return await nc.subscribe(subject, cb=handler, pending_bytes_limit=pending_bytes)
+        queue: list[Subscription] = []
+
+        async def in_turn(msg: Msg) -> None:
+            if queue and queue[0].pending_msgs:
+                await anyio.lowlevel.checkpoint()
+            await handler(msg)
+
+        subscription = await nc.subscribe(subject, cb=in_turn, pending_bytes_limit=pending_bytes)
+        queue.append(subscription)
+        return subscription
 
     @staticmethod
     async def respond(msg: Msg, payload: bytes) -> None:

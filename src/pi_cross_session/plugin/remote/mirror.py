@@ -28,7 +28,6 @@ from functools import partial
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 from nats.aio.msg import Msg
 
 from pi_cross_session.plugin.remote import bucket
@@ -120,8 +119,6 @@ class Mirror:
     # -- records -----------------------------------------------------------------------------------
 
     async def _on_message(self, origin: str, msg: Msg) -> None:
-        # One pass of the loop per message: each machine's queue takes its turn with the others.
-        await anyio.lowlevel.checkpoint()
         operation = msg.headers.get("KV-Operation") if msg.headers else None
         await self._take(origin, Record(msg.subject, msg.data, operation))
 
