@@ -683,7 +683,7 @@ async def probe_and_send(
 
 def junk_figures(
     laptop: Machine,
-    proxy: Registration,
+    proxies: tuple[Registration, Registration],
     gateways: dict[str, int],
     rogue: Played,
     origin: str,
@@ -693,13 +693,13 @@ def junk_figures(
     senders: SenderPool,
 ) -> dict[str, Any]:
     """Probe and send times at rest, then under the rogue's junk; both gateways' RSS."""
-    rest = anyio.run(probe_and_send, laptop, proxy, n, senders)
+    rest = anyio.run(probe_and_send, laptop, proxies[0], n, senders)
     time.sleep(1)
     before = {name: rss_mib(pid) for name, pid in gateways.items()}
     argv = ["--junk", *child_args(rogue, scratch), "--as-origin", origin, "--rate", str(rate)]
     with child(argv):
         time.sleep(2)  # the flood under way
-        flooded = anyio.run(probe_and_send, laptop, proxy, n, senders)
+        flooded = anyio.run(probe_and_send, laptop, proxies[1], n, senders)
     time.sleep(3)
     after = {name: rss_mib(pid) for name, pid in gateways.items()}
     figures: dict[str, Any] = {
@@ -775,8 +775,10 @@ def main(argv: list[str] | None = None) -> int:
         logs = root / "logs"
         logs.mkdir()
         buildbox.start("inbox", "--name", "bob", "--busy", "0", log=logs / "bob.log")
-        # The junk phase's target: bob's lifetime budget (256) goes to the sends.
-        buildbox.start("inbox", "--name", "carol", "--busy", "0", log=logs / "carol.log")
+        # The junk phase's targets, at rest and under the flood: bob's lifetime budget (256) goes
+        # to the sends, and each of these gets at most its own.
+        for name in ("carol", "dave"):
+            buildbox.start("inbox", "--name", name, "--busy", "0", log=logs / f"{name}.log")
         buildbox.start("inbox", "--name", "wall", "--refuse", log=logs / "wall.log")
         laptop.start("inbox", "--name", "near", "--busy", "0", log=logs / "near.log")
         near_gateway = laptop.start(
@@ -805,7 +807,7 @@ def main(argv: list[str] | None = None) -> int:
             # 5: junk (before the floods below fill buildbox's tables)
             result["junk"] = junk_figures(
                 laptop,
-                laptop.registration("carol@buildbox"),
+                (laptop.registration("carol@buildbox"), laptop.registration("dave@buildbox")),
                 {"laptop": near_gateway.pid, "buildbox": gateway.pid},
                 ally,
                 "ally",

@@ -93,6 +93,7 @@ from pi_cross_session.protocol.remote.settings import (
     REMOTE_SNAPSHOT_EVERY_S,
     REMOTE_SNAPSHOT_REFRESH_S,
     REMOTE_SWEEP_EVERY_S,
+    VERIFY_ON_LOOP_BYTES,
 )
 from pi_cross_session.security.auth import Authenticator, Caller, LocalIdentity
 from pi_cross_session.security.io import fs
@@ -631,9 +632,18 @@ class Gateway:
         time per origin: checks here are bounded and nothing is parsed before the signature
         verifies; the delivery runs in its own task, within the machine's bounds."""
         self._handled_since_sweep = True
-        verdict = self._verifier.check(
-            msg.data, self._wall_ms(), origin=origin, kinds=REQUEST_KINDS
-        )
+        kinds = REQUEST_KINDS
+        screened = self._verifier.screen(msg.data, origin=origin, kinds=kinds)
+        if isinstance(screened, Rejected):
+            return
+        if len(screened.data) > VERIFY_ON_LOOP_BYTES:
+            # Verifying a signature hashes every byte: a large payload (honest ones are rare;
+            # a flood of junk is not) is verified in a worker thread, so that other origins'
+            # requests and the proxies are not held up meanwhile.
+            signed = await anyio.to_thread.run_sync(screened.verify)
+        else:
+            signed = screened.verify()
+        verdict = self._verifier.judge(signed, self._wall_ms(), origin=origin, kinds=kinds)
         if isinstance(verdict, Rejected):
             if verdict.answer is not None and verdict.envelope is not None:
                 await self._answer(msg, verdict.envelope, Outcome.REFUSED, verdict.answer)

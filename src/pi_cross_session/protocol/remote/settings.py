@@ -23,6 +23,10 @@ REMOTE_RECORD_CWD_CHARS: Final = 4_096
 #: its largest, every field escaped, is under 60 KiB. Anything larger on a record subject is
 #: dropped before its signature is checked.
 MAX_RECORD_BYTES: Final = 65_536
+#: A request larger than this has its signature verified in a worker thread, not on the event
+#: loop: verifying hashes every byte (about 2 ms for a full frame), and a flood of large junk under
+#: a trusted name would otherwise stall every other origin and proxy for that long each time.
+VERIFY_ON_LOOP_BYTES: Final = 65_536
 #: A signed envelope is valid from this long before now (the contract's 30 s message window) …
 ENVELOPE_MAX_AGE_S: Final = 30.0
 #: … to this far ahead (the contract's 5 s future skew): machines keep clocks within 5 s.

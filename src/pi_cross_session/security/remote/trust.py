@@ -157,6 +157,27 @@ class Rejected:
 
 
 @dataclass(frozen=True, slots=True)
+class Signed:
+    """Bytes whose signature verified with their origin's key (made only by
+    :meth:`Screened.verify`)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Screened:
+    """A payload past the cheap checks: its origin's key, the signature and the signed bytes."""
+
+    key: PublicKey
+    signature: bytes
+    data: bytes
+
+    def verify(self) -> Signed | None:
+        """The signed bytes, when the signature is the key's (no state: safe in any thread)."""
+        return Signed(self.data) if verifies(self.key, self.signature, self.data) else None
+
+
+@dataclass(frozen=True, slots=True)
 class Verified:
     """An envelope that passed every check."""
 
@@ -230,6 +251,17 @@ class Verifier:
         ``kinds`` are the kinds expected where it arrived (requests on our subject, a reply on our
         inbox, records and tombstones in the bucket); ``reply_to`` is the nonce a reply must answer.
         """
+        screened = self.screen(payload, origin=origin, kinds=kinds)
+        if isinstance(screened, Rejected):
+            return screened
+        return self.judge(screened.verify(), now_ms, origin=origin, kinds=kinds, reply_to=reply_to)
+
+    def screen(
+        self, payload: bytes, *, origin: str, kinds: Collection[Kind]
+    ) -> Screened | Rejected:
+        """The cheap first checks (the origin on the allow-list, the size, a signature's room);
+        what passes still needs its signature verified (:meth:`Screened.verify`, which a caller
+        may run off its event loop for a large payload) before :meth:`judge`."""
         key = self._trust.machines.get(origin)
         if key is None:
             return self._reject(Cause.UNKNOWN_MACHINE, "origin not on the allow-list")
@@ -239,9 +271,21 @@ class Verifier:
         parts = split(payload)
         if parts is None:
             return self._reject(Cause.MALFORMED, f"from {origin}: shorter than a signature")
-        signature, data = parts
-        if not verifies(key, signature, data):
+        return Screened(key, parts[0], parts[1])
+
+    def judge(
+        self,
+        signed: Signed | None,
+        now_ms: int,
+        *,
+        origin: str,
+        kinds: Collection[Kind],
+        reply_to: str | None = None,
+    ) -> Verified | Rejected:
+        """The rest of the checks, on bytes whose signature verified (``None``: it did not)."""
+        if signed is None:
             return self._reject(Cause.BAD_SIGNATURE, f"signature of {origin} does not verify")
+        data = signed.data
         try:
             envelope = decode(data)
         except EnvelopeError as exc:
