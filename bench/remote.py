@@ -79,10 +79,11 @@ import bench_support
 from pi_cross_session.cli import remote_peers
 from pi_cross_session.plugin.remote import files
 from pi_cross_session.plugin.remote.deployment import Deployment, MachineCard
-from pi_cross_session.plugin.remote.link import Link, LinkConfig
-from pi_cross_session.plugin.remote.mirror import ensure_bucket
+from pi_cross_session.plugin.remote.link import LinkConfig
+from pi_cross_session.plugin.remote.mirror import ensure_bucket_with
 from pi_cross_session.plugin.remote.natsd import NatsServer, TlsFiles
 from pi_cross_session.plugin.remote.pki import create as create_pki
+from pi_cross_session.plugin.remote.publish import sealed_record
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.frames import Hello, Message, Response, StatusQuery
 from pi_cross_session.protocol.io import discovery, environment
@@ -146,23 +147,13 @@ class Plane:
     def start(self) -> None:
         self.server.start()
         if self.deployment is not None:
-            link = Link(
-                LinkConfig(
-                    servers=(self.url,),
-                    machine=None,
-                    tls_ca=self.ca,
-                    credentials=self.deployment.admin_creds.read_text(),
-                )
+            config = LinkConfig(
+                servers=(self.url,),
+                machine=None,
+                tls_ca=self.ca,
+                credentials=self.deployment.admin_creds.read_text(),
             )
-
-            async def make() -> tuple[str, str]:
-                await link.connect()
-                try:
-                    return await ensure_bucket(link)
-                finally:
-                    await link.close()
-
-            state, detail = anyio.run(make)
+            state, detail = anyio.run(ensure_bucket_with, config)
             assert state in ("ok", "created"), detail
 
     def admit(self, card: str, name: str) -> str | None:
@@ -486,16 +477,9 @@ async def publish_farm(farms: list[Played], per_farm: int) -> None:
                     updated_at=now,
                     capabilities=["cancel-safe-queue-v1"],
                 )
-                envelope = env.build(
-                    kind=env.Kind.PEER,
-                    account="pi-xs",
-                    origin=farm.name,
-                    to=env.EVERYONE,
-                    nonce=secrets.token_hex(16),
-                    at_ms=now,
-                    body=record,
+                payload = sealed_record(
+                    farm.key, machine=farm.name, account="pi-xs", body=record, at_ms=now
                 )
-                payload = farm.key.seal(env.encode(envelope))
                 await js.publish(env.record_subject(farm.name, iid), payload)
         finally:
             await nc.close()

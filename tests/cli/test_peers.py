@@ -54,7 +54,7 @@ def test_no_sessions(cli: Cli) -> None:
     assert text.stderr == ""
     as_json = cli("peers", "--json")
     assert as_json.returncode == 0, as_json
-    assert as_json.json() == {"peers": [], "unread": 0, "unchecked": 0}
+    assert as_json.json() == {"peers": [], "unread": 0, "unchecked": 0, "capped": []}
 
 
 def test_listing_has_every_public_field_and_no_token(
@@ -182,7 +182,7 @@ def test_peers_with_a_mistyped_agent_dir_creates_nothing(tmp_path: Path) -> None
         listed = run_cli(typo, *args, cwd=tmp_path)
         assert listed.returncode == 0, listed
         assert listed.stderr == ""
-    assert listed.json() == {"peers": [], "unread": 0, "unchecked": 0}
+    assert listed.json() == {"peers": [], "unread": 0, "unchecked": 0, "capped": []}
     assert not (tmp_path / "agnet").exists()
     assert not exists(runtime_dir)
 

@@ -379,6 +379,6 @@ def test_a_peers_dir_turned_read_only_ends_the_session_and_the_leftover_is_reape
 
     listing = cli(unprivileged, "peers", "--json")
     assert listing.returncode == 0, listing
-    assert json.loads(listing.stdout) == {"peers": [], "unread": 0, "unchecked": 0}
+    assert json.loads(listing.stdout) == {"peers": [], "unread": 0, "unchecked": 0, "capped": []}
     assert not os.path.lexists(registration_path)  # reaped: the pid is gone
     assert mode_of(locations.peers_dir) == 0o700  # repaired by the listing

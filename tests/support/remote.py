@@ -246,32 +246,21 @@ class Fleet:
         if self.deployment is None:
             return
         from pi_cross_session.plugin.remote.bucket import BucketSpec
-        from pi_cross_session.plugin.remote.link import Link as NatsLink
         from pi_cross_session.plugin.remote.link import LinkConfig
-        from pi_cross_session.plugin.remote.mirror import ensure_bucket
+        from pi_cross_session.plugin.remote.mirror import ensure_bucket_with
 
-        link = NatsLink(
-            LinkConfig(
-                servers=tuple(urls),
-                machine=None,
-                tls_ca=tls_ca,
-                tls_cert=client_cert[0] if client_cert else None,
-                tls_key=client_cert[1] if client_cert else None,
-                credentials=self.admin_creds,
-                bucket=BucketSpec(replicas=replicas),
-            )
+        config = LinkConfig(
+            servers=tuple(urls),
+            machine=None,
+            tls_ca=tls_ca,
+            tls_cert=client_cert[0] if client_cert else None,
+            tls_key=client_cert[1] if client_cert else None,
+            credentials=self.admin_creds,
+            bucket=BucketSpec(replicas=replicas),
         )
-
-        async def make() -> tuple[str, str]:
-            await link.connect()
-            try:
-                return await ensure_bucket(link)
-            finally:
-                await link.close()
-
         import anyio
 
-        state, detail = anyio.run(make)
+        state, detail = anyio.run(ensure_bucket_with, config)
         assert state in ("ok", "created"), detail
 
     def link(self) -> Link:
@@ -399,8 +388,7 @@ class RawMachine:
     def record(self, instance_id: str, name: str, *, seq: int, at_ms: int | None = None) -> bytes:
         """A signed record of a live session ``name`` of this machine (for its key in the
         bucket)."""
-        import secrets
-
+        from pi_cross_session.plugin.remote.publish import sealed_record
         from pi_cross_session.protocol.remote import envelope as env
 
         now = time.time_ns() // 1_000_000 if at_ms is None else at_ms
@@ -416,16 +404,9 @@ class RawMachine:
             updated_at=now,
             capabilities=["cancel-safe-queue-v1"],
         )
-        envelope = env.build(
-            kind=env.Kind.PEER,
-            account=self.account,
-            origin=self.name,
-            to=env.EVERYONE,
-            nonce=secrets.token_hex(16),
-            at_ms=now,
-            body=body,
+        return sealed_record(
+            self.key, machine=self.name, account=self.account, body=body, at_ms=now
         )
-        return self.key.seal(env.encode(envelope))
 
 
 async def connect_as(url: str, creds: str | None, *, machine: str | None = None) -> Any:

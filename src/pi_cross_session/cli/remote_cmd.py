@@ -180,27 +180,17 @@ def _bucket(args: argparse.Namespace, console: Console) -> int:
     import anyio
 
     from pi_cross_session.plugin.remote.bucket import BucketSpec
-    from pi_cross_session.plugin.remote.link import Link, LinkConfig
-    from pi_cross_session.plugin.remote.mirror import ensure_bucket
+    from pi_cross_session.plugin.remote.link import LinkConfig
+    from pi_cross_session.plugin.remote.mirror import ensure_bucket_with
 
-    link = Link(
-        LinkConfig(
-            servers=tuple(args.nats.split(",")),
-            machine=None,
-            tls_ca=args.tls_ca,
-            credentials=_read_text(args.creds),
-            bucket=BucketSpec(ttl_s=args.record_ttl, replicas=args.replicas),
-        )
+    config = LinkConfig(
+        servers=tuple(args.nats.split(",")),
+        machine=None,
+        tls_ca=args.tls_ca,
+        credentials=_read_text(args.creds),
+        bucket=BucketSpec(ttl_s=args.record_ttl, replicas=args.replicas),
     )
-
-    async def run() -> tuple[str, str]:
-        await link.connect()
-        try:
-            return await ensure_bucket(link)
-        finally:
-            await link.close()
-
-    state, detail = anyio.run(run)
+    state, detail = anyio.run(ensure_bucket_with, config)
     if state in ("ok", "created", "repaired"):
         console.result("the bucket is as it should be" + (f" ({detail})" if detail else ""))
         return exits.EXIT_OK

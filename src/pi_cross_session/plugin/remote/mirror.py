@@ -35,6 +35,7 @@ from pi_cross_session.plugin.remote.link import (
     BucketError,
     HopTimeoutError,
     Link,
+    LinkConfig,
     PermissionDeniedError,
     Record,
     UnreachableError,
@@ -217,6 +218,17 @@ class Mirror:
             logger.warning("remote discovery: %s", detail)
         elif changed and self.health.checks > 1:
             logger.warning("remote discovery: the bucket is as it should be again")
+
+
+async def ensure_bucket_with(config: LinkConfig) -> tuple[str, str]:
+    """What ``remote bucket`` does: connect with ``config`` (the administrator's), run
+    :func:`ensure_bucket`, disconnect."""
+    link = Link(config)
+    await link.connect()
+    try:
+        return await ensure_bucket(link)
+    finally:
+        await link.close()
 
 
 async def ensure_bucket(link: Link) -> tuple[str, str]:

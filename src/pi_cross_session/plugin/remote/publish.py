@@ -98,6 +98,22 @@ def record_of(
     )
 
 
+def sealed_record(
+    key: MachineKey, *, machine: str, account: str, body: PeerRecord | Tombstone, at_ms: int
+) -> bytes:
+    """A record (or tombstone) of ``machine``, signed: what goes on its key in the bucket."""
+    envelope = env.build(
+        kind=Kind.GONE if isinstance(body, Tombstone) else Kind.PEER,
+        account=account,
+        origin=machine,
+        to=EVERYONE,
+        nonce=secrets.token_hex(16),
+        at_ms=at_ms,
+        body=body,
+    )
+    return key.seal(env.encode(envelope))
+
+
 @dataclass(slots=True)
 class PublisherStatistics:
     scans: int = 0
@@ -153,32 +169,27 @@ class Publisher:
             known = self._published.get(instance_id)
             if known is not None and known.record == record and now - known.at < self.republish_s:
                 continue
-            if await self._put(Kind.PEER, record):
+            if await self._put(record):
                 self._published[instance_id] = _Published(record, now)
         for instance_id in [i for i in self._published if i not in live]:
-            if await self._put(Kind.GONE, Tombstone(seq=0, instance_id=instance_id)):
+            if await self._put(Tombstone(seq=0, instance_id=instance_id)):
                 self.stats.deletes += 1
                 del self._published[instance_id]
             # else tried again next pass; the TTL ends it anyway
         self.stats.published = len(self._published)
 
-    async def _put(self, kind: Kind, body: PeerRecord | Tombstone) -> bool:
+    async def _put(self, body: PeerRecord | Tombstone) -> bool:
         wall_ms = self.wall_ms()
         self._seq = next_seq(self._seq, wall_ms)
-        envelope = env.build(
-            kind=kind,
+        sealed = sealed_record(
+            self.key,
+            machine=self.machine,
             account=self.account,
-            origin=self.machine,
-            to=EVERYONE,
-            nonce=secrets.token_hex(16),
-            at_ms=wall_ms,
             body=body.model_copy(update={"seq": self._seq}),
+            at_ms=wall_ms,
         )
         try:
-            await self.link.put(
-                env.record_subject(self.machine, body.instance_id),
-                self.key.seal(env.encode(envelope)),
-            )
+            await self.link.put(env.record_subject(self.machine, body.instance_id), sealed)
         except BucketError as exc:
             self.stats.failures += 1
             self.on_bucket_error(exc)
@@ -194,6 +205,6 @@ class Publisher:
         """A tombstone for every record of ours (at shutdown; best effort, the TTL ends the
         rest)."""
         for instance_id in list(self._published):
-            if not await self._put(Kind.GONE, Tombstone(seq=0, instance_id=instance_id)):
+            if not await self._put(Tombstone(seq=0, instance_id=instance_id)):
                 return
             del self._published[instance_id]
