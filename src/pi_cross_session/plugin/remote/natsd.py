@@ -120,11 +120,17 @@ class NatsServer:
     #: Operator mode: given this server's resolver dir, the configuration's authorization part
     #: (a deployment's :meth:`~pi_cross_session.plugin.remote.deployment.Deployment.auth_config`).
     auth: Callable[[Path], str] | None = None
+    #: A configuration written elsewhere (``remote deploy``'s ``server.conf``), used as it is;
+    #: ``port`` must be where it listens.
+    config_file: Path | None = None
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        scheme = "tls" if self.tls is not None else "nats"
+        secure = self.tls is not None or (
+            self.config_file is not None and "tls {" in self.config_file.read_text()
+        )
+        scheme = "tls" if secure else "nats"
         return f"{scheme}://127.0.0.1:{self.port}"
 
     def config_text(self) -> str:
@@ -142,8 +148,10 @@ class NatsServer:
     def start(self, *, wait: bool = True) -> NatsServer:
         """Write the config, start the server, and (by default) wait until it accepts."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        config = self.directory / f"{self.name}.conf"
-        config.write_text(self.config_text())
+        config = self.config_file
+        if config is None:
+            config = self.directory / f"{self.name}.conf"
+            config.write_text(self.config_text())
         log = open(self.directory / f"{self.name}.log", "ab")  # noqa: SIM115 (the child keeps it)
         try:
             self.process = subprocess.Popen(
