@@ -67,6 +67,8 @@ logging.getLogger("asyncio").addFilter(_QuietTlsClose())
 
 T = TypeVar("T")
 
+#: A JetStream API answer (a stream's configuration and state, an acknowledgement) is a few KiB.
+MAX_API_ANSWER_BYTES: Final = 65_536
 #: Replies a request looks at, at most, for one it accepts.
 REPLY_CANDIDATES: Final = 8
 #: The header a NATS status message carries (503: nobody serves the subject).
@@ -396,6 +398,10 @@ class Link:
         """One JetStream API request; its JSON answer."""
 
         def parse(data: bytes) -> dict[str, Any] | None:
+            # The server's answers are small; on a deployment without permissions anyone who
+            # saw the request could answer it, so nothing larger is parsed.
+            if len(data) > MAX_API_ANSWER_BYTES:
+                return None
             try:
                 value = json.loads(data)
             except ValueError:
