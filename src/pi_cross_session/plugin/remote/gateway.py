@@ -217,8 +217,7 @@ class Gateway:
             wall_ms=wall_ms,
             changed=self._reconcile,
         )
-        others = [m for m in options.trust.machines if m != options.machine]
-        self._shares = ProxyShares(cap=options.max_proxies, machines=len(others))
+        self._shares = ProxyShares(cap=options.max_proxies, machines=len(self._mirror.origins))
         #: Sessions whose machine had its share of the cap when they came: listed as such.
         self._capped: set[tuple[str, str]] = set()
         self._opened = 0

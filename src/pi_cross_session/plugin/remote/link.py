@@ -152,14 +152,26 @@ def _tls_context(config: LinkConfig) -> ssl.SSLContext | None:
 class _Waiting:
     """Replies arriving for one request (bounded), and how it ended."""
 
-    __slots__ = ("arrived", "denied", "limit", "replies", "subject")
+    __slots__ = ("arrived", "denied", "limit", "replies", "subject", "token")
 
     def __init__(self, subject: str, limit: int) -> None:
         self.subject = subject.lower()
         self.limit = limit
+        self.token = secrets.token_hex(8)
         self.replies: deque[Msg] = deque()
         self.arrived = anyio.Event()
         self.denied = False
+
+    async def next(self, denied: str) -> Msg:
+        """The next reply to arrive; :class:`PermissionDeniedError` (``denied``) once the server
+        refused the request."""
+        while True:
+            if self.denied:
+                raise PermissionDeniedError(denied)
+            if self.replies:
+                return self.replies.popleft()
+            await self.arrived.wait()
+            self.arrived = anyio.Event()
 
     def add(self, msg: Msg) -> None:
         if len(self.replies) < self.limit:
@@ -325,38 +337,28 @@ class Link:
         try:
             with anyio.move_on_after(timeout_s):
                 while True:
-                    await waiting.arrived.wait()
-                    if waiting.denied:
-                        raise PermissionDeniedError(f"this machine may not publish to {subject}")
-                    while waiting.replies:
-                        msg = waiting.replies.popleft()
-                        if _status(msg) == "503":
-                            raise UnreachableError("no gateway serves that machine")
-                        accepted = accept(bytes(msg.data))
-                        if accepted is not None:
-                            return accepted
-                    waiting.arrived = anyio.Event()
+                    msg = await waiting.next(f"this machine may not publish to {subject}")
+                    if _status(msg) == "503":
+                        raise UnreachableError("no gateway serves that machine")
+                    accepted = accept(bytes(msg.data))
+                    if accepted is not None:
+                        return accepted
             raise HopTimeoutError("no reply in time")
         finally:
-            self._forget(waiting)
+            self._waiting.pop(waiting.token, None)
 
     async def _send(self, subject: str, payload: bytes, limit: int) -> _Waiting:
         nc = self._require()
         if len(payload) > nc.max_payload:
             raise UnreachableError("larger than the NATS server's max_payload")
-        token = secrets.token_hex(8)
-        waiting = self._waiting[token] = _Waiting(subject, limit)
+        waiting = _Waiting(subject, limit)
+        self._waiting[waiting.token] = waiting
         try:
-            await nc.publish(subject, payload, reply=f"{self._inbox}.r.{token}")
+            await nc.publish(subject, payload, reply=f"{self._inbox}.r.{waiting.token}")
         except (nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError) as exc:
-            del self._waiting[token]
+            del self._waiting[waiting.token]
             raise UnreachableError(f"NATS refused the request: {exc}") from None
         return waiting
-
-    def _forget(self, waiting: _Waiting) -> None:
-        for token, held in list(self._waiting.items()):
-            if held is waiting:
-                del self._waiting[token]
 
     async def serve(
         self,
@@ -478,22 +480,17 @@ class Link:
         try:
             with anyio.fail_after(BUCKET_OPERATION_TIMEOUT_S):
                 while True:
-                    await waiting.arrived.wait()
-                    if waiting.denied:
-                        raise PermissionDeniedError("this machine may not read the bucket")
-                    while waiting.replies:
-                        msg = waiting.replies.popleft()
-                        status = _status(msg)
-                        if status == "503":
-                            raise BucketError("no bucket to read", missing=True)
-                        if status is not None:
-                            return found  # 204: the end of the batch; 404: nothing in it
-                        found.append(_record(msg))
-                    waiting.arrived = anyio.Event()
+                    msg = await waiting.next("this machine may not read the bucket")
+                    status = _status(msg)
+                    if status == "503":
+                        raise BucketError("no bucket to read", missing=True)
+                    if status is not None:
+                        return found  # 204: the end of the batch; 404: nothing in it
+                    found.append(_record(msg))
         except TimeoutError:
             raise BucketError("the bucket did not answer a read in time") from None
         finally:
-            self._forget(waiting)
+            self._waiting.pop(waiting.token, None)
 
 
 def _status(msg: Msg) -> str | None:

@@ -159,11 +159,15 @@ class Mirror:
         if offer in _CHANGES:
             await self._changed(key)
 
+    async def _read(self, origin: str, subjects: str, limit: int) -> None:
+        """Take the current record of each of ``origin``'s keys under ``subjects``."""
+        for record in await self._link.read_records(subjects, limit, REMOTE_READ_BYTES_PER_MACHINE):
+            if record.operation is None:  # a marker nobody signed is no record
+                await self._take(origin, record)
+
     async def _reread(self, origin: str, subject: str) -> None:
         try:
-            for record in await self._link.read_records(subject, 1, REMOTE_READ_BYTES_PER_MACHINE):
-                if record.operation is None:
-                    await self._take(origin, record)
+            await self._read(origin, subject, 1)
         except (BucketError, UnreachableError, PermissionDeniedError) as exc:
             logger.info("reading %s again: %s", subject, exc)
 
@@ -171,20 +175,12 @@ class Mirror:
         """Take the bucket's current record of every trusted machine's sessions."""
         for origin in self.origins:
             try:
-                records = await self._link.read_records(
-                    env.records_of(origin),
-                    REMOTE_RECORDS_PER_MACHINE,
-                    REMOTE_READ_BYTES_PER_MACHINE,
-                )
+                await self._read(origin, env.records_of(origin), REMOTE_RECORDS_PER_MACHINE)
             except BucketError as exc:
                 self.bucket_failed(exc)
                 return
             except (UnreachableError, PermissionDeniedError) as exc:
                 logger.info("reading the records of %s: %s", origin, exc)
-                continue
-            for record in records:
-                if record.operation is None:
-                    await self._take(origin, record)
 
     async def expire(self) -> None:
         """End the records nobody refreshed in time."""
