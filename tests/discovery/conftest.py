@@ -30,7 +30,8 @@ needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
 
 def mock_clock_backend() -> Any:
     """A parameter for ``anyio_backend``: trio on a virtual clock that jumps whenever every task
-    waits, so the real 30 s / 350 ms figures run in no wall time (STYLE habit 10).
+    waits, so the real 30 s / 350 ms figures run in no wall time (deadlines are tested on a
+    virtual clock, never by waiting them out).
 
     Keep such tests free of deadlines of their own while a worker thread runs: the clock would
     jump to them, since a task waiting for a thread counts as waiting.

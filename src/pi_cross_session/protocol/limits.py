@@ -1,6 +1,6 @@
 """Every numeric bound of the system, in one place, with the reason beside it.
 
-Wire bounds are fixed by the interoperability contract (``spec/protocol-v1.md``); changing one of
+Wire bounds are fixed by the interoperability contract (``docs/protocol.md``); changing one of
 them breaks compatibility with the reference peer. Policy bounds live here too, so that a reader can
 see everything the receiver is willing to spend at a glance; the classes that enforce them take each
 bound as a keyword-only override so tests can use small values.
@@ -269,7 +269,7 @@ MAX_INBOX_BUSY_S: Final = 60.0
 #: it is read whole.
 MAX_MESSAGE_INPUT_BYTES: Final = MAX_FRAME_BYTES
 
-# -- goals (goal-scoped peer grants, spec/goal-scoped-v1.md) ---------------------------------------
+# -- goals (goal-scoped peer grants, docs/security.md "Goal-scoped grants") ------------------------
 #: Objective of a goal, utf16: the reference's tool schema (``maxLength`` on a JS string).
 MAX_GOAL_OBJECTIVE_UNITS: Final = 4096
 #: Peers bound to one goal at once, and items in one bind/unbind list (spec §1.7); 64 is allowed.
