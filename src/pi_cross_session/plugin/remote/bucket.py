@@ -24,15 +24,11 @@ from nats.js import api
 
 from pi_cross_session.protocol.remote.envelope import KV_STREAM, RECORD_PREFIX
 from pi_cross_session.protocol.remote.settings import (
+    BUCKET_MAX_MSGS,
     MAX_RECORD_BYTES,
-    MAX_REMOTE_RECORDS,
     REMOTE_RECORD_TTL_S,
 )
 
-#: Records (and tombstones) the stream keeps, all machines together: twice what any reader keeps,
-#: so a reader's own bound is the one that bites. When full, the oldest go first (records are
-#: re-put every third of the TTL, so an honest machine's come back by themselves).
-BUCKET_MAX_MSGS: Final = 2 * MAX_REMOTE_RECORDS
 #: Nanoseconds per second, in the JetStream API's durations.
 _NS: Final = 1_000_000_000
 

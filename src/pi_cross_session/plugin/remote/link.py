@@ -47,9 +47,11 @@ from pi_cross_session.protocol.remote import envelope as env
 from pi_cross_session.protocol.remote.settings import (
     BUCKET_OPERATION_TIMEOUT_S,
     JETSTREAM_READY_S,
+    MAX_API_ANSWER_BYTES,
     NATS_CONNECT_TIMEOUT_S,
     NATS_RECONNECT_WAIT_S,
     REMOTE_PENDING_BYTES_PER_ORIGIN,
+    REPLY_CANDIDATES,
 )
 
 logger = logging.getLogger(__name__)
@@ -67,10 +69,6 @@ logging.getLogger("asyncio").addFilter(_QuietTlsClose())
 
 T = TypeVar("T")
 
-#: A JetStream API answer (a stream's configuration and state, an acknowledgement) is a few KiB.
-MAX_API_ANSWER_BYTES: Final = 65_536
-#: Replies a request looks at, at most, for one it accepts.
-REPLY_CANDIDATES: Final = 8
 #: The header a NATS status message carries (503: nobody serves the subject).
 _STATUS: Final = "Status"
 _PERMISSIONS: Final = "permissions violation for "

@@ -108,6 +108,16 @@ BUCKET_OPERATION_TIMEOUT_S: Final = 5.0
 #: records) before the client drops what arrives: each origin has its own, so one origin's flood,
 #: or a stranger's under its name, fills only its own, and a gateway's memory stays bounded.
 REMOTE_PENDING_BYTES_PER_ORIGIN: Final = 8 * 1024 * 1024
+#: Records (and tombstones) the bucket's stream keeps, all machines together: twice what any
+#: reader keeps, so a reader's own bound is the one that bites. When full, the oldest go first
+#: (records are re-put every third of the TTL, so an honest machine's come back by themselves).
+BUCKET_MAX_MSGS: Final = 2 * MAX_REMOTE_RECORDS
+#: A JetStream API answer (a stream's configuration and state, an acknowledgement) is a few KiB;
+#: a larger one is not parsed (without permissions, anyone who saw the request could answer it).
+MAX_API_ANSWER_BYTES: Final = 65_536
+#: Replies a request looks at, at most, for one it accepts (a stranger answering first with junk
+#: does not turn a receipt into an unknown).
+REPLY_CANDIDATES: Final = 8
 #: A gateway checks the bucket (exists, configured as it must be) at start and when an operation
 #: on it fails, at most this often.
 BUCKET_CHECK_EVERY_S: Final = 2.0
