@@ -89,6 +89,7 @@ def test_healthy_setup(inboxes: Inboxes, cli: Cli, locations: Locations) -> None
         "peers dir",
         "runtime dir",
         *(f"session {ready['name']} [{ready['ref']}]" for ready in sessions),
+        "remote plane",
     ]
     grouped = by_subject(findings)
     assert locations.agent_dir in grouped["agent dir"][0]["detail"]
@@ -97,6 +98,8 @@ def test_healthy_setup(inboxes: Inboxes, cli: Cli, locations: Locations) -> None
     assert grouped[f"session alpha [{alpha['ref']}]"][0]["detail"] == "live, idle, inbound accept"
     assert grouped[f"session beta [{beta['ref']}]"][0]["detail"] == "live, idle, inbound refuse"
     assert all(f["fix"] == "" for f in findings)
+    # No remote identity here: one line says so, and it is nothing to fix.
+    assert grouped["remote plane"][0]["detail"].startswith("not set up for this agent dir")
 
     text = cli("doctor")
     assert text.returncode == 0, text

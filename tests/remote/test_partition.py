@@ -1,7 +1,8 @@
 """A partition and a gateway killed mid-exchange (docs/remote.md, "Faults"): each send ends in a
 receipt, a definite refusal or an honest ``receipt_unknown``; a tap on the receiving machine's
 subject shows every request went out once and never again, and the sessions show no message
-admitted twice, nor one refused as ``unreachable`` admitted at all."""
+admitted twice, nor one refused as not sent (``unreachable``, ``not_listening``) admitted at
+all."""
 
 from __future__ import annotations
 
@@ -50,22 +51,37 @@ def _unknown(result: Result) -> str:
 
 
 def _unreachable(result: Result) -> str:
+    """A send this machine's gateway could not hand to NATS (it has no connection): not sent,
+    a local failure."""
     report = result.json()
-    assert result.returncode == exits.EXIT_REFUSED, result
+    assert result.returncode == exits.EXIT_LOCAL, result
     assert (report["status"], report["state"]) == ("unreachable", "refused")
     message_id: str = report["messageId"]
     return message_id
 
 
+def _not_listening(result: Result) -> str:
+    """A send NATS took and found nobody for: the other machine's gateway is not there."""
+    report = result.json()
+    assert result.returncode == exits.EXIT_REFUSED, result
+    assert (report["status"], report["state"]) == ("not_listening", "refused")
+    message_id: str = report["messageId"]
+    return message_id
+
+
 def _send_until_ok(machine: Machine, target: str) -> str:
-    """Send until one gets a receipt (a gateway reconnecting refuses ``unreachable`` meanwhile)."""
+    """Send until one gets a receipt (meanwhile a gateway reconnecting refuses ``unreachable``,
+    and one whose peer is not back yet ``not_listening``)."""
     deadline = time.monotonic() + MUST_HAPPEN_S
     while True:
         result = machine.cli("send", target, f"after the fault {uuid.uuid4()}", "--json")
         if result.returncode == exits.EXIT_OK:
             message_id: str = result.json()["messageId"]
             return message_id
-        _unreachable(result)
+        if result.json()["status"] == "not_listening":
+            _not_listening(result)  # this side is back, the other side not yet
+        else:
+            _unreachable(result)
         assert time.monotonic() < deadline, result
         time.sleep(0.2)
 
@@ -98,14 +114,15 @@ def test_a_gateway_cut_from_nats_while_its_sessions_stay_up(fleet: Fleet) -> Non
         assert tap.count(to_buildbox) == 1
 
     # A broken link: buildbox's connection is closed and it cannot reconnect. The server drops
-    # its subscription, so a send to it is refused `unreachable` at once ("no responders": nobody
-    # took it); buildbox's own sessions still run, and their sends out are refused `unreachable`.
+    # its subscription, so a send to it is refused `not_listening` at once ("no responders":
+    # nobody took it); buildbox's own sessions still run, and their sends out are refused
+    # `unreachable`, a local failure (its gateway has no connection).
     link.cut()
-    gone = _unreachable(laptop.cli("send", "bob@buildbox", "while cut", "--json"))
+    gone = _not_listening(laptop.cli("send", "bob@buildbox", "while cut", "--json"))
     stuck = _unreachable(buildbox.cli("send", "alice@laptop", "from the cut side", "--json"))
 
     # Healed: the gateway reconnects by itself, the proxies outlived the cut (shorter than the
-    # record TTL), and both directions work again; what was refused `unreachable` never arrives.
+    # record TTL), and both directions work again; what was refused as not sent never arrives.
     link.heal()
     bob.wait_event("message", messageId=_send_until_ok(laptop, "bob@buildbox"))
     alice.wait_event("message", messageId=_send_until_ok(buildbox, "alice@laptop"))

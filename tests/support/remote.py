@@ -41,9 +41,12 @@ READY_LINE: Final = r"gateway \S+ ready"
 class GatewayProcess(WatchedProcess):
     """A running ``pi-cross-session gateway``."""
 
-    def __init__(self, agent_dir: Path, *args: str, cwd: Path) -> None:
+    def __init__(self, agent_dir: Path, *args: str, cwd: Path, verbose: bool = True) -> None:
         self.args = ("gateway", *args)
-        super().__init__([*CLI, "-v", *self.args], env=cli_env(agent_dir), label="gateway", cwd=cwd)
+        flags = ["-v"] if verbose else []
+        super().__init__(
+            [*CLI, *flags, *self.args], env=cli_env(agent_dir), label="gateway", cwd=cwd
+        )
 
     def stop(self, number: int = signal.SIGTERM, timeout: float = MUST_HAPPEN_S) -> int:
         if self.process.poll() is None:
@@ -110,6 +113,15 @@ class Machine:
         self.fleet.processes.append(gateway)
         gateway.wait_line(READY_LINE, timeout=MUST_HAPPEN_S)
         self.gateway = gateway
+        return gateway
+
+    def spawn_gateway(self, *urls: str, args: Sequence[str] = ()) -> GatewayProcess:
+        """A gateway at the default verbosity, as a person starts it, not waited for: a test
+        reads what it says while it cannot serve."""
+        gateway = GatewayProcess(
+            self.agent_dir, "--nats", ",".join(urls), *args, cwd=self.workdir, verbose=False
+        )
+        self.fleet.processes.append(gateway)
         return gateway
 
     def inbox(self, name: str, *args: str) -> InboxProcess:

@@ -2,7 +2,8 @@
 
 Runs until interrupted (Ctrl-C, SIGTERM), then withdraws what it published and removes its
 proxies. Prints one line when it serves (``gateway <machine> ready …``) and, on SIGUSR1, its
-status as JSON.
+status as JSON. Until it can connect it says why at each try, with the fix and when it tries
+again (docs/remote.md, "When something is wrong").
 """
 
 from __future__ import annotations
@@ -11,30 +12,93 @@ import argparse
 import json
 import os
 import signal
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from pi_cross_session.cli import exits
+from pi_cross_session.cli import exits, words
 from pi_cross_session.cli.console import Console
 from pi_cross_session.protocol.io import environment
+
+if TYPE_CHECKING:  # only for annotations: the remote plane's extra is imported when it runs
+    import anyio.abc
+
+    from pi_cross_session.plugin.remote.link import Link
 
 #: The password of ``--user`` comes from here, never from the command line (``ps`` shows that).
 PASSWORD_ENV = "PI_XS_NATS_PASSWORD"
 
 
-def run(args: argparse.Namespace, console: Console) -> int:
-    """Run the gateway until a signal ends it."""
+async def connect(link: Link, console: Console, machine: str) -> bool:
+    """Connect ``link``, trying again on a schedule said out loud (one line per failure, with
+    its cause and fix, from ``NATS_START_RETRY_FIRST_S`` doubling up to ``NATS_START_RETRY_MAX_S``):
+    a gateway started before its server, or as a service, comes up when the server does. False
+    when SIGINT or SIGTERM ended the wait."""
+    import anyio
+
+    from pi_cross_session.plugin.remote.link import ConnectError
+    from pi_cross_session.protocol.remote.settings import (
+        NATS_START_RETRY_FIRST_S,
+        NATS_START_RETRY_MAX_S,
+    )
+
+    stopped = False
+    delay = NATS_START_RETRY_FIRST_S
+    async with anyio.create_task_group() as group:
+
+        async def stop_on_signal() -> None:
+            nonlocal stopped
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    stopped = True
+                    group.cancel_scope.cancel()
+                    return
+
+        group.start_soon(stop_on_signal)
+        while True:
+            try:
+                await link.connect()
+                break
+            except ConnectError as exc:
+                console.problem(words.gateway_not_connected(machine, str(exc), delay))
+            await anyio.sleep(delay)
+            delay = min(delay * 2, NATS_START_RETRY_MAX_S)
+        group.cancel_scope.cancel()
+    return not stopped
+
+
+def run(
+    args: argparse.Namespace,
+    console: Console,
+    *,
+    alongside: Callable[[anyio.abc.TaskGroup], Awaitable[None]] | None = None,
+) -> int:
+    """Run the gateway until a signal ends it; ``alongside`` (the hub's admissions) is started
+    in the same task group once the gateway is ready."""
     import anyio
 
     from pi_cross_session.plugin.remote import files
     from pi_cross_session.plugin.remote.bucket import BucketSpec
     from pi_cross_session.plugin.remote.gateway import Gateway, GatewayOptions
     from pi_cross_session.plugin.remote.link import Link, LinkConfig
+    from pi_cross_session.plugin.remote.trust_watch import DeploymentKey, TrustWatch
+    from pi_cross_session.security.remote.identity import PublicKey
+    from pi_cross_session.security.remote.nats_jwt import public_key_bytes
+    from pi_cross_session.security.remote.trust import TrustConfig
 
     locations = environment.resolve()
     identity = files.load_identity(locations)
-    trust = files.load_trust(locations)
+    joined = files.load_joined(locations)
+    own = files.load_trust(locations)
     if args.account is not None:
-        trust = trust.with_account(args.account)
-    inbound = trust.inbound if args.inbound is None else args.inbound == "on"
+        own = own.with_account(args.account)
+    servers = tuple(url for part in args.nats for url in part.split(",") if url)
+    tls_ca = args.tls_ca
+    if not servers and joined is not None:
+        servers = joined.servers
+        tls_ca = tls_ca or files.ca_path(locations)
+    if not servers:
+        console.problem(words.GATEWAY_NO_SERVER)
+        return exits.EXIT_LOCAL
     lock = files.GatewayLock(locations)
     if not lock.acquire():
         console.problem(
@@ -44,9 +108,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     credentials = None if args.user else files.load_nats_credentials(locations)
     link = Link(
         LinkConfig(
-            servers=tuple(url for part in args.nats for url in part.split(",") if url),
+            servers=servers,
             machine=identity.machine,
-            tls_ca=args.tls_ca,
+            tls_ca=tls_ca,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             user=args.user,
@@ -56,6 +120,21 @@ def run(args: argparse.Namespace, console: Console) -> int:
             bucket=BucketSpec(ttl_s=args.record_ttl, replicas=args.kv_replicas),
         )
     )
+    gateways: list[Gateway] = []
+
+    async def apply(trust: TrustConfig) -> None:
+        if gateways:
+            await gateways[0].apply_trust(trust)
+
+    deployment = None
+    if joined is not None:
+        key = PublicKey(public_key_bytes(joined.deployment))
+        deployment = DeploymentKey(joined.deployment, key)
+    watch = TrustWatch(
+        locations, machine=identity.machine, own=own, deployment=deployment, apply=apply
+    )
+    trust = watch.trust
+    inbound = trust.inbound if args.inbound is None else args.inbound == "on"
     options = GatewayOptions(
         machine=identity.machine,
         key=identity.key,
@@ -64,19 +143,27 @@ def run(args: argparse.Namespace, console: Console) -> int:
         max_proxies=args.max_proxies,
         record_ttl_s=args.record_ttl,
         publish_every_s=args.record_ttl / 3,
+        watch=watch,
+        inbound_fixed=args.inbound is not None,
     )
 
     async def main() -> None:
-        await link.connect()
+        if not await connect(link, console, identity.machine):
+            return
         gateway = Gateway(locations, options, link)
+        gateway.on_trust_changed = console.result
+        gateways.append(gateway)
         try:
             async with anyio.create_task_group() as group:
                 await group.start(gateway.run)
+                trusted = sorted(watch.trust.machines)
                 console.result(
-                    f"gateway {identity.machine} ready: account {trust.account}, remote inbound "
-                    f"{'on' if inbound else 'off'}, trusting "
-                    f"{', '.join(sorted(trust.machines)) or 'nobody'}"
+                    f"gateway {identity.machine} ready: account {watch.trust.account}, remote "
+                    f"inbound {'on' if gateway.options.inbound else 'off'}, trusting "
+                    f"{', '.join(trusted) or 'nobody'}"
                 )
+                if alongside is not None:
+                    await alongside(group)
                 with anyio.open_signal_receiver(
                     signal.SIGINT, signal.SIGTERM, signal.SIGUSR1
                 ) as signals:

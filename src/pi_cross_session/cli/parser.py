@@ -316,25 +316,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """``gateway`` and ``remote``: the remote plane (docs/remote.md; needs the [remote] extra)."""
-    gateway = command(
-        "gateway",
-        help="carry messages between this machine's sessions and other machines over NATS",
-        description=(
-            "Run this machine's gateway: publish its live sessions to the NATS key-value bucket, "
-            "keep a local proxy (a registration and a socket) for each live session of a trusted "
-            "machine, carry messages and status queries sent to a proxy to that machine, and "
-            "deliver the ones other machines send here when remote inbound is on. One gateway per "
-            "agent dir. Set it up first with 'remote init' and 'remote trust'."
-        ),
-    )
+def _duration(text: str) -> int:
+    """``90``, ``90s``, ``30m``, ``2h`` or ``1d`` as seconds (at least one, at most 30 days)."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    try:
+        seconds = int(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError("a duration such as 90s, 30m, 2h or 1d") from None
+    if not 1 <= seconds <= 30 * 86400:
+        raise argparse.ArgumentTypeError("between 1 s and 30 days")
+    return seconds
+
+
+def _gateway_options(gateway: argparse.ArgumentParser) -> None:
+    """The gateway's options (also those of ``remote hub`` and ``remote join``, which start it).
+    Without ``--nats``, the servers and the CA are those of the deployment this machine joined."""
     gateway.add_argument(
         "--nats",
         action="append",
-        required=True,
+        default=[],
         metavar="URL",
-        help="a NATS server (nats:// or tls://); repeat or separate with commas for a cluster",
+        help=(
+            "a NATS server (nats:// or tls://); repeat or separate with commas for a cluster; "
+            "default: the servers of the deployment this machine joined"
+        ),
     )
     gateway.add_argument("--inbound", choices=("on", "off"), help="override remote inbound")
     gateway.add_argument("--account", help="the NATS account envelopes are signed for")
@@ -370,11 +376,28 @@ def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         help=f"proxies kept at most (default {MAX_PROXIES})",
     )
 
+
+def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """``gateway`` and ``remote``: the remote plane (docs/remote.md; needs the [remote] extra)."""
+    gateway = command(
+        "gateway",
+        help="carry messages between this machine's sessions and other machines over NATS",
+        description=(
+            "Run this machine's gateway: publish its live sessions to the NATS key-value bucket, "
+            "keep a local proxy (a registration and a socket) for each live session of a trusted "
+            "machine, carry messages and status queries sent to a proxy to that machine, and "
+            "deliver the ones other machines send here when remote inbound is on. One gateway per "
+            "agent dir. Set it up first with 'remote init' and 'remote trust'."
+        ),
+    )
+    _gateway_options(gateway)
+
     remote = command(
         "remote",
         help="this machine's identity and trust for the remote plane",
         description=(
-            "Make this machine's identity (init), show its card (show: the line to paste into "
+            "Show how the remote plane is doing here (status); make this machine's identity "
+            "(init), show its card (show: the line to paste into "
             "another machine's 'remote trust' and into 'remote deploy'), edit the allow-list "
             "(trust, untrust), turn remote inbound on or off, install the deployment's NATS "
             "credentials for this machine (credentials); for the deployment's administrator: "
@@ -388,6 +411,92 @@ def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     init.add_argument("--replace", action="store_true", help="replace an existing identity")
     init.add_argument("--inbound", choices=("on", "off"), help="remote inbound (default off)")
     init.add_argument("--account", help="the NATS account to sign for (default pi-xs)")
+    hub = actions.add_parser(
+        "hub",
+        help="run a deployment's NATS server here and print a line other machines join with",
+        description=(
+            "Run the deployment's NATS server on this machine (JetStream, TLS from a private CA, "
+            "a NATS user and permissions per machine), admit this machine, print one join line "
+            "for another machine (valid once, until it lapses), answer joiners, and run this "
+            "machine's gateway; all until interrupted. The deployment lives in --dir (made on "
+            "first use). With --write-service, write a systemd unit instead of running."
+        ),
+    )
+    hub.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name or address other machines reach this one by (repeat; kept for next time)",
+    )
+    hub.add_argument(
+        "--listen", metavar="ADDR:PORT", help="where the server listens (0.0.0.0:4222)"
+    )
+    hub.add_argument(
+        "--dir", metavar="DIR", help="the deployment's directory (default: in the agent dir)"
+    )
+    hub.add_argument("--machine", help="this machine's name, when it has no identity yet")
+    hub.add_argument(
+        "--valid",
+        type=_duration,
+        default=3600,
+        metavar="DURATION",
+        help="how long the printed join line stays good (default 1h; e.g. 30m, 2h)",
+    )
+    hub.add_argument("--no-gateway", action="store_true", help="run no gateway on this machine")
+    hub.add_argument(
+        "--write-service",
+        metavar="FILE",
+        help="write a systemd unit that runs this hub, then exit",
+    )
+    _gateway_options(hub)
+    join = actions.add_parser(
+        "join",
+        help="join a deployment with the line its hub printed, then run this machine's gateway",
+        description=(
+            "Join the deployment whose hub printed this line: check the server is the "
+            "deployment's, make this machine's identity if it has none, be admitted (the line "
+            "works once), keep the credentials, and run this machine's gateway until "
+            "interrupted. Every machine of the deployment trusts this one within seconds, and "
+            "this one trusts them."
+        ),
+    )
+    join.add_argument("servers", metavar="URL[,URL]", help="the servers, as the line gives them")
+    join.add_argument("token", metavar="TOKEN", help="the join token (PIXS1-…)")
+    join.add_argument("--machine", help="this machine's name (default: its host name)")
+    join.add_argument("--no-gateway", action="store_true", help="join only; start no gateway")
+    _gateway_options(join)
+    invite = actions.add_parser(
+        "invite",
+        help="print another join line (on the hub's machine)",
+    )
+    invite.add_argument("--dir", metavar="DIR", help="the deployment's directory")
+    invite.add_argument(
+        "--valid",
+        type=_duration,
+        default=3600,
+        metavar="DURATION",
+        help="how long the join line stays good (default 1h)",
+    )
+    revoke = actions.add_parser(
+        "revoke",
+        help="remove a machine from the deployment, everywhere, now (on the hub's machine)",
+    )
+    revoke.add_argument("machine")
+    revoke.add_argument("--dir", metavar="DIR", help="the deployment's directory")
+    status_remote = actions.add_parser(
+        "status",
+        help="show the gateway, its NATS server, the machines it sees, proxies and recent errors",
+        description=(
+            "Show this agent dir's remote plane: whether its gateway runs (pid, since when, "
+            "ready), the NATS server it is connected to (TLS, JetStream), whether the deployment "
+            "enforces permissions, the bucket, each trusted machine with when it was last heard "
+            "of and how far its clock is from ours, the proxies and the cap, and the gateway's "
+            "recent warnings and errors. Without a gateway it says how to start one and shows "
+            "what is configured. Reads files only: no NATS connection, and no extra needed."
+        ),
+    )
+    status_remote.add_argument("--json", action="store_true", help="print one JSON object")
     show_remote = actions.add_parser("show", help="print this machine's name and public key")
     show_remote.add_argument("--json", action="store_true", help="print one JSON object")
     trust = actions.add_parser("trust", help="allow a machine (its name and public key)")

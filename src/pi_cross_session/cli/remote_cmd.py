@@ -1,12 +1,14 @@
 """``pi-cross-session remote``: this machine's identity and trust, and a deployment's set-up
 (docs/remote.md).
 
-On a machine: ``init`` makes its identity (an Ed25519 key and a NATS user key), ``show`` prints
-its card (the line another machine pastes into ``trust``, and the administrator into ``deploy``),
-``trust``/``untrust`` edit the allow-list, ``inbound`` turns remote delivery here on or off,
-``credentials`` installs the deployment's JWT for this machine. For the deployment's
-administrator: ``deploy`` writes the NATS server's configuration and each machine's JWT,
-``bucket`` creates or repairs the discovery bucket, ``pki`` writes a private CA and certificates.
+On a machine: ``status`` shows the gateway, its server and the machines it sees
+(:mod:`.remote_status`); ``init`` makes its identity (an Ed25519 key and a NATS user key),
+``show`` prints its card (the line another machine pastes into ``trust``, and the administrator
+into ``deploy``), ``trust``/``untrust`` edit the allow-list, ``inbound`` turns remote delivery
+here on or off, ``credentials`` installs the deployment's JWT for this machine. For the
+deployment's administrator: ``deploy`` writes the NATS server's configuration and each
+machine's JWT, ``bucket`` creates or repairs the discovery bucket, ``pki`` writes a private CA and
+certificates.
 """
 
 from __future__ import annotations
@@ -16,10 +18,24 @@ import argparse
 from pi_cross_session.cli import exits
 from pi_cross_session.cli.console import Console
 from pi_cross_session.protocol.io import environment
+from pi_cross_session.protocol.paths import Locations
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """Dispatch the subcommand."""
+    if args.remote_command == "status":  # reads files only: it needs no extra
+        from pi_cross_session.cli import remote_status
+
+        return remote_status.run(args, console)
+    if args.remote_command in ("hub", "join", "invite", "revoke"):
+        from pi_cross_session.cli import remote_hub
+
+        return {
+            "hub": remote_hub.run_hub,
+            "join": remote_hub.run_join,
+            "invite": remote_hub.run_invite,
+            "revoke": remote_hub.run_revoke,
+        }[args.remote_command](args, console)
     from pi_cross_session.plugin.remote import files
     from pi_cross_session.security.remote.identity import parse_public_key
 
@@ -58,18 +74,20 @@ def run(args: argparse.Namespace, console: Console) -> int:
                 f"trusts {trusted}"
             )
         return exits.EXIT_OK
-    if action == "trust":
-        trust = files.load_trust(locations).with_machine(args.machine, parse_public_key(args.key))
+    if action in ("trust", "untrust", "inbound"):
+        trust = files.load_trust(locations)
+        if action == "trust":
+            trust = trust.with_machine(args.machine, parse_public_key(args.key))
+            said = f"trusting {args.machine}"
+        elif action == "untrust":
+            trust = trust.without_machine(args.machine)
+            said = f"no longer trusting {args.machine}"
+        else:
+            trust = trust.with_inbound(args.state == "on")
+            said = f"remote inbound {args.state}"
+        before = _trust_changes(locations)
         files.save_trust(locations, trust)
-        console.result(f"trusting {args.machine}")
-        return exits.EXIT_OK
-    if action == "untrust":
-        files.save_trust(locations, files.load_trust(locations).without_machine(args.machine))
-        console.result(f"no longer trusting {args.machine}")
-        return exits.EXIT_OK
-    if action == "inbound":
-        files.save_trust(locations, files.load_trust(locations).with_inbound(args.state == "on"))
-        console.result(f"remote inbound {args.state} (a running gateway picks it up at restart)")
+        console.result(f"{said}; {_taken(locations, before, console)}")
         return exits.EXIT_OK
     if action == "credentials":
         token = files.install_nats_jwt(locations, _read_text(args.file))
@@ -93,6 +111,39 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return exits.EXIT_OK
     console.problem("pi-cross-session remote: name a subcommand (see --help)")
     return exits.EXIT_LOCAL
+
+
+def _trust_changes(locations: Locations) -> int | None:
+    """How many trust changes the running gateway has taken (``None``: no gateway runs)."""
+    from pi_cross_session.plugin import remote_state
+
+    gateway = remote_state.read_gateway(locations)
+    if gateway.state is not remote_state.GatewayState.RUNNING or gateway.snapshot is None:
+        return None
+    changes = gateway.snapshot.get("trustChanges")
+    return changes if type(changes) is int else 0
+
+
+def _taken(locations: Locations, before: int | None, console: Console) -> str:
+    """Wait (a few seconds at most) until the running gateway took the changed trust file;
+    what to tell the person about when it takes effect."""
+    import time
+
+    from pi_cross_session.protocol.remote.settings import REMOTE_TRUST_TAKEN_WAIT_S
+
+    if before is None:
+        return "no gateway runs here: it takes effect when one starts"
+    console.progress("waiting for the running gateway to take it")
+    started = time.monotonic()
+    while time.monotonic() - started < REMOTE_TRUST_TAKEN_WAIT_S:
+        now = _trust_changes(locations)
+        if now is not None and now > before:
+            return f"the running gateway took it ({time.monotonic() - started:.1f} s)"
+        time.sleep(0.1)
+    return (
+        f"the running gateway has not taken it within {REMOTE_TRUST_TAKEN_WAIT_S:g} s; see "
+        "'pi-cross-session remote status'"
+    )
 
 
 def _read_text(path: str) -> str:

@@ -114,6 +114,10 @@ def exit_code(report: SendReport, follow: FollowResult | None = None) -> int:
         return exits.EXIT_NO_TARGET
     if report.status in _LOCAL_CODES and not report.message_written:
         return exits.EXIT_LOCAL
+    if report.status == Code.UNREACHABLE:
+        # The proxy took it, but this machine's gateway has no NATS connection: nothing left
+        # the machine, and the fault is on this side.
+        return exits.EXIT_LOCAL
     if report.state == SenderState.RECEIPT_UNKNOWN:
         return exits.EXIT_UNKNOWN
     return exits.EXIT_REFUSED
@@ -135,6 +139,7 @@ def _print(
             report.status,
             target=target,
             message_id=report.message_id if report.message_written else None,
+            machine=None if report.target is None else words.remote_machine(report.target),
         )
     )
     if as_json:

@@ -17,7 +17,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from pi_cross_session.protocol.codes import SenderState, is_receipt_unknown
+from pi_cross_session.protocol.codes import REMOTE_NOT_SENT, SenderState, is_receipt_unknown
 from pi_cross_session.protocol.limits import (
     DISPLAY_CWD_CODE_POINTS,
     DISPLAY_DIAGNOSTIC_CODE_POINTS,
@@ -257,8 +257,18 @@ _NEXT: Final[Mapping[str, str]] = {
 }
 
 
-def next_step(code: str, *, target: str | None = None, message_id: str | None = None) -> str | None:
-    """The command-line advice for an ending, or ``None`` when there is nothing useful to add."""
+def next_step(
+    code: str,
+    *,
+    target: str | None = None,
+    message_id: str | None = None,
+    machine: str | None = None,
+) -> str | None:
+    """The command-line advice for an ending, or ``None`` when there is nothing useful to add;
+    ``machine`` is the remote machine of a proxy target (:func:`remote_machine`)."""
+    remote = None if machine is None else remote_next(code, machine)
+    if remote is not None:
+        return remote
     if is_receipt_unknown(code) and message_id is not None:
         where = "TARGET" if target is None else f"'{target}'"
         return (
@@ -352,7 +362,19 @@ def not_delivered(
     code = line(report.status, 64)
     detail = _detail(report, trusted_detail)
     where = _target_of(report)
-    if not report.message_written:
+    machine = remote_machine(report.target)
+    meaning = remote_meaning(report.status, machine)
+    not_sent = report.status in REMOTE_NOT_SENT
+    if meaning is not None:
+        # A remote-plane ending is said of what caused it (this machine, or the other one),
+        # in our words from its code alone, never of the session it was meant for.
+        head = (
+            f"Message not sent to {where or 'the target'} ({code}): {meaning}."
+            if not_sent
+            else f"Message refused by {machine} ({code}): {meaning}; nothing was delivered to "
+            f"{where or 'the target'}."
+        )
+    elif not report.message_written:
         head = f"Message not sent{' to ' + where if where else ''} ({code}): {detail}"
     elif report.state == SenderState.RECEIPT_UNKNOWN:
         head = (
@@ -364,9 +386,74 @@ def not_delivered(
     parts = [head]
     if next_text:
         parts.append(f"Next: {next_text}.")
-    if report.message_written and report.message_id:
+    if report.message_written and report.message_id and not (meaning and not_sent):
         parts.append(f"messageId={report.message_id}")
     return " ".join(parts)
+
+
+def gateway_not_connected(machine: str, problem: str, retry_s: float) -> str:
+    """The gateway could not connect to NATS at start: why (already escaped, with its fix), and
+    when it tries again."""
+    return f"{PROG} gateway {line(machine, 32)}: {problem}; retrying in {retry_s:g} s"
+
+
+def remote_machine(peer: PublicPeer | None) -> str:
+    """The machine a proxy target stands for, by its name (``bob@buildbox``), escaped; "the
+    remote machine" when its name names none."""
+    if peer is None:
+        return "the remote machine"
+    # Imported here: only a remote ending needs the remote plane's names.
+    from pi_cross_session.protocol.remote.envelope import machine_of_name
+
+    machine = machine_of_name(peer.name)
+    return "the remote machine" if machine is None else line(machine, 32)
+
+
+def remote_meaning(code: str, machine: str) -> str | None:
+    """What a remote-plane ending means, at a shell (``None`` for other codes)."""
+    if code == "unreachable":
+        return (
+            "this machine's gateway is not connected to NATS (the server is down or cannot be "
+            "reached from here), so nothing left this machine"
+        )
+    if code == "not_listening":
+        return (
+            f"{machine} has not trusted this machine: no gateway there takes its messages (or, "
+            f"if it does, {machine}'s gateway stopped or lost NATS moments ago)"
+        )
+    if code == "remote_inbound_off":
+        return (
+            f"{machine} does not take messages from other machines: its gateway runs with "
+            "remote inbound off"
+        )
+    if code == "permission_denied":
+        return (
+            f"the NATS deployment does not let this machine send to {machine} (its credentials "
+            "lack that right), so nothing left this machine"
+        )
+    return None
+
+
+def remote_next(code: str, machine: str) -> str | None:
+    """What to do about a remote-plane ending, at a shell (``None`` for other codes)."""
+    if code == "unreachable":
+        return (
+            "check that the NATS server is up and reachable from here; the gateway reconnects "
+            "by itself (its output says when); then send again (nothing was sent)"
+        )
+    if code == "not_listening":
+        return (
+            f"on {machine}, trust this machine: {PROG} remote trust <this machine's card> "
+            f"({PROG} remote show prints the card here), or join both machines to one deployment"
+        )
+    if code == "remote_inbound_off":
+        return f"on {machine}, its user can turn it on: {PROG} remote inbound on"
+    if code == "permission_denied":
+        return (
+            f"the deployment's administrator can grant it: {PROG} remote deploy --machine CARD "
+            "--push URL"
+        )
+    return None
 
 
 def send_json(
@@ -506,3 +593,248 @@ def mcp_invalid_inbound(value: str) -> str:
 def mcp_stopped(error: str | None) -> str:
     """The server's last line on stderr when its inbox failed."""
     return f"{PROG} mcp: {inbox_stopped(error)}"
+
+
+# -- remote status ---------------------------------------------------------------------------------
+
+#: The command that starts a gateway, as a person types it.
+GATEWAY_START: Final = f"{PROG} gateway --nats URL"
+#: Capped sessions named in ``remote status``, at most.
+_CAPPED_NAMED: Final = 5
+
+
+def _clock(ms: object, now_ms: int) -> str:
+    """A wall time: ``14:02:11`` today, ``2026-05-01 14:02`` another day."""
+    if type(ms) is not int:
+        return "?"
+    moment, today = time.localtime(ms / 1000), time.localtime(now_ms / 1000)
+    if moment[:3] == today[:3]:
+        return time.strftime("%H:%M:%S", moment)
+    return time.strftime("%Y-%m-%d %H:%M", moment)
+
+
+def _span(seconds: float) -> str:
+    """``42 s``, ``5 min``, ``3 h``, ``2 d``."""
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
+def _gateway_cell(gateway: Mapping[str, Any], now_ms: int) -> str:
+    state, pid = gateway.get("state"), gateway.get("pid")
+    if state == "running":
+        started = gateway.get("startedAt")
+        since = (
+            f", started {_clock(started, now_ms)}, up {_span((now_ms - started) / 1000)}"
+            if type(started) is int
+            else ""
+        )
+        ready = "ready" if gateway.get("ready") else "not ready yet"
+        return f"running, {ready} (pid {pid}{since})"
+    if state == "stuck":
+        age = gateway.get("statusAgeS")
+        return (
+            f"pid {pid} lives, but its status is {_span(age if isinstance(age, float) else 0)} "
+            "old: it may be stuck (its own output says why; restart it)"
+        )
+    if state == "starting":
+        return (
+            f"starting (pid {pid}), not ready yet: connecting to NATS or waiting for JetStream "
+            "(its own output says which)"
+        )
+    left = gateway.get("leftBehindAt")
+    gone = (
+        f" (the last one ended without cleaning up, at {_clock(left, now_ms)})"
+        if type(left) is int
+        else ""
+    )
+    return f"not running{gone}; start it: {GATEWAY_START} (docs/remote.md)"
+
+
+def _server_cell(server: Mapping[str, Any]) -> str:
+    urls = server.get("urls") or []
+    where = server.get("connectedUrl") or ", ".join(str(url) for url in urls) or "?"
+    jetstream = {
+        "available": "JetStream available",
+        "unavailable": "no JetStream (the server needs it: start nats-server with -js, "
+        "or 'jetstream {}' in its configuration)",
+    }.get(str(server.get("jetstream")), "JetStream not known yet")
+    tls = "TLS on" if server.get("tls") else "TLS off"
+    if server.get("connected"):
+        return f"{line(str(where), 200)}: connected, {tls}, {jetstream}"
+    return f"{line(str(where), 200)}: not connected (reconnecting by itself), {tls}, {jetstream}"
+
+
+_PERMISSIONS: Final[Mapping[str, str]] = {
+    "enforced": "enforced by the deployment (each machine only its own subjects)",
+    "open": "not enforced: any client of this server can read and disturb the traffic "
+    "(docs/remote.md, 'What is not protected')",
+    "unknown": "not known (the server did not answer the probe)",
+}
+
+
+def _credentials_cell(credentials: Mapping[str, Any], now_ms: int) -> str:
+    problem = credentials.get("problem")
+    if problem is not None:
+        return (
+            f"cannot be used: {line(str(problem), DISPLAY_DIAGNOSTIC_CODE_POINTS)}; install them "
+            f"again: {PROG} remote credentials FILE"
+        )
+    if not credentials.get("installed"):
+        return (
+            "none installed: the gateway connects without, which only a server without "
+            f"permissions allows ({PROG} remote credentials FILE)"
+        )
+    parts = [f"installed for {line(str(credentials.get('name')), MAX_NAME_CODE_POINTS)}"]
+    issued = credentials.get("issuedAt")
+    if type(issued) is int:
+        parts.append(f"issued {_clock(issued * 1000, now_ms)}")
+    expires = credentials.get("expiresAt")
+    if type(expires) is int:
+        left = expires - now_ms / 1000
+        parts.append(f"expired {_span(-left)} ago" if left <= 0 else f"expires in {_span(left)}")
+    else:
+        parts.append("no expiry")
+    if credentials.get("forThisMachine") is False:
+        parts.append(f"but for another NATS key than this machine's (see {PROG} remote show)")
+    return ", ".join(parts)
+
+
+def _proxies_cell(proxies: Mapping[str, Any]) -> str:
+    held, cap, share = proxies.get("held"), proxies.get("cap"), proxies.get("share")
+    text = f"{held} of at most {cap} ({share} guaranteed to each machine)"
+    names = [line(str(name), MAX_NAME_CODE_POINTS + 33) for name in proxies["cappedSessions"]]
+    if not names:
+        return text + "; every remote session has one"
+    shown = ", ".join(names[:_CAPPED_NAMED])
+    more = f" and {len(names) - _CAPPED_NAMED} more" if len(names) > _CAPPED_NAMED else ""
+    return f"{text}; {len(names)} without one (the cap): {shown}{more}"
+
+
+def _skew_cell(skew: object) -> str:
+    if type(skew) is not int:
+        return "-"
+    from pi_cross_session.protocol.remote.settings import ENVELOPE_MAX_AGE_S, ENVELOPE_MAX_AHEAD_S
+
+    # Our clock at arrival minus theirs at signing: positive is behind (transit included).
+    way = "behind" if skew >= 0 else "ahead"
+    text = f"{abs(skew) / 1000:.1f} s {way}"
+    if skew < -ENVELOPE_MAX_AHEAD_S * 1000 or skew > ENVELOPE_MAX_AGE_S * 1000:
+        text += " (too far: its messages are refused expired; fix its clock)"
+    return text
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(_width(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return [
+        "  ".join(
+            [cell + " " * (widths[i] - _width(cell)) for i, cell in enumerate(row[:-1])] + [row[-1]]
+        ).rstrip()
+        for row in rows
+    ]
+
+
+def _machines_table(machines: Sequence[Mapping[str, Any]]) -> list[str]:
+    def count(value: object) -> str:
+        return str(value) if type(value) is int else "-"
+
+    rows: list[Sequence[str]] = [("MACHINE", "SESSIONS", "PROXIES", "LAST RECORD", "CLOCK")]
+    for machine in machines:
+        ago = machine.get("lastRecordAgoS")
+        rows.append(
+            (
+                line(str(machine.get("machine")), 32),
+                count(machine.get("sessions")),
+                count(machine.get("proxies")),
+                f"{_span(ago)} ago" if isinstance(ago, int | float) else "never",
+                _skew_cell(machine.get("skewMs")),
+            )
+        )
+    return _table(rows)
+
+
+def remote_status(status: Mapping[str, Any], *, now_ms: int | None = None) -> str:
+    """``remote status`` for people: aligned lines, short words, every string escaped."""
+    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    extra = (
+        []
+        if status.get("extraInstalled")
+        else [
+            (
+                "extra",
+                "not installed: the gateway cannot run here; pip install "
+                "'pi-cross-session[remote]'",
+            )
+        ]
+    )
+    if not status.get("setUp"):
+        head = (
+            "The remote plane is not set up for this agent dir: "
+            f"{PROG} remote init --machine NAME (docs/remote.md)."
+        )
+        return "\n".join([head, *(f"{label}: {text}" for label, text in extra)])
+    rows: list[tuple[str, str]] = [("gateway", _gateway_cell(status["gateway"], now))]
+    server = status.get("server")
+    if isinstance(server, Mapping):
+        rows.append(("server", _server_cell(server)))
+    elif status.get("joinedServers"):
+        joined = ", ".join(line(str(url), 200) for url in status["joinedServers"])
+        rows.append(("server", f"{joined} (joined; nothing connects to it now)"))
+    permissions = status.get("permissions")
+    if permissions is not None:
+        rows.append(("permissions", _PERMISSIONS.get(str(permissions), line(str(permissions)))))
+    bucket = status.get("bucket")
+    if isinstance(bucket, Mapping):
+        state, detail = str(bucket.get("state")), bucket.get("detail")
+        rows.append(("bucket", line(state if not detail else f"{state}: {detail}", 300)))
+    machine = line(str(status.get("machine") or "?"), 32)
+    inbound = status.get("inbound") or "?"
+    rows.append(
+        (
+            "machine",
+            f"{machine} (account {line(str(status.get('account')), 64)}, remote inbound {inbound})",
+        )
+    )
+    card = status.get("card") or status.get("publicKey")
+    if card:
+        rows.append(("card", line(str(card), 400)))
+    rows.append(("credentials", _credentials_cell(status["credentials"], now)))
+    trust = status.get("trustFile") or {}
+    trusted = [line(str(name), 32) for name in status.get("trusted") or []]
+    if trust.get("problem"):
+        rows.append(("trusts", f"the trust file cannot be used: {line(str(trust['problem']))}"))
+    else:
+        rows.append(("trusts", ", ".join(trusted) or f"nobody yet ({PROG} remote trust NAME KEY)"))
+    proxies = status.get("proxies")
+    if isinstance(proxies, Mapping):
+        rows.append(("proxies", _proxies_cell(proxies)))
+    rows.extend(extra)
+    width = max(len(label) for label, _ in rows) + 2
+    lines = [f"{label:<{width}}{text}" for label, text in rows]
+    machines = status.get("machines") or []
+    if machines and isinstance(server, Mapping):
+        lines += ["", *_machines_table(machines)]
+    errors = status.get("recentErrors") or []
+    if errors:
+        title = "recent warnings and errors" + (
+            "" if isinstance(server, Mapping) else " of the gateway that ran last"
+        )
+        lines += ["", f"{title} (newest last):"]
+        for entry in errors:
+            text = line(str(entry.get("text")), DISPLAY_DIAGNOSTIC_CODE_POINTS)
+            lines.append(
+                f"  {_clock(entry.get('at'), now)}  {line(str(entry.get('level')), 8)}  {text}"
+            )
+    return "\n".join(lines)
+
+
+#: ``gateway`` with neither ``--nats`` nor a deployment joined.
+GATEWAY_NO_SERVER = (
+    "pi-cross-session gateway: no NATS server to connect to: join a deployment "
+    "('pi-cross-session remote join' with the line its hub printed) or pass --nats URL"
+)

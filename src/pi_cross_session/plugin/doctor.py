@@ -2,7 +2,9 @@
 
 It judges the agent dir, the peers dir, the runtime dir, the registrations and the sockets with the
 same rules the sessions use (the facts come from :mod:`pi_cross_session.plugin.doctor_survey`),
-probes the sessions it finds, and says for each finding what is wrong, how much it matters and what
+and the remote plane when this agent dir has one (its identity, credentials, trust file and
+gateway, from :mod:`pi_cross_session.plugin.remote_state`, without the remote extra), probes the
+sessions it finds, and says for each finding what is wrong, how much it matters and what
 to do. Three promises:
 
 * **It changes nothing and creates nothing**: no dir, no file, not even for a mistyped agent dir.
@@ -22,13 +24,14 @@ the command line only calls them.
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from enum import StrEnum
 
 import anyio
 
-from pi_cross_session.plugin import cli_identity
+from pi_cross_session.plugin import cli_identity, remote_state
 from pi_cross_session.plugin.doctor_survey import (
     Entry,
     Listener,
@@ -47,6 +50,11 @@ from pi_cross_session.protocol.limits import (
     MAX_LISTED_REGISTRATIONS,
 )
 from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.protocol.remote.settings import (
+    CREDENTIALS_EXPIRY_WARNING_S,
+    ENVELOPE_MAX_AGE_S,
+    ENVELOPE_MAX_AHEAD_S,
+)
 from pi_cross_session.security.io import fs
 
 
@@ -504,6 +512,383 @@ def _socket_finding(socket_entry: SocketEntry, entry: Entry | None) -> Finding |
     )
 
 
+# -- the remote plane ------------------------------------------------------------------------------
+
+#: The gateway's recent warnings and errors shown, at most (the newest).
+_GATEWAY_LOG_SHOWN = 5
+_REMOTE = "remote plane"
+_GATEWAY_START = "start one: pi-cross-session gateway --nats URL (docs/remote.md)"
+
+
+def _when(epoch_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch_s))
+
+
+def _identity_findings(facts: remote_state.RemoteFacts) -> list[Finding]:
+    machine = sanitize.line(facts.machine or "?", 32)
+    findings = []
+    for found in facts.files:
+        path = sanitize.line(found.path)
+        state = found.state
+        if state is remote_state.FileState.PRIVATE:
+            continue
+        if state is remote_state.FileState.MISSING:
+            if found.name == remote_state.NATS_SEED_FILE:
+                findings.append(
+                    Finding(
+                        Severity.WARNING,
+                        "remote identity",
+                        f"{found.name} (this machine's NATS key) is missing: the next remote "
+                        "command makes a new one, which the deployment has not admitted",
+                        "after it is made, give the new card (pi-cross-session remote show) to "
+                        "the deployment's administrator",
+                    )
+                )
+                continue
+            findings.append(
+                Finding(
+                    Severity.ERROR,
+                    "remote identity",
+                    f"{found.name} is missing: the identity is incomplete and the gateway cannot "
+                    "start",
+                    f"make a new identity: pi-cross-session remote init --machine {machine} "
+                    "--replace (then give its card to every machine and deployment that trusts "
+                    "this one)",
+                )
+            )
+        elif state is remote_state.FileState.LOOSE:
+            findings.append(
+                Finding(
+                    Severity.ERROR,
+                    "remote identity",
+                    f"{path}: {sanitize.line(found.detail)}; the gateway refuses it",
+                    f"chmod 600 {path}; others could read it meanwhile: if they are not to be "
+                    "trusted, make a new identity (pi-cross-session remote init --replace)",
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    Severity.ERROR,
+                    "remote identity",
+                    f"{path} cannot be used ({state}): {sanitize.line(found.detail)}; the gateway "
+                    "refuses it",
+                    "it must be a regular file of yours with mode 0600",
+                )
+            )
+    if not findings:
+        findings.append(
+            Finding(
+                Severity.OK,
+                "remote identity",
+                f"machine {machine}; its key files are private (0600, ours)",
+            )
+        )
+    directory = facts.directory
+    if directory.state is fs.DirState.LOOSE_MODE:
+        path = sanitize.line(directory.path)
+        findings.append(
+            Finding(
+                Severity.WARNING,
+                "remote identity",
+                f"{path}: {directory.detail}",
+                f"chmod 700 {path} (a remote command repairs it too)",
+            )
+        )
+    elif directory.state in (fs.DirState.UNUSABLE, fs.DirState.UNREADABLE):
+        findings.append(
+            Finding(
+                Severity.ERROR,
+                "remote identity",
+                f"{sanitize.line(directory.path)}: {sanitize.line(directory.detail)}",
+                sanitize.line(directory.remedy),
+            )
+        )
+    return findings
+
+
+def _credentials_finding(facts: remote_state.RemoteFacts, now_s: float) -> Finding:
+    credentials = facts.credentials
+    install = "pi-cross-session remote credentials FILE (the JWT the deployment wrote for it)"
+    if credentials is None:
+        return Finding(
+            Severity.INFO,
+            "remote credentials",
+            "no NATS credentials installed: the gateway connects without, which only a server "
+            "that enforces no permissions accepts",
+            f"to join a deployment: {install}",
+        )
+    if credentials.problem is not None:
+        return Finding(
+            Severity.ERROR,
+            "remote credentials",
+            f"{remote_state.NATS_JWT_FILE} cannot be used: {sanitize.line(credentials.problem)}",
+            f"install them again: {install}",
+        )
+    issuer = sanitize.line(credentials.issuer or "?", 64)
+    said = f"user {sanitize.line(credentials.name or '?', 64)}, issued by {issuer}"
+    if credentials.issued_at is not None:
+        said += f" on {_when(credentials.issued_at)}"
+    if (
+        credentials.subject is not None
+        and facts.nats_key is not None
+        and credentials.subject != facts.nats_key
+    ):
+        return Finding(
+            Severity.ERROR,
+            "remote credentials",
+            f"{said}, for NATS key {sanitize.line(credentials.subject, 64)}, but this machine's "
+            f"is {facts.nats_key}: the server refuses the connection",
+            "ask the deployment's administrator for a JWT for this machine's card "
+            f"(pi-cross-session remote show), then: {install}",
+        )
+    expires = credentials.expires_at
+    if expires is None:
+        return Finding(Severity.OK, "remote credentials", f"{said}; no expiry")
+    if expires <= now_s:
+        return Finding(
+            Severity.ERROR,
+            "remote credentials",
+            f"{said}; expired on {_when(expires)}: the server refuses this machine",
+            f"ask the deployment's administrator for a new JWT, then: {install}",
+        )
+    if expires - now_s <= CREDENTIALS_EXPIRY_WARNING_S:
+        return Finding(
+            Severity.WARNING,
+            "remote credentials",
+            f"{said}; expires on {_when(expires)}",
+            f"ask the deployment's administrator for a new JWT before then, then: {install}",
+        )
+    return Finding(Severity.OK, "remote credentials", f"{said}; expires on {_when(expires)}")
+
+
+def _trust_finding(facts: remote_state.RemoteFacts) -> Finding:
+    trust = facts.trust
+    path = sanitize.line(trust.path)
+    if trust.state is remote_state.FileState.MISSING:
+        return Finding(
+            Severity.INFO,
+            "remote trust",
+            "no trust file: this machine trusts no other yet, and remote inbound is off",
+            "pi-cross-session remote trust NAME KEY (the other machine's card)",
+        )
+    if trust.state is not remote_state.FileState.PRIVATE or trust.problem is not None:
+        fix = (
+            f"chmod 600 {path}"
+            if trust.state is remote_state.FileState.LOOSE
+            else (
+                "fix or remove it, then trust the machines again: pi-cross-session remote trust "
+                "NAME KEY"
+            )
+        )
+        return Finding(
+            Severity.ERROR,
+            "remote trust",
+            f"{path} cannot be used: {sanitize.line(trust.problem or str(trust.state))}; the "
+            "gateway does not start",
+            fix,
+        )
+    inbound = "on" if trust.inbound else "off"
+    names = ", ".join(sanitize.line(name, 32) for name in trust.machines)
+    account = sanitize.line(trust.account or "?", 64)
+    if not names:
+        return Finding(
+            Severity.INFO,
+            "remote trust",
+            f"account {account}, remote inbound {inbound}; trusts no machine yet",
+            "pi-cross-session remote trust NAME KEY (the other machine's card)",
+        )
+    return Finding(
+        Severity.OK,
+        "remote trust",
+        f"account {account}, remote inbound {inbound}; trusts {names}",
+    )
+
+
+def _gateway_findings(facts: remote_state.RemoteFacts) -> list[Finding]:
+    gateway = facts.gateway
+    state = gateway.state
+    if state is remote_state.GatewayState.STOPPED:
+        left = gateway.snapshot
+        written = None if left is None else left.get("writtenAt")
+        gone = (
+            f"; the last one ended without cleaning up ({_when(written / 1000)})"
+            if type(written) is int
+            else ""
+        )
+        return [
+            Finding(
+                Severity.INFO,
+                "gateway",
+                f"no gateway runs for this agent dir{gone}",
+                _GATEWAY_START,
+            ),
+            *_gateway_log(left),
+        ]
+    if state is remote_state.GatewayState.STARTING:
+        return [
+            Finding(
+                Severity.INFO,
+                "gateway",
+                f"process {gateway.pid} holds the gateway's lock but is not ready yet: it is "
+                "connecting to NATS or waiting for JetStream",
+                "its own output says which; if it stays so, stop it and start it with -v",
+            )
+        ]
+    snapshot = gateway.snapshot or {}
+    if state is remote_state.GatewayState.STUCK:
+        age = gateway.age_s or 0.0
+        return [
+            Finding(
+                Severity.WARNING,
+                "gateway",
+                f"process {gateway.pid} runs, but its status was last written {age:.0f} s ago "
+                "(every few seconds when it works): it may be stuck",
+                "look at its output; restart it",
+            ),
+            *_gateway_log(snapshot),
+        ]
+    findings = [_running_finding(gateway.pid, snapshot)]
+    server = snapshot.get("server")
+    server = server if isinstance(server, dict) else {}
+    if snapshot.get("connected") is not True:
+        findings.append(
+            Finding(
+                Severity.WARNING,
+                "gateway",
+                "not connected to NATS: it reconnects by itself; meanwhile sends to other "
+                "machines are refused unreachable",
+                "check that the server runs and this machine reaches it",
+            )
+        )
+    if server.get("jetstream") == "unavailable":
+        findings.append(
+            Finding(
+                Severity.ERROR,
+                "gateway",
+                "the NATS server has no JetStream: sessions are neither published nor found",
+                "enable JetStream on the server (nats-server -js, or 'jetstream {}' in its "
+                "configuration; remote deploy writes it)",
+            )
+        )
+    if snapshot.get("permissions") == "open":
+        findings.append(
+            Finding(
+                Severity.WARNING,
+                "gateway",
+                "the NATS deployment enforces no per-machine permissions: any client that can "
+                "connect may read every message and disturb the traffic",
+                "set it up with pi-cross-session remote deploy (docs/remote.md, 'Who may do what')",
+            )
+        )
+    bucket = snapshot.get("bucket")
+    if isinstance(bucket, dict) and bucket.get("state") not in ("ok", "created", "repaired"):
+        findings.append(
+            Finding(
+                Severity.WARNING,
+                "gateway",
+                f"the bucket: {sanitize.line(str(bucket.get('state')), 16)}: "
+                f"{sanitize.line(str(bucket.get('detail')))}",
+                "the deployment's administrator can put it back: pi-cross-session remote bucket",
+            )
+        )
+    findings.extend(_skew_findings(snapshot))
+    findings.extend(_gateway_log(snapshot))
+    return findings
+
+
+def _running_finding(pid: int | None, snapshot: dict[str, object]) -> Finding:
+    server = snapshot.get("server")
+    server = server if isinstance(server, dict) else {}
+    where = server.get("connectedUrl") or ", ".join(str(u) for u in server.get("urls") or [])
+    started = snapshot.get("startedAt")
+    since = f", since {_when(started / 1000)}" if type(started) is int else ""
+    tls = "TLS on" if server.get("tls") else "TLS off"
+    jetstream = {"available": "JetStream available"}.get(
+        str(server.get("jetstream")), "JetStream not known yet"
+    )
+    ready = "ready" if snapshot.get("ready") is not False else "not ready yet"
+    return Finding(
+        Severity.OK,
+        "gateway",
+        f"running, {ready} (pid {pid}{since}); server {sanitize.line(str(where or '?'), 200)}, "
+        f"{tls}, {jetstream}",
+    )
+
+
+def _skew_findings(snapshot: dict[str, object]) -> list[Finding]:
+    machines = snapshot.get("machines")
+    findings = []
+    for entry in machines if isinstance(machines, list) else []:
+        skew = entry.get("skewMs") if isinstance(entry, dict) else None
+        if type(skew) is not int:
+            continue
+        if -ENVELOPE_MAX_AHEAD_S * 1000 <= skew <= ENVELOPE_MAX_AGE_S * 1000:
+            continue
+        way = "ahead of" if skew < 0 else "behind"
+        name = sanitize.line(str(entry.get("machine")), 32)
+        findings.append(
+            Finding(
+                Severity.WARNING,
+                "gateway",
+                f"the clock of machine {name} is {abs(skew) / 1000:.1f} s {way} ours: what its "
+                "sessions send is refused expired",
+                f"set the clocks right (NTP) on {name} or here",
+                kind="clock skew",
+            )
+        )
+    return findings
+
+
+def _gateway_log(snapshot: dict[str, object] | None) -> list[Finding]:
+    """The gateway's last warnings and errors, as it kept them (past events: information)."""
+    entries = None if snapshot is None else snapshot.get("recentErrors")
+    if not isinstance(entries, list):
+        return []
+    findings = []
+    for entry in entries[-_GATEWAY_LOG_SHOWN:]:
+        if not isinstance(entry, dict):
+            continue
+        at = entry.get("at")
+        when = _when(at / 1000) if type(at) is int else "?"
+        level = sanitize.line(str(entry.get("level")), 8)
+        findings.append(
+            Finding(
+                Severity.INFO,
+                "gateway log",
+                f"{when} {level}: {sanitize.line(str(entry.get('text')))}",
+            )
+        )
+    return findings
+
+
+def _remote_findings(facts: remote_state.RemoteFacts, now_s: float) -> list[Finding]:
+    """The remote plane of this agent dir: one line when it is not set up."""
+    if not facts.set_up:
+        return [
+            Finding(
+                Severity.OK,
+                _REMOTE,
+                "not set up for this agent dir (nothing to check); to join other machines: "
+                "pi-cross-session remote init --machine NAME (docs/remote.md)",
+            )
+        ]
+    findings = _identity_findings(facts)
+    if not facts.extra:
+        findings.append(
+            Finding(
+                Severity.WARNING,
+                _REMOTE,
+                "the [remote] extra is not installed: the gateway cannot run here",
+                "pip install 'pi-cross-session[remote]'",
+            )
+        )
+    findings.append(_credentials_finding(facts, now_s))
+    findings.append(_trust_finding(facts))
+    findings.extend(_gateway_findings(facts))
+    return findings
+
+
 # -- assembly --------------------------------------------------------------------------------------
 
 
@@ -605,6 +990,9 @@ async def diagnose(
         )
     if found.total == 0 and found.listing_error is None:
         findings.append(Finding(Severity.INFO, "sessions", "no session is registered"))
+    now = time.time()
+    remote = await anyio.to_thread.run_sync(lambda: remote_state.read(where, now_s=now))
+    findings.extend(_remote_findings(remote, now))
     return _bounded(findings)
 
 

@@ -156,6 +156,8 @@ def exchange_failure(exc: ExchangeError, message_id: str, peer: PublicPeer) -> S
     if exc.remote_error is not None:
         detail += f": {_peer_text(exc.remote_error)}"
     short = not exc.message_written and shortage(exc) is not None
+    # A remote-plane ending says what the other machine's user (or this one's) can do about it.
+    remote = render.remote_next(code, render.remote_machine(peer))
     return SendReport(
         ok=False,
         status=code,
@@ -163,7 +165,7 @@ def exchange_failure(exc: ExchangeError, message_id: str, peer: PublicPeer) -> S
         target=peer,
         state=verdict.state,
         retryable=verdict.retryable,
-        next=NEXT_SHORT_OF_RESOURCES if short else verdict.next,
+        next=NEXT_SHORT_OF_RESOURCES if short else remote or verdict.next,
         detail=detail,
         message_written=exc.message_written,
     )

@@ -29,7 +29,7 @@ from pi_cross_session.plugin.reports import (
     SendReport,
 )
 from pi_cross_session.protocol import sanitize
-from pi_cross_session.protocol.codes import Code, SenderState
+from pi_cross_session.protocol.codes import REMOTE_NOT_SENT, Code, SenderState
 from pi_cross_session.protocol.limits import (
     DISPLAY_DIAGNOSTIC_CODE_POINTS,
     DISPLAY_SESSION_ID_CODE_POINTS,
@@ -47,6 +47,7 @@ from pi_cross_session.protocol.registration import (
     display_line,
     display_name,
 )
+from pi_cross_session.protocol.remote.envelope import machine_of_name
 from pi_cross_session.security.admission import Delivery, ResumeOutcome, Row, Snapshot
 from pi_cross_session.security.auth import RefusalCause
 from pi_cross_session.security.goals import GoalEnd, GoalStatus, RevokeReason
@@ -354,9 +355,16 @@ def send_result(report: SendReport) -> str:
         if report.delivery is not None:
             text += f" Then: {delivery_text(report.delivery)}."
         return f"{text} messageId={_message_id(report.message_id)}"
-    parts = [f"Message not confirmed to {where}: {_word(report.status)}"]
-    if report.detail:
-        parts.append(_diagnostic(report.detail))
+    explained = remote_refusal(report.status, remote_machine(report.target))
+    if explained is not None:
+        # The remote plane's endings in our own words, by their code alone: the proxy's text
+        # would only say the same less precisely.
+        head = "not sent to" if report.status in REMOTE_NOT_SENT else "refused for"
+        parts = [f"Message {head} {where}: {_word(report.status)}", explained]
+    else:
+        parts = [f"Message not confirmed to {where}: {_word(report.status)}"]
+        if report.detail:
+            parts.append(_diagnostic(report.detail))
     if report.state == SenderState.RECEIPT_UNKNOWN:
         if report.message_written:
             parts.append("it may or may not have been admitted")
@@ -367,6 +375,135 @@ def send_result(report: SendReport) -> str:
     if report.message_id:
         parts.append(f"messageId={_message_id(report.message_id)}")
     return "; ".join(parts)
+
+
+# -- the remote plane: what a send to another machine ended as --------------------------------
+
+
+def remote_machine(peer: PublicPeer | None) -> str:
+    """The machine a proxy stands for, by its name (``bob@buildbox``), as shown; "the remote
+    machine" when its name names none."""
+    machine = None if peer is None else machine_of_name(peer.name)
+    return "the remote machine" if machine is None else sanitize.line(machine, 32)
+
+
+def remote_refusal(code: str, machine: str) -> str | None:
+    """What a remote-plane ending means, for a model and a person (``None`` for other codes);
+    ``machine`` as :func:`remote_machine` shows it."""
+    if code == Code.UNREACHABLE:
+        return (
+            "this machine's gateway is not connected to NATS right now (the server is down or "
+            "cannot be reached from here), so nothing left this machine"
+        )
+    if code == Code.NOT_LISTENING:
+        return (
+            f"{machine} has not trusted this machine: no gateway there takes its messages (or, "
+            f"if it does trust it, {machine}'s gateway stopped or lost NATS moments ago); nothing "
+            "was delivered"
+        )
+    if code == Code.REMOTE_INBOUND_OFF:
+        return (
+            f"{machine} does not take messages from other machines: its gateway runs with remote "
+            "inbound off (whatever its sessions accept); nothing was delivered"
+        )
+    if code == Code.PERMISSION_DENIED:
+        return (
+            f"the NATS deployment does not let this machine send to {machine} (its credentials "
+            "lack that right), so nothing left this machine"
+        )
+    return None
+
+
+def remote_next(code: str, machine: str) -> str | None:
+    """What can be done about a remote-plane ending (``None`` for other codes)."""
+    if code == Code.UNREACHABLE:
+        return (
+            "the gateway reconnects by itself (its output says when); send again once it is "
+            "back: nothing was sent, so nothing can arrive twice"
+        )
+    if code == Code.NOT_LISTENING:
+        return (
+            f"on {machine}, its user trusts this machine with: pi-cross-session remote trust "
+            "<this machine's card> (pi-cross-session remote show prints it here), or both "
+            "machines join one deployment; do not resend before that"
+        )
+    if code == Code.REMOTE_INBOUND_OFF:
+        return (
+            f"{machine}'s user can turn it on there with: pi-cross-session remote inbound on; "
+            "do not resend before that"
+        )
+    if code == Code.PERMISSION_DENIED:
+        return (
+            "the deployment's administrator can grant it (pi-cross-session remote deploy "
+            "--machine CARD --push URL)"
+        )
+    return None
+
+
+#: A line about the NATS connection, per problem (:class:`~.remote.link.NatsProblem`'s values):
+#: what is wrong, then the fix. ``{where}`` is the server's URL(s), ``{detail}`` the client's
+#: own words for it.
+NATS_PROBLEMS: Final[Mapping[str, str]] = {
+    "unreachable": (
+        "cannot reach NATS at {where} ({detail}): check the URL, and that the server runs and "
+        "lets this machine connect"
+    ),
+    "tls": (
+        "TLS to NATS at {where} refused ({detail}): the server's certificate is not signed by a "
+        "CA this gateway trusts; give the deployment's CA with --tls-ca FILE ('remote deploy' "
+        "writes it as pki/ca.pem), and the client certificate with --tls-cert/--tls-key if the "
+        "server asks for one"
+    ),
+    "not_tls": (
+        "TLS to NATS at {where} refused: the server does not use TLS, though this gateway was "
+        "told to (--tls-ca or a tls:// URL), so nothing was sent in the clear; turn TLS on in "
+        "the server's configuration (as 'remote deploy' writes it), or point the gateway at the "
+        "right server"
+    ),
+    "auth": (
+        "NATS at {where} refused this machine's credentials ({detail}): they are missing, "
+        "revoked or expired; install this machine's JWT from the deployment with: "
+        "pi-cross-session remote credentials FILE (its administrator makes it with "
+        "'pi-cross-session remote deploy --machine CARD')"
+    ),
+    "other": "NATS at {where} refused the connection ({detail})",
+}
+
+
+def nats_problem(problem: str, where: str, detail: str) -> str:
+    """One line about a NATS connection that failed: what, and the fix (no retry schedule)."""
+    template = NATS_PROBLEMS.get(problem, NATS_PROBLEMS["other"])
+    return template.format(where=sanitize.line(where), detail=_diagnostic(detail))
+
+
+def no_jetstream(where: str, every_s: float) -> str:
+    """The NATS server has no JetStream for this account: what to add, and when we look again."""
+    return (
+        f"no JetStream on the NATS server at {sanitize.line(where)}: the bucket that lists "
+        "each machine's sessions needs it, so no machine sees this one's sessions; add "
+        "'jetstream {}' to the server's configuration (or start it with -js), or set the server "
+        f"up with 'pi-cross-session remote deploy'; checking again every {every_s:g} s"
+    )
+
+
+def nats_denied(what: str, subject: str) -> str:
+    """NATS refused this machine a publish or subscription: which, and who can change it."""
+    return (
+        f"NATS refused this machine a {what} {sanitize.line(subject)}: its credentials do not "
+        "allow it (a deployment made before this version, or a machine admitted with fewer "
+        "rights); the deployment's administrator can admit it again with: pi-cross-session "
+        "remote deploy --machine CARD --push URL"
+    )
+
+
+def clock_skew(machine: str, skew_ms: int, what: str) -> str:
+    """``what`` from ``machine`` was refused for its time: by how much, and the fix."""
+    way = "behind" if skew_ms > 0 else "ahead of"
+    return (
+        f"{what} from {sanitize.line(machine, 32)} refused for its time: its clock is about "
+        f"{abs(skew_ms) / 1000:.0f} s {way} this machine's (more than the 5 s ahead or 30 s "
+        "behind a message may be); keep both clocks in sync (NTP)"
+    )
 
 
 def _message_id(message_id: str | None) -> str:
@@ -1158,6 +1295,7 @@ __all__ = [
     "NAME_COMMAND_DESCRIPTION",
     "NAME_SOURCES",
     "NAME_USAGE",
+    "NATS_PROBLEMS",
     "NEXT_SHORT_OF_RESOURCES",
     "NO_MESSAGES",
     "NO_PEERS",
@@ -1188,6 +1326,7 @@ __all__ = [
     "capped_hint",
     "capped_line",
     "channel_meta",
+    "clock_skew",
     "command_failed",
     "delivery_text",
     "fenced_text",
@@ -1221,7 +1360,10 @@ __all__ = [
     "name_changed",
     "name_current",
     "name_line",
+    "nats_denied",
+    "nats_problem",
     "new_fence_nonce",
+    "no_jetstream",
     "peer_check_data",
     "peer_check_lines",
     "peer_lines",
@@ -1230,6 +1372,9 @@ __all__ = [
     "pressure_line",
     "pulled_messages",
     "registration_lost",
+    "remote_machine",
+    "remote_next",
+    "remote_refusal",
     "resume_text",
     "runtime_ids",
     "send_details",

@@ -79,9 +79,17 @@ class Code(StrEnum):
     INVALID_RESPONSE = "invalid_response"
     INVALID_RECEIPT = "invalid_receipt"
     GOAL_REVOKED = "goal_revoked"
-    #: A proxy of the remote plane (docs/remote.md) could not hand the frame to the remote
-    #: machine at all (no NATS connection, nobody serving that machine): certainly not delivered.
+    #: A proxy of the remote plane (docs/remote.md) could not hand the frame to NATS at all: this
+    #: machine's gateway has no connection to the NATS server. Certainly not delivered, and a
+    #: fault on this side, not the receiver's.
     UNREACHABLE = "unreachable"
+    #: A proxy handed the frame to NATS and no gateway of the remote machine takes requests from
+    #: this machine (NATS's "no responders"): that machine has not trusted this one, or its
+    #: gateway stopped or lost NATS within a record's lifetime. Certainly not delivered.
+    NOT_LISTENING = "not_listening"
+    #: The remote machine's gateway refused the frame because it runs with remote inbound off:
+    #: the machine takes no messages from other machines, whatever its sessions accept.
+    REMOTE_INBOUND_OFF = "remote_inbound_off"
     #: A proxy's NATS server refused this machine the subject of the remote machine (its
     #: credentials do not allow it): certainly not delivered.
     PERMISSION_DENIED = "permission_denied"
@@ -144,6 +152,10 @@ STATUS_ANSWERS: Final = ROW_STATES | {Code.UNKNOWN, Code.DELIVERED}
 
 #: Every word of the vocabulary: our codes, and the errno names an endpoint check produces.
 VOCABULARY: Final = frozenset(Code) | frozenset(errno.errorcode.values())
+
+#: Remote-plane endings after which the message certainly never reached the other machine:
+#: the proxy says so, and people are told "not sent" rather than "refused by" the session.
+REMOTE_NOT_SENT: Final = frozenset({Code.UNREACHABLE, Code.NOT_LISTENING, Code.PERMISSION_DENIED})
 
 #: Refusals a receiver may put on the wire in reply to a message or status frame.
 RECEIVER_REFUSALS: Final = frozenset(
@@ -270,7 +282,15 @@ REFUSAL_TEXTS: Final[dict[str, str]] = {
     Code.GOAL_NOT_AUTHORIZED: "This sender is not a member of that goal",
     Code.NO_HANDLER: "No handler claimed this bridge envelope",
     Code.INJECTION_FAILED: "The session could not take the message into its conversation",
-    Code.UNREACHABLE: "The remote machine could not be reached; the message was not sent",
+    Code.UNREACHABLE: "This machine's gateway is not connected to NATS; the message was not sent",
+    Code.NOT_LISTENING: (
+        "No gateway of the remote machine takes messages from this machine: it has not trusted "
+        "this machine, or its gateway stopped; the message was not sent"
+    ),
+    Code.REMOTE_INBOUND_OFF: (
+        "The remote machine takes no messages from other machines (its gateway runs with remote "
+        "inbound off); nothing was delivered"
+    ),
     Code.PERMISSION_DENIED: (
         "The NATS deployment does not let this machine send to that machine; the message was not "
         "sent"

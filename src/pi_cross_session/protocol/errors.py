@@ -35,10 +35,16 @@ control flow that never leaves its module) are left out.
     ├── CredentialsError                  security.remote.nats_jwt: an NKey or JWT that is unusable
     ├── RemoteSetupError                  plugin.remote.files: the remote plane is not set up
     ├── DeploymentError                   plugin.remote.deployment: a deployment dir or card is bad
-    ├── UnreachableError                  plugin.remote.link: never handed to NATS (not sent)
+    │   └── AdmissionRefusedError         plugin.remote.deployment: the hub admits not (code: why)
+    ├── JoinError                         protocol.remote.join: a join line, ask or answer is bad
+    ├── JoinFailedError                   plugin.remote.joining: this machine did not join, and why
+    ├── UnreachableError                  plugin.remote.link: not sent: no NATS connection, …
+    │   ├── NoRespondersError             plugin.remote.link: NATS found nobody for it (not sent)
+    │   └── ConnectError                  plugin.remote.link: connecting failed, and why
     ├── PermissionDeniedError             plugin.remote.link: NATS refused us the subject (not sent)
     ├── HopTimeoutError                   plugin.remote.link: no reply in time (outcome unknown)
     ├── BucketError                       plugin.remote.link: the bucket is missing or refused us
+    │   └── NoJetStreamError              plugin.remote.link: the server runs without JetStream
     └── RefusedError                      plugin.remote.link: the servers refused an admin request
 
 "The peer broke the protocol" (:class:`FrameError`, :class:`FrameValidationError`) and "we broke it"

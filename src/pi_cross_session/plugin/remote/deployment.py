@@ -24,6 +24,8 @@ own seed and the JWT this writes from its public key.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,11 +34,13 @@ from typing import Any, Final
 from pi_cross_session.plugin.remote.natsd import TlsFiles, server_config
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.remote.envelope import is_machine_name
+from pi_cross_session.protocol.remote.join import JoinAsk, proof_bytes
 from pi_cross_session.security.io import fs
 from pi_cross_session.security.remote import nats_jwt
-from pi_cross_session.security.remote.identity import MachineKeyError, parse_public_key
+from pi_cross_session.security.remote.identity import MachineKeyError, PublicKey, parse_public_key
 from pi_cross_session.security.remote.nats_jwt import NKey, Role
-from pi_cross_session.security.remote.permissions import machine_permissions
+from pi_cross_session.security.remote.permissions import join_permissions, machine_permissions
+from pi_cross_session.security.remote.roster import Roster
 
 DEPLOYMENT_FILE: Final = "deployment.json"
 AUTH_FILE: Final = "auth.conf"
@@ -61,6 +65,14 @@ class DeploymentError(CrossSessionError):
     """A deployment directory or machine card that cannot be used."""
 
     code = "bad_deployment"
+
+
+class AdmissionRefusedError(DeploymentError):
+    """A machine the hub does not admit: ``code`` says why (it travels back to the joiner)."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +127,12 @@ class Deployment:
     #: Where the server listens, and the names or addresses machines reach it by.
     listen: str = DEFAULT_LISTEN
     hosts: list[str] = field(default_factory=list)
+    #: Open invitations: each one's public key (a scoped signing key of the account) and the
+    #: time (epoch s) it lapses. Its seed is printed once, in the join line, and kept nowhere.
+    invitations: dict[str, int] = field(default_factory=dict)
+    #: The ``seq`` of the roster as of the last save: every save makes a newer one (epoch ms, or
+    #: one more than the last when the clock went back), so gateways take it over the older.
+    roster_seq: int = 0
 
     # -- loading and saving ----------------------------------------------------------------------
 
@@ -162,16 +180,29 @@ class Deployment:
             self.listen = listen
         if isinstance(hosts, list) and all(isinstance(h, str) for h in hosts):
             self.hosts = list(hosts)
+        invitations = body.get("invitations", {})
+        if not isinstance(invitations, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) for k, v in invitations.items()
+        ):
+            raise DeploymentError(f"{DEPLOYMENT_FILE}: an invitation is not a key and a time")
+        self.invitations = dict(invitations)
+        roster_seq = body.get("rosterSeq", 0)
+        if not isinstance(roster_seq, int) or roster_seq < 0:
+            raise DeploymentError(f"{DEPLOYMENT_FILE}: rosterSeq is not a count")
+        self.roster_seq = roster_seq
 
     def save(self, *, now: int) -> None:
         """Write every file from the current state (``now``: epoch seconds, the JWTs' time)."""
         directory = str(self.directory)
+        self.roster_seq = max(self.roster_seq + 1, now * 1000)
         body = {
             "version": 1,
             "account": self.account.public_key,
             "machines": {name: card.to_json() for name, card in sorted(self.machines.items())},
             "revoked": dict(sorted(self.revoked.items())),
             "server": {"listen": self.listen, "hosts": self.hosts},
+            "invitations": dict(sorted(self.invitations.items())),
+            "rosterSeq": self.roster_seq,
         }
         fs.write_private_file(directory, DEPLOYMENT_FILE, _json(body))
         fs.write_private_file(directory, AUTH_FILE, self.auth_config(now=now).encode())
@@ -217,6 +248,76 @@ class Deployment:
         self.revoked[card.nats_key] = now
         return card
 
+    # -- joining by invitation -------------------------------------------------------------------
+
+    def invite(self, *, now: int, valid_s: int) -> NKey:
+        """A new invitation, valid ``valid_s`` seconds from ``now``: its seed goes into one join
+        line (:class:`~pi_cross_session.protocol.remote.join.JoinLine`); the account lists its
+        public key as a scoped signing key once saved and pushed."""
+        self.drop_lapsed(now=now)
+        key = NKey.generate(Role.ACCOUNT)
+        self.invitations[key.public_key] = now + valid_s
+        return key
+
+    def drop_lapsed(self, *, now: int) -> list[str]:
+        """Forget the invitations whose time is up; their keys."""
+        lapsed = [key for key, until in self.invitations.items() if until <= now]
+        for key in lapsed:
+            del self.invitations[key]
+        return lapsed
+
+    def admit_by_invitation(self, ask: JoinAsk, *, now: int) -> MachineCard:
+        """Admit the machine of ``ask`` when its invitation is open and its proof holds; the
+        invitation is used up (a second ask with it is refused). :class:`AdmissionRefusedError`
+        says why not."""
+        until = self.invitations.get(ask.invitation)
+        if until is None or until <= now:
+            raise AdmissionRefusedError(
+                "invitation_unknown",
+                "this join line was used already, has lapsed or is not this hub's: print a new "
+                "one on the hub ('pi-cross-session remote invite')",
+            )
+        try:
+            proof = base64.b64decode(ask.proof, validate=True)
+            invitation = PublicKey(nats_jwt.public_key_bytes(ask.invitation))
+        except (binascii.Error, ValueError, nats_jwt.CredentialsError, MachineKeyError):
+            proof, invitation = b"", None
+        if invitation is None or not invitation.verifies(proof, proof_bytes(ask.card)):
+            raise AdmissionRefusedError(
+                "bad_proof", "the join token does not prove this invitation"
+            )
+        try:
+            card = MachineCard.parse(ask.card)
+        except DeploymentError as exc:
+            raise AdmissionRefusedError("bad_card", str(exc)) from None
+        if card.identity_key is None:
+            raise AdmissionRefusedError("bad_card", f"the card of {card.name} has no identity key")
+        earlier = self.machines.get(card.name)
+        if earlier is not None and earlier != card:
+            raise AdmissionRefusedError(
+                "name_taken",
+                f"another machine is already {card.name} in this deployment: choose another "
+                "name, or on the hub revoke it first "
+                f"('pi-cross-session remote revoke {card.name}')",
+            )
+        self.admit(card, now=now)
+        del self.invitations[ask.invitation]
+        return card
+
+    def roster(self, *, seq: int) -> Roster:
+        """The machines this deployment vouches for (those admitted with an identity key)."""
+        machines = {
+            name: parse_public_key(card.identity_key)
+            for name, card in self.machines.items()
+            if card.identity_key is not None
+        }
+        return Roster(self.account.public_key, ACCOUNT_NAME, seq, machines)
+
+    def sealed_roster(self, *, seq: int) -> bytes:
+        """The roster as it travels: the account key's signature, then the roster."""
+        data = self.roster(seq=seq).to_bytes()
+        return self.account.sign(data) + data
+
     # -- what the files hold ---------------------------------------------------------------------
 
     def account_jwt(self, *, now: int) -> str:
@@ -227,6 +328,7 @@ class Deployment:
             issued_at=now,
             jetstream=True,
             revocations=self.revoked,
+            scoped_signers={key: join_permissions() for key in self.invitations},
         )
 
     def machine_jwt(self, name: str, *, now: int) -> bytes:

@@ -6,6 +6,9 @@
   signs what a NATS server hands it to sign (the connection's nonce);
 * ``nats-user.jwt`` — its user JWT from the deployment (``remote credentials``), when there is one;
 * ``trust.json`` — the account, remote inbound on/off and the allow-list, 0600;
+* ``joined.json`` — the deployment this machine joined (``remote join``): its servers, its account
+  key (which signs the roster) and the account name; ``ca.pem`` — the deployment's CA, as the
+  join line's digest vouched for it; ``roster.bin`` — the newest verified roster, as signed;
 * ``gateway.lock`` — held (``flock``) by the one gateway of this agent dir;
 * ``remote-peers.json`` — the gateway's snapshot of verified remote sessions (``peers --remote``).
 
@@ -41,6 +44,9 @@ KEY_FILE: Final = "machine.key"
 NATS_SEED_FILE: Final = "nats-user.nk"
 NATS_JWT_FILE: Final = "nats-user.jwt"
 TRUST_FILE: Final = "trust.json"
+JOINED_FILE: Final = "joined.json"
+CA_FILE: Final = "ca.pem"
+ROSTER_FILE: Final = "roster.bin"
 LOCK_FILE: Final = "gateway.lock"
 
 
@@ -192,6 +198,73 @@ def load_trust(locations: Locations) -> TrustConfig:
 def save_trust(locations: Locations, trust: TrustConfig) -> None:
     """Write the trust file (0600)."""
     fs.write_private_file(_ensure_dirs(locations), TRUST_FILE, trust.to_bytes())
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """The deployment this machine joined: where its servers are, and whose roster to follow."""
+
+    servers: tuple[str, ...]
+    deployment: str
+    account: str
+
+    def to_bytes(self) -> bytes:
+        body = {
+            "version": 1,
+            "servers": list(self.servers),
+            "deployment": self.deployment,
+            "account": self.account,
+        }
+        return (json.dumps(body, indent=2) + "\n").encode()
+
+
+def save_joined(locations: Locations, joined: Joined, ca_pem: bytes) -> None:
+    """Keep what ``remote join`` learnt (blocking): the deployment and its CA."""
+    directory = _ensure_dirs(locations)
+    fs.write_private_file(directory, CA_FILE, ca_pem)
+    fs.write_private_file(directory, JOINED_FILE, joined.to_bytes())
+
+
+def load_joined(locations: Locations) -> Joined | None:
+    """The deployment this machine joined, or ``None`` when it joined none (blocking)."""
+    try:
+        body: Any = json.loads(_read(locations, JOINED_FILE))
+    except fs.FileOperationError as exc:
+        if exc.code == "ENOENT":
+            return None
+        raise
+    except ValueError:
+        raise RemoteSetupError(f"{JOINED_FILE} is not JSON") from None
+    servers = body.get("servers") if isinstance(body, dict) else None
+    deployment, account = (body.get(k) for k in ("deployment", "account"))
+    if (
+        not isinstance(servers, list)
+        or not all(isinstance(url, str) for url in servers)
+        or not isinstance(deployment, str)
+        or not isinstance(account, str)
+    ):
+        raise RemoteSetupError(f"{JOINED_FILE} lacks the servers, deployment or account")
+    return Joined(tuple(servers), deployment, account)
+
+
+def ca_path(locations: Locations) -> str:
+    """Where ``remote join`` keeps the deployment's CA."""
+    return node_join(remote_dir(locations), CA_FILE)
+
+
+def save_roster(locations: Locations, sealed: bytes) -> None:
+    """Keep the newest verified roster, as signed (blocking)."""
+    fs.write_private_file(_ensure_dirs(locations), ROSTER_FILE, sealed)
+
+
+def load_roster(locations: Locations, max_bytes: int) -> bytes | None:
+    """The roster kept here, as signed (the caller verifies it), or ``None`` (blocking)."""
+    try:
+        return _read(locations, ROSTER_FILE, max_bytes)
+    except fs.FileOperationError as exc:
+        if exc.code == "ENOENT":
+            return None
+        raise
 
 
 class GatewayLock:

@@ -24,24 +24,30 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 import anyio
 import anyio.abc
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
+from pi_cross_session.plugin import render
 from pi_cross_session.plugin.remote import files, identities
 from pi_cross_session.plugin.remote.link import (
     HopTimeoutError,
     Link,
+    NoRespondersError,
     PermissionDeniedError,
     UnreachableError,
 )
 from pi_cross_session.plugin.remote.mirror import Mirror
+from pi_cross_session.plugin.remote.problems import RecentProblems
 from pi_cross_session.plugin.remote.proxy import ProxySocket
 from pi_cross_session.plugin.remote.publish import Publisher
+from pi_cross_session.plugin.remote.said import SaidOnce
+from pi_cross_session.plugin.remote.trust_watch import TrustWatch
 from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE, DELIVERY_RECEIPTS
 from pi_cross_session.protocol.codes import (
     OK_RECEIPTS,
@@ -108,7 +114,13 @@ from pi_cross_session.security.remote.senders import (
     SessionDoors,
     derive_instance_id,
 )
-from pi_cross_session.security.remote.trust import Rejected, TrustConfig, Verified, Verifier
+from pi_cross_session.security.remote.trust import (
+    Cause,
+    Rejected,
+    TrustConfig,
+    Verified,
+    Verifier,
+)
 from pi_cross_session.security.tokens import new_token
 
 logger = logging.getLogger(__name__)
@@ -145,6 +157,11 @@ class GatewayOptions:
     session_wait_s: float = REMOTE_SESSION_WAIT_S
     snapshot_every_s: float = REMOTE_SNAPSHOT_EVERY_S
     write_snapshot: bool = True
+    #: Follow the trust file and the deployment's roster while running (the command line does;
+    #: ``trust`` is then what they say at start) so trust changes take effect within seconds.
+    watch: TrustWatch | None = None
+    #: The command line fixed remote inbound (``--inbound``): the trust file's setting is ignored.
+    inbound_fixed: bool = False
 
 
 @dataclass(slots=True)
@@ -249,9 +266,16 @@ class Gateway:
             on_bucket_error=self._mirror.bucket_failed,
         )
         self._group: anyio.abc.TaskGroup | None = None
+        self._requests: dict[str, Subscription] = {}
+        #: Told (one line for people) whenever what this gateway trusts changes while it runs.
+        self.on_trust_changed: Callable[[str], None] = logger.info
+        self.trust_changes = 0
         self._dirty = True
         self.stats = GatewayStatistics()
         self.ready = anyio.Event()
+        #: The last warnings and errors of the remote plane, for the status snapshot.
+        self.problems = RecentProblems()
+        self._said = SaidOnce()
 
     # -- running -----------------------------------------------------------------------------------
 
@@ -259,20 +283,20 @@ class Gateway:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Serve until cancelled; on the way out withdraw everything this gateway published."""
+        self.problems.attach()
         try:
             async with anyio.create_task_group() as group:
                 self._group = group
                 await self._check_permissions()
                 for origin in self._mirror.origins:
-                    await self._link.serve(
-                        env.request_subject(self.options.machine, origin),
-                        partial(self._on_request, origin),
-                    )
+                    await self._serve_requests(origin)
                 if not self.permissions_enforced:
                     await self._link.serve(
                         env.earlier_request_subject(self.options.machine), self._on_earlier
                     )
                 await self._mirror.start(group)
+                if self.options.watch is not None:
+                    await self.options.watch.start(self._link, group)
                 self._link.on_reconnect = self._after_reconnect
                 await self._publisher.scan_once()
                 group.start_soon(self._publish_loop)
@@ -284,6 +308,51 @@ class Gateway:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._cleanup()
+
+    async def _serve_requests(self, origin: str) -> None:
+        self._requests[origin] = await self._link.serve(
+            env.request_subject(self.options.machine, origin), partial(self._on_request, origin)
+        )
+
+    async def apply_trust(self, trust: TrustConfig) -> None:
+        """Trust ``trust`` from now on: follow the machines it adds (their requests and
+        records), forget those it removes (their proxies close), take its inbound setting."""
+        before = set(self._mirror.origins)
+        self._verifier.trust = trust
+        after = set(self._mirror.origins)
+        for origin in sorted(after - before):
+            await self._serve_requests(origin)
+            await self._mirror.follow(origin)
+        for origin in sorted(before - after):
+            subscription = self._requests.pop(origin, None)
+            if subscription is not None:
+                with anyio.move_on_after(2):
+                    try:
+                        await subscription.unsubscribe()
+                    except Exception as exc:  # the connection is gone, and the subscription
+                        logger.info("unsubscribing from %s: %s", origin, exc)
+            for key in await self._mirror.unfollow(origin):
+                self._capped.discard(key)
+                await self._reconcile(key)
+        self._shares = ProxyShares(cap=self.options.max_proxies, machines=len(after))
+        inbound = self.options.inbound if self.options.inbound_fixed else trust.inbound
+        changed_inbound = inbound != self.options.inbound
+        if changed_inbound:
+            self.options = replace(self.options, inbound=inbound)
+        self.trust_changes += 1
+        self._dirty = True
+        added, removed = sorted(after - before), sorted(before - after)
+        words = [f"now trusting {', '.join(sorted(after)) or 'nobody'}"]
+        if added:
+            words.append(f"added {', '.join(added)}")
+        if removed:
+            words.append(f"removed {', '.join(removed)}")
+        if changed_inbound:
+            words.append(f"remote inbound {'on' if inbound else 'off'}")
+        heading = "trust changed" if added or removed or changed_inbound else "trust unchanged"
+        self.on_trust_changed(f"{heading}: " + "; ".join(words))
+        if self._group is not None and (added or self._capped):
+            self._group.start_soon(self._fill_free_slots)
 
     async def _check_permissions(self) -> None:
         self.permissions_enforced = await self._link.permissions_enforced()
@@ -317,6 +386,12 @@ class Gateway:
             self._group.start_soon(self._mirror.read_current)
 
     async def _cleanup(self) -> None:
+        try:
+            await self._withdraw()
+        finally:
+            self.problems.detach()
+
+    async def _withdraw(self) -> None:
         with anyio.move_on_after(2):
             await self._publisher.withdraw_all()
         for local_id in list(self._proxies):
@@ -529,11 +604,12 @@ class Gateway:
         sender = caller.sender
         assert sender is not None  # the proxy forwards authenticated requests only
         if proxy is None:
+            # Closed while the sender connected: its remote session went (or lost its slot).
             return Response.build(
                 request_id=request.request_id,
                 ok=False,
-                status=Code.UNREACHABLE,
-                error=refusal_text(Code.UNREACHABLE),
+                status=Code.NOT_FOUND,
+                error=refusal_text(Code.NOT_FOUND),
                 capabilities=CARRIED_CAPABILITIES,
             )
         if isinstance(request, Message) and request.goal_id is not None:
@@ -581,6 +657,13 @@ class Gateway:
                 self.options.hop_deadline_s,
                 partial(self._read_reply, nonce=nonce, machine=proxy.machine),
             )
+        except NoRespondersError:
+            # NATS took it and nobody serves that machine's subject from us, while its records
+            # are fresh (the proxy exists): it has not trusted this machine, or its gateway
+            # stopped or lost NATS within a TTL. Which of the two, nothing here can tell.
+            self.stats.count(self.stats.forwarded, Code.NOT_LISTENING)
+            self._not_listening(proxy.machine)
+            return self._refuse(proxy, request, Code.NOT_LISTENING)
         except UnreachableError as exc:
             too_large = "max_payload" in str(exc)
             code = Code.MESSAGE_TOO_LARGE if too_large else Code.UNREACHABLE
@@ -617,12 +700,29 @@ class Gateway:
         )
         if not isinstance(verdict, Verified):
             self.stats.count(self.stats.forwarded, "bad_reply")
+            self._maybe_skewed(verdict, machine, "a reply")
             return None
+        self._said.clear(machine)
         try:
             body = verdict.envelope.read_body()
         except EnvelopeError:
             return None
         return body if isinstance(body, ReplyBody) else None
+
+    def _not_listening(self, machine: str) -> None:
+        # Said here too: the person who sees the gateway's output may not be the sender.
+        if self._said.first("not_listening", machine):
+            meaning = render.remote_refusal(Code.NOT_LISTENING, machine)
+            fix = render.remote_next(Code.NOT_LISTENING, machine)
+            logger.warning("a send to %s was not delivered: %s; %s", machine, meaning, fix)
+
+    def _maybe_skewed(self, verdict: Verified | Rejected, machine: str, what: str) -> None:
+        """Say once per machine that its envelopes are refused for their time (clock skew)."""
+        if not isinstance(verdict, Rejected) or verdict.cause is not Cause.CLOCK:
+            return
+        if verdict.envelope is not None and self._said.first("clock", machine):
+            skew_ms = self._wall_ms() - verdict.envelope.at
+            logger.warning("%s", render.clock_skew(machine, skew_ms, what))
 
     # -- inbound: requests from other machines -------------------------------------------------
 
@@ -644,12 +744,14 @@ class Gateway:
             signed = screened.verify()
         verdict = self._verifier.judge(signed, self._wall_ms(), origin=origin, kinds=kinds)
         if isinstance(verdict, Rejected):
+            self._maybe_skewed(verdict, origin, "a message")
             if verdict.answer is not None and verdict.envelope is not None:
                 await self._answer(msg, verdict.envelope, Outcome.REFUSED, verdict.answer)
             return
         envelope = verdict.envelope
         if not self.options.inbound:
-            await self._answer(msg, envelope, Outcome.REFUSED, Code.REFUSED)
+            # The machine refuses, not the session: said so, so that nobody blames the session.
+            await self._answer(msg, envelope, Outcome.REFUSED, Code.REMOTE_INBOUND_OFF)
             return
         refused = self._flow.start(envelope.origin, anyio.current_time())
         if refused is not None:
@@ -866,8 +968,12 @@ class Gateway:
             "machine": self.options.machine,
             "pid": self._pid,
             "writtenAt": self._wall_ms(),
+            "startedAt": self.started_at_ms,
+            "ready": self.ready.is_set(),
             "inbound": "on" if self.options.inbound else "off",
+            "account": self.options.trust.account,
             "connected": self._link.connected,
+            "server": self._link.status(),
             "permissions": {None: "unknown", True: "enforced", False: "open"}[
                 self.permissions_enforced
             ],
@@ -875,9 +981,14 @@ class Gateway:
             "records": records,
             "skewMs": dict(self._mirror.skew_ms),
             "published": self._publisher.stats.published,
+            "machines": self._machines(),
             "proxies": len(self._proxies),
             "maxProxies": self.options.max_proxies,
             "proxyShare": self._shares.share,
+            "capped": len(self._capped),
+            "recentErrors": self.problems.to_json(),
+            "trustChanges": self.trust_changes,
+            "rosterSeq": None if self.options.watch is None else self.options.watch.roster_seq,
             "senders": len(self._senders),
             "forwarded": dict(self.stats.forwarded),
             "delivered": dict(self.stats.delivered),
@@ -891,13 +1002,39 @@ class Gateway:
             "droppedByClient": self._link.dropped,
         }
 
+    def _machines(self) -> list[dict[str, Any]]:
+        """Each trusted machine: its sessions seen, their proxies here and those left without
+        one, when it was last heard of and how far its clock is from ours."""
+        sessions: dict[str, int] = {}
+        for (machine, _), _record in self._book.items():
+            sessions[machine] = sessions.get(machine, 0) + 1
+        capped: dict[str, int] = {}
+        for machine, _ in self._capped:
+            capped[machine] = capped.get(machine, 0) + 1
+        held = self._held_per_machine()
+        return [
+            {
+                "machine": machine,
+                "sessions": sessions.get(machine, 0),
+                "proxies": held.get(machine, 0),
+                "capped": capped.get(machine, 0),
+                "lastRecordAt": self._mirror.last_record_at.get(machine),
+                "skewMs": self._mirror.skew_ms.get(machine),
+            }
+            for machine in self._mirror.origins
+        ]
+
     async def _snapshot_loop(self) -> None:
         written = -REMOTE_SNAPSHOT_REFRESH_S
+        problems = -1
         while True:
-            # At once after a change; at least every REMOTE_SNAPSHOT_REFRESH_S anyway, so that a
-            # reader sees the counters move and can tell a live gateway's snapshot from a stale one.
-            if self._dirty or anyio.current_time() - written >= REMOTE_SNAPSHOT_REFRESH_S:
+            # At once after a change (a new warning too); at least every REMOTE_SNAPSHOT_REFRESH_S
+            # anyway, so that a reader sees the counters move and can tell a live gateway's
+            # snapshot from a stale one.
+            changed = self._dirty or self.problems.seen != problems
+            if changed or anyio.current_time() - written >= REMOTE_SNAPSHOT_REFRESH_S:
                 self._dirty = False
+                problems = self.problems.seen
                 written = anyio.current_time()
                 try:
                     await anyio.to_thread.run_sync(

@@ -2,8 +2,10 @@
 
 The only module that talks to the NATS client; everything above it sees our exceptions:
 
-* :class:`UnreachableError` — the payload certainly did not leave (no connection, nobody serving
-  the subject, too large for the server);
+* :class:`UnreachableError` — the payload certainly did not leave this machine (no connection,
+  too large for the server); :class:`NoRespondersError`, one of them, when NATS took it and found
+  nobody serving the subject; :class:`ConnectError`, one of them, when connecting failed, with
+  the cause (:class:`NatsProblem`) a person is told;
 * :class:`PermissionDeniedError` — the server refused this machine the publish (its credentials do
   not allow that subject): certainly not delivered, and said as such, not as a timeout;
 * :class:`HopTimeoutError` — it may have left; no acceptable reply came in time;
@@ -18,20 +20,25 @@ junk cannot turn a receipt into an unknown.
 **Permission denials** reach the client only through its error callback, naming the subject; a
 request or put waiting on that subject ends at once with :class:`PermissionDeniedError`.
 
-Reconnects are the client's: it tries for as long as the gateway runs. A request while the
+Reconnects are the client's: it tries for as long as the gateway runs, and what stops it from
+coming back (the server unreachable, TLS or credentials refused) is said at the default
+verbosity when it changes and again every :data:`NATS_PROBLEM_REMINDER_S`. A request while the
 connection is down is refused at once (:class:`UnreachableError`) instead of being buffered for
 a later flush, so that "not sent" is true when we say it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
+import socket
 import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -41,15 +48,19 @@ from nats.aio.client import Client, RawCredentials
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from pi_cross_session.plugin import render
 from pi_cross_session.plugin.remote.bucket import BucketSpec
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.remote import envelope as env
 from pi_cross_session.protocol.remote.settings import (
     BUCKET_OPERATION_TIMEOUT_S,
     JETSTREAM_READY_S,
+    JETSTREAM_RETRY_S,
     MAX_API_ANSWER_BYTES,
     NATS_CONNECT_TIMEOUT_S,
+    NATS_PROBLEM_REMINDER_S,
     NATS_RECONNECT_WAIT_S,
+    NATS_START_FAILURES_PER_SERVER,
     REMOTE_PENDING_BYTES_PER_ORIGIN,
     REPLY_CANDIDATES,
 )
@@ -80,6 +91,99 @@ class UnreachableError(CrossSessionError):
     code = "unreachable"
 
 
+class NoRespondersError(UnreachableError):
+    """NATS took the request and found nobody serving its subject: no gateway of that machine
+    takes requests from this one. Certainly not delivered."""
+
+
+class NatsProblem(StrEnum):
+    """Why a connection to NATS failed, as a person is told it (:data:`render.NATS_PROBLEMS`)."""
+
+    #: No answer, connection refused, an unknown host name: the server is not there for us.
+    UNREACHABLE = "unreachable"
+    #: The TLS handshake failed: the server's certificate is not trusted, or ours was refused.
+    TLS = "tls"
+    #: TLS was asked for and the server does not use it.
+    NOT_TLS = "not_tls"
+    #: The server refused the credentials: missing, revoked or expired.
+    AUTH = "auth"
+    OTHER = "other"
+
+
+#: When several attempts failed differently, the most telling cause is the one said: a reset
+#: that follows an authorization violation is no network fault.
+_PROBLEM_RANK: Final = (
+    NatsProblem.UNREACHABLE,
+    NatsProblem.OTHER,
+    NatsProblem.TLS,
+    NatsProblem.NOT_TLS,
+    NatsProblem.AUTH,
+)
+
+
+def nats_problem(exc: BaseException) -> tuple[NatsProblem, str]:
+    """The cause of a failed connection attempt, and the client's own words for it."""
+    text = str(exc)
+    lowered = text.lower()
+    if isinstance(exc, nats.errors.AuthorizationError) or (
+        isinstance(exc, nats.errors.Error)
+        and ("authorization violation" in lowered or "authentication" in lowered)
+    ):
+        return NatsProblem.AUTH, text.removeprefix("nats: ").strip("'").lower() or "refused"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        # Set by the ssl module when it raises; not when someone else made the error.
+        verified = getattr(exc, "verify_message", None)
+        return NatsProblem.TLS, str(verified or "certificate verify failed")
+    if isinstance(exc, ssl.SSLError) or "tls handshake" in lowered:
+        return NatsProblem.TLS, str(getattr(exc, "reason", None) or text or "handshake failed")
+    if isinstance(exc, ConnectionRefusedError):
+        return NatsProblem.UNREACHABLE, "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return NatsProblem.UNREACHABLE, "the host name is not known"
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError | nats.errors.TimeoutError):
+        return NatsProblem.UNREACHABLE, "no answer in time"
+    if isinstance(exc, OSError) and exc.strerror:
+        return NatsProblem.UNREACHABLE, exc.strerror.lower()
+    if isinstance(exc, OSError | nats.errors.NoServersError | nats.errors.UnexpectedEOF):
+        return NatsProblem.UNREACHABLE, text or type(exc).__name__
+    return NatsProblem.OTHER, text or type(exc).__name__
+
+
+class ConnectError(UnreachableError):
+    """Connecting to NATS failed; ``problem`` says why, the message says it to a person with the
+    fix (not how long until the next try: the caller decides that)."""
+
+    def __init__(self, problem: NatsProblem, where: str, detail: str) -> None:
+        super().__init__(render.nats_problem(problem.value, where, detail))
+        self.problem = problem
+        self.where = where
+        self.detail = detail
+
+
+class _Attempt:
+    """The failures one first connection attempt met (the client reports them only through its
+    error callback), and whether there were enough to tell why."""
+
+    def __init__(self, enough: int) -> None:
+        self.failures: list[tuple[NatsProblem, str]] = []
+        self.enough = enough
+        self.told = anyio.Event()
+
+    def add(self, exc: BaseException) -> None:
+        self.failures.append(nats_problem(exc))
+        if len(self.failures) >= self.enough:
+            self.told.set()
+
+    def failure(self, where: str, last: BaseException | None = None) -> ConnectError:
+        seen = list(self.failures)
+        if last is not None and not seen:
+            seen.append(nats_problem(last))
+        if not seen:
+            seen.append((NatsProblem.UNREACHABLE, "no answer in time"))
+        problem, detail = max(reversed(seen), key=lambda found: _PROBLEM_RANK.index(found[0]))
+        return ConnectError(problem, where, detail)
+
+
 class PermissionDeniedError(CrossSessionError):
     """The NATS server refused this machine the subject: certainly not delivered."""
 
@@ -100,6 +204,10 @@ class BucketError(CrossSessionError):
     def __init__(self, message: str, *, missing: bool = False) -> None:
         super().__init__(message)
         self.missing = missing
+
+
+class NoJetStreamError(BucketError):
+    """Nobody answers the JetStream API: the server (or this account) runs without JetStream."""
 
 
 class RefusedError(CrossSessionError):
@@ -136,9 +244,12 @@ class Record:
     operation: str | None = None
 
 
+def _wants_tls(config: LinkConfig) -> bool:
+    return config.tls_ca is not None or any(s.startswith("tls://") for s in config.servers)
+
+
 def _tls_context(config: LinkConfig) -> ssl.SSLContext | None:
-    wants_tls = config.tls_ca is not None or any(s.startswith("tls://") for s in config.servers)
-    if not wants_tls:
+    if not _wants_tls(config):
         return None
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=config.tls_ca)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -197,10 +308,50 @@ class Link:
         self.dropped = 0
         #: Called after every reconnect (the mirror reads the bucket again then).
         self.on_reconnect: Callable[[], Awaitable[None]] | None = None
+        #: Whether the JetStream API answered this account (``None``: not asked yet); for the
+        #: status, set by every JetStream request.
+        self.jetstream: bool | None = None
+        #: The first connection attempt under way (its failures are the caller's to say).
+        self._attempt: _Attempt | None = None
+        #: While the connection is lost: since when, what was last said of it, and when.
+        self._down_since: float | None = None
+        self._down_said: tuple[NatsProblem, str] | None = None
+        self._down_said_at = 0.0
+        self._closing_task: asyncio.Task[None] | None = None
+        self._said_not_ready = False
 
     @property
     def connected(self) -> bool:
         return self._nc is not None and self._nc.is_connected
+
+    @property
+    def where(self) -> str:
+        """The servers, as they may be shown (without credentials)."""
+        return ", ".join(_without_credentials(server) for server in self._config.servers)
+
+    def status(self) -> dict[str, Any]:
+        """The connection for ``remote status``: the servers configured (without credentials),
+        the one connected to, TLS, JetStream, reconnects."""
+        nc = self._nc
+        # The server's INFO says whether it requires TLS (the client then upgrades even a
+        # nats:// URL) and whether JetStream runs on it; an answer of the API says more.
+        info: Any = getattr(nc, "_server_info", None) if nc is not None else None
+        info = info if isinstance(info, dict) else {}
+        url = nc.connected_url if nc is not None else None
+        jetstream = self.jetstream
+        if jetstream is None and isinstance(info.get("jetstream"), bool):
+            jetstream = info["jetstream"]
+        return {
+            "urls": [_without_credentials(server) for server in self._config.servers],
+            "connectedUrl": None
+            if url is None
+            else f"{url.scheme}://{url.hostname}" + (f":{url.port}" if url.port else ""),
+            "connected": self.connected,
+            "tls": bool(info.get("tls_required")) or _wants_tls(self._config),
+            "jetstream": {None: "unknown", True: "available", False: "unavailable"}[jetstream],
+            "disconnects": self.disconnects,
+            "reconnects": self.reconnects,
+        }
 
     @property
     def bucket_spec(self) -> BucketSpec:
@@ -240,20 +391,36 @@ class Link:
             options["user"] = self._config.user
             options["password"] = self._config.password
         # The client would try the first connection for ever (it reconnects without end), so
-        # the first one is bounded here; reconnects later are unbounded, as they should be.
+        # the first one is bounded here, in time and in failures (enough of them to tell why);
+        # reconnects later are unbounded, as they should be. Trying again is the caller's call.
         client = Client()
-        where = ", ".join(self._config.servers)
+        servers = len(self._config.servers)
+        attempt = _Attempt(max(1, servers) * NATS_START_FAILURES_PER_SERVER)
+        self._attempt = attempt
         try:
-            with anyio.fail_after(NATS_CONNECT_TIMEOUT_S * max(2, len(self._config.servers))):
-                await client.connect(**options)
+            try:
+                with anyio.fail_after(NATS_CONNECT_TIMEOUT_S * max(2, servers)):
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(_cancel_when, attempt.told, group.cancel_scope)
+                        await client.connect(**options)
+                        group.cancel_scope.cancel()
+            finally:
+                self._attempt = None
+            if not client.is_connected:
+                raise attempt.failure(self.where)
+            if _wants_tls(self._config) and not _uses_tls(client):
+                # The client goes on in the clear when the server does not ask for TLS, whatever
+                # it was told: refuse rather than send credentials and messages unprotected.
+                raise ConnectError(NatsProblem.NOT_TLS, self.where, "")
         except Exception as exc:
             with anyio.CancelScope(shield=True):
                 try:
                     await client.close()
                 except Exception as close_exc:  # closing is best effort
                     logger.info("closing the failed NATS client: %s", close_exc)
-            detail = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
-            raise UnreachableError(f"cannot connect to NATS at {where}: {detail}") from None
+            if isinstance(exc, ConnectError):
+                raise
+            raise attempt.failure(self.where, exc) from None
         self._nc = client
         await client.subscribe(f"{self._inbox}.r.*", cb=self._on_reply)
 
@@ -262,32 +429,91 @@ class Link:
         if isinstance(exc, nats.errors.SlowConsumerError):
             self.dropped += 1
             return
+        if self._attempt is not None:
+            self._attempt.add(exc)
+            return
         at = text.lower().find(_PERMISSIONS)
         if at < 0:
-            logger.info("NATS: %s", text)
+            if self._down_since is not None and not self._closing:
+                self._still_down(exc)
+            else:
+                logger.info("NATS: %s", text)
             return
         # nats: permissions violation for publish to "<subject>" / for subscription to "<…>"
         what = text[at + len(_PERMISSIONS) :]
         subject = what.split('"')[1].lower() if what.count('"') >= 2 else ""
         if what.startswith("subscription"):
             self._denied_subscriptions.add(subject)
-            logger.warning("NATS refused this machine a subscription: %s", subject)
+            logger.warning("%s", render.nats_denied("subscription to", subject))
             return
         for waiting in self._waiting.values():
             if waiting.subject == subject:
                 waiting.deny()
         if subject != env.OPEN_PROBE_SUBJECT.lower():  # refused on purpose: the probe
-            logger.warning("NATS refused this machine a publish to %s", subject)
+            logger.warning("%s", render.nats_denied("publish to", subject))
+
+    def jetstream_not_ready(self, why: object, deadline: float) -> None:
+        """JetStream did not answer as ready (a cluster electing its leader), and is asked
+        again until ``deadline``: said at the default verbosity the first time, with how long
+        it is waited for; after that only with ``-v``."""
+        if self._said_not_ready:
+            logger.info("JetStream not ready (%s); trying again", why)
+            return
+        self._said_not_ready = True
+        logger.warning(
+            "JetStream at %s not ready (%s); trying again every %g s for up to %.0f s",
+            self.where,
+            why,
+            JETSTREAM_RETRY_S,
+            max(0.0, deadline - anyio.current_time()),
+        )
+
+    def _still_down(self, exc: BaseException) -> None:
+        """A reconnect attempt failed: say why when the cause changes, and again now and then,
+        never at every attempt (the client makes one every ``NATS_RECONNECT_WAIT_S``)."""
+        said = nats_problem(exc)
+        now = anyio.current_time()
+        changed = self._down_said is None or said[0] != self._down_said[0]
+        if not changed and now - self._down_said_at < NATS_PROBLEM_REMINDER_S:
+            return
+        self._down_said, self._down_said_at = said, now
+        down_for = now - (self._down_since or now)
+        logger.warning(
+            "%s; reconnecting every %g s (down for %.0f s)",
+            render.nats_problem(said[0].value, self.where, said[1]),
+            NATS_RECONNECT_WAIT_S,
+            down_for,
+        )
 
     async def _on_disconnect(self) -> None:
         if self._closing:
             return
         self.disconnects += 1
-        logger.warning("NATS connection lost; reconnecting")
+        self._down_since = anyio.current_time()
+        self._down_said = None
+        logger.warning(
+            "NATS connection lost; reconnecting to %s every %g s (sends to other machines are "
+            "refused as not sent meanwhile)",
+            self.where,
+            NATS_RECONNECT_WAIT_S,
+        )
 
     async def _on_reconnect(self) -> None:
         self.reconnects += 1
-        logger.warning("NATS connection back")
+        down_for = anyio.current_time() - (self._down_since or anyio.current_time())
+        self._down_since = self._down_said = None
+        nc = self._nc
+        if nc is not None and _wants_tls(self._config) and not _uses_tls(nc):
+            # The server (or whoever answered in its place) no longer asks for TLS: close rather
+            # than go on in the clear; the gateway runs on without NATS until restarted.
+            logger.error(
+                "%s; this gateway closed its NATS connection (restart it once the server uses "
+                "TLS again)",
+                render.nats_problem(NatsProblem.NOT_TLS.value, self.where, ""),
+            )
+            self._closing_task = asyncio.get_running_loop().create_task(self.close())
+            return
+        logger.warning("NATS connection back (%s, after %.0f s)", self.where, down_for)
         if self.on_reconnect is not None:
             await self.on_reconnect()
 
@@ -337,7 +563,7 @@ class Link:
                 while True:
                     msg = await waiting.next(f"this machine may not publish to {subject}")
                     if _status(msg) == "503":
-                        raise UnreachableError("no gateway serves that machine")
+                        raise NoRespondersError("no gateway serves that machine")
                     accepted = accept(bytes(msg.data))
                     if accepted is not None:
                         return accepted
@@ -408,12 +634,21 @@ class Link:
                 return None
             return value if isinstance(value, dict) else None
 
+        # Only the JetStream API tells whether JetStream serves this account: a put with no
+        # stream behind its subject finds nobody either, JetStream or not.
+        api = subject.startswith("$JS.API.")
         try:
-            return await self.request(subject, body, BUCKET_OPERATION_TIMEOUT_S, parse)
+            answer = await self.request(subject, body, BUCKET_OPERATION_TIMEOUT_S, parse)
         except UnreachableError as exc:
-            if "no gateway" in str(exc):
+            if isinstance(exc, NoRespondersError):
+                if api:
+                    self.jetstream = False
+                    raise NoJetStreamError("JetStream is not enabled on this NATS server") from None
                 raise BucketError("JetStream is not enabled on this NATS server") from None
             raise
+        if api:
+            self.jetstream = True
+        return answer
 
     async def push_account(self, account_jwt: str) -> None:
         """Hand a changed account JWT to the servers (a system-account connection): every server
@@ -463,8 +698,8 @@ class Link:
             # A cluster that has just started elects its JetStream leader within seconds.
             if error.get("code") != 503 or anyio.current_time() >= deadline:
                 raise BucketError(f"cannot {action.lower()} the bucket: {error.get('description')}")
-            logger.info("JetStream not ready (%s); trying again", error.get("description"))
-            await anyio.sleep(0.5)
+            self.jetstream_not_ready(error.get("description"), deadline)
+            await anyio.sleep(JETSTREAM_RETRY_S)
 
     async def read_records(self, subjects: str, limit: int, max_bytes: int) -> list[Record]:
         """The current record of every key under ``subjects`` (at most ``limit`` of them and
@@ -489,6 +724,27 @@ class Link:
             raise BucketError("the bucket did not answer a read in time") from None
         finally:
             self._waiting.pop(waiting.token, None)
+
+
+async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+def _uses_tls(client: Client) -> bool:
+    """Whether the client's connection runs over TLS: it upgrades only when the server's INFO
+    asks for TLS, so that is what tells."""
+    info: Any = getattr(client, "_server_info", None)
+    return isinstance(info, dict) and bool(info.get("tls_required"))
+
+
+def _without_credentials(server: str) -> str:
+    """A server URL as it may be shown: ``user:password@`` left out."""
+    scheme, sep, rest = server.partition("://")
+    if not sep:
+        scheme, rest = "", server
+    host = rest.rpartition("@")[2]
+    return f"{scheme}{sep}{host}"
 
 
 def _status(msg: Msg) -> str | None:

@@ -14,9 +14,11 @@ by its signature over the bytes as they arrived, and only then parsed
 :class:`~pi_cross_session.security.remote.records.RecordBook` keeps the newest by sequence. A
 delete or purge marker nobody signed removes nothing: the gateway reads that key again instead.
 
-The bucket itself is checked at start and whenever an operation on it fails: missing, or with a
-configuration that lost a protection, it is created or put back where this machine may, and
-reported either way (one log line at the default verbosity, and the status snapshot).
+The bucket itself is checked at start, whenever an operation on it fails, and on a schedule while
+it is not as it must be: missing, or with a configuration that lost a protection, it is created or
+put back where this machine may, and reported either way (one log line at the default verbosity,
+saying when it is checked again, and the status snapshot). A server without JetStream is said to
+be one at once, with what to add.
 """
 
 from __future__ import annotations
@@ -25,21 +27,25 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 import anyio
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
+from pi_cross_session.plugin import render
 from pi_cross_session.plugin.remote import bucket
 from pi_cross_session.plugin.remote.link import (
     BucketError,
     HopTimeoutError,
     Link,
     LinkConfig,
+    NoJetStreamError,
     PermissionDeniedError,
     Record,
     UnreachableError,
 )
+from pi_cross_session.plugin.remote.said import SaidOnce
 from pi_cross_session.protocol.remote import envelope as env
 from pi_cross_session.protocol.remote.envelope import (
     RECORD_KINDS,
@@ -50,15 +56,21 @@ from pi_cross_session.protocol.remote.envelope import (
 from pi_cross_session.protocol.remote.settings import (
     BUCKET_CHECK_EVERY_S,
     JETSTREAM_READY_S,
+    JETSTREAM_RETRY_S,
     REMOTE_READ_BYTES_PER_MACHINE,
     REMOTE_RECORDS_PER_MACHINE,
 )
 from pi_cross_session.security.remote.records import Key, Offer, RecordBook
-from pi_cross_session.security.remote.trust import Verified, Verifier
+from pi_cross_session.security.remote.trust import Cause, Rejected, Verified, Verifier
 
 logger = logging.getLogger(__name__)
 
 _CHANGES = frozenset({Offer.NEW, Offer.UPDATED, Offer.REMOVED})
+
+#: The bucket's state when this server has no JetStream for us.
+NO_JETSTREAM: Final = "no-jetstream"
+#: States of the bucket that are checked again on a schedule until they clear.
+RECHECKED: Final = frozenset({NO_JETSTREAM, "missing", "altered", "unknown"})
 
 
 @dataclass(slots=True)
@@ -94,11 +106,16 @@ class Mirror:
         self._wall_ms = wall_ms
         self._changed = changed
         self.skew_ms: dict[str, int] = {}
+        #: The newest ``at`` (the origin's clock, ms) of each machine's verified records and
+        #: tombstones: when it was last heard of.
+        self.last_record_at: dict[str, int] = {}
         self.health = BucketHealth()
         self._checking = anyio.Lock()
         self._last_check = -BUCKET_CHECK_EVERY_S
         self._earlier: set[str] = set()
+        self._said = SaidOnce()
         self._group: anyio.abc.TaskGroup | None = None
+        self._following: dict[str, Subscription] = {}
         #: Unsigned delete or purge markers seen (each answered by a fresh read of its key).
         self.unsigned_deletes = 0
         #: Signed records or tombstones refused as older than what was seen for their session.
@@ -110,20 +127,49 @@ class Mirror:
 
     async def start(self, group: anyio.abc.TaskGroup) -> None:
         """Check the bucket, follow every trusted machine's records, then read the current ones
-        (in that order, so nothing put meanwhile is missed)."""
+        (in that order, so nothing put meanwhile is missed); while the bucket is not as it must
+        be, check it again every ``BUCKET_CHECK_EVERY_S``."""
         self._group = group
         await self.check_bucket(force=True)
+        group.start_soon(self._recheck_loop)
         for origin in self.origins:
-            await self._link.serve(env.records_of(origin), partial(self._on_message, origin))
+            await self._subscribe(origin)
         await self.read_current()
+
+    async def _subscribe(self, origin: str) -> None:
+        self._following[origin] = await self._link.serve(
+            env.records_of(origin), partial(self._on_message, origin)
+        )
+
+    async def follow(self, origin: str) -> None:
+        """Follow a machine trusted since the start: its records as they come, then the
+        current ones."""
+        if origin in self._following:
+            return
+        await self._subscribe(origin)
+        try:
+            await self._read(origin, env.records_of(origin), REMOTE_RECORDS_PER_MACHINE)
+        except (BucketError, UnreachableError, PermissionDeniedError) as exc:
+            logger.info("reading the records of %s: %s", origin, exc)
+
+    async def unfollow(self, origin: str) -> list[Key]:
+        """Stop following a machine no longer trusted; the sessions of it that were live."""
+        subscription = self._following.pop(origin, None)
+        if subscription is not None:
+            try:
+                await subscription.unsubscribe()
+            except Exception as exc:  # a closed connection has no subscription left anyway
+                logger.info("unsubscribing from %s: %s", origin, exc)
+        self.skew_ms.pop(origin, None)
+        return self.book.forget(origin)
 
     # -- records -----------------------------------------------------------------------------------
 
     async def _on_message(self, origin: str, msg: Msg) -> None:
         operation = msg.headers.get("KV-Operation") if msg.headers else None
-        await self._take(origin, Record(msg.subject, msg.data, operation))
+        await self._take(origin, Record(msg.subject, msg.data, operation), live=True)
 
-    async def _take(self, origin: str, record: Record) -> None:
+    async def _take(self, origin: str, record: Record, *, live: bool = False) -> None:
         key = env.parse_record_subject(record.subject)
         if key is None or key[0] != origin:
             return
@@ -138,7 +184,10 @@ class Mirror:
             record.data, self._wall_ms(), origin=origin, kinds=RECORD_KINDS
         )
         if not isinstance(verdict, Verified):
+            if live:
+                self._maybe_skewed(origin, verdict)
             return
+        self._said.clear(origin)
         try:
             body = verdict.envelope.read_body()
         except EnvelopeError:
@@ -152,8 +201,13 @@ class Mirror:
             return
         if not isinstance(body, PeerRecord | Tombstone) or body.instance_id != key[1]:
             return
-        self.skew_ms[origin] = self._wall_ms() - verdict.envelope.at
-        offer = self.book.offer(origin, verdict.envelope.at, body, anyio.current_time())
+        at = verdict.envelope.at
+        if live:
+            # Only a record that arrived as it was put measures the clocks: one read from the
+            # bucket may have waited there up to a TTL.
+            self.skew_ms[origin] = self._wall_ms() - at
+        self.last_record_at[origin] = max(at, self.last_record_at.get(origin, at))
+        offer = self.book.offer(origin, at, body, anyio.current_time())
         if offer is Offer.STALE:
             self.stale_records += 1
         if offer in _CHANGES:
@@ -206,14 +260,39 @@ class Mirror:
             self._last_check = now
             self._report(*await ensure_bucket(self._link))
 
+    async def _recheck_loop(self) -> None:
+        # A bucket nobody could put right (no JetStream, missing where this machine may not
+        # create it) is looked at again on a schedule, not only when an operation fails: a
+        # gateway with no session to publish would otherwise never notice it came back.
+        while True:
+            await anyio.sleep(BUCKET_CHECK_EVERY_S)
+            if self.health.state not in RECHECKED:
+                continue
+            await self.check_bucket()
+            if self.health.state not in RECHECKED:
+                await self.read_current()
+
     def _report(self, state: str, detail: str) -> None:
         changed = (state, detail) != (self.health.state, self.health.detail)
         self.health.state, self.health.detail = state, detail
         self.health.checks += 1
         if changed and state != "ok":
-            logger.warning("remote discovery: %s", detail)
+            again = (
+                f"; checking again every {BUCKET_CHECK_EVERY_S:g} s"
+                if state in RECHECKED and state != NO_JETSTREAM
+                else ""
+            )
+            logger.warning("remote discovery: %s%s", detail, again)
         elif changed and self.health.checks > 1:
             logger.warning("remote discovery: the bucket is as it should be again")
+
+    def _maybe_skewed(self, origin: str, verdict: object) -> None:
+        """A record that arrived as it was put, refused for its time: the clocks disagree."""
+        if not isinstance(verdict, Rejected) or verdict.cause is not Cause.CLOCK:
+            return
+        if verdict.envelope is not None and self._said.first("clock", origin):
+            skew_ms = self._wall_ms() - verdict.envelope.at
+            logger.warning("%s", render.clock_skew(origin, skew_ms, "a session record"))
 
 
 async def ensure_bucket_with(config: LinkConfig) -> tuple[str, str]:
@@ -230,7 +309,8 @@ async def ensure_bucket_with(config: LinkConfig) -> tuple[str, str]:
 async def ensure_bucket(link: Link) -> tuple[str, str]:
     """Check the bucket; create or repair it where ``link``'s user may. Returns the state (one
     word: ``ok``, ``created``, ``repaired``, ``missing``, ``altered``, ``unverified`` or
-    ``unknown``) and, unless ``ok``, a sentence saying what was found and done."""
+    ``unknown``, ``no-jetstream``) and, unless ``ok``, a sentence saying what was found and
+    done."""
     deadline = anyio.current_time() + JETSTREAM_READY_S
     while True:
         try:
@@ -238,12 +318,16 @@ async def ensure_bucket(link: Link) -> tuple[str, str]:
             break
         except PermissionDeniedError:
             return "unverified", "this machine may not read the bucket's configuration"
+        except NoJetStreamError:
+            # Nobody serves the JetStream API: a server without it, which waiting cannot mend
+            # (one that is starting answers, even if only to say it is not ready).
+            return NO_JETSTREAM, render.no_jetstream(link.where, BUCKET_CHECK_EVERY_S)
         except (BucketError, UnreachableError, HopTimeoutError) as exc:
             # A cluster that has just started answers nothing until it elected its leader.
             if anyio.current_time() >= deadline:
                 return "unknown", f"the bucket could not be checked: {exc}"
-            logger.info("JetStream not ready (%s); trying again", exc)
-            await anyio.sleep(0.5)
+            link.jetstream_not_ready(exc, deadline)
+            await anyio.sleep(JETSTREAM_RETRY_S)
     if config is None:
         return await _make(link, update=False, why="the bucket did not exist")
     found = bucket.problems(config, link.bucket_spec)

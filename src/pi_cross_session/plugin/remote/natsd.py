@@ -69,15 +69,18 @@ def server_config(
     routes: Sequence[str] = (),
     users: dict[str, str] | None = None,
     auth: str = "",
+    jetstream: bool = True,
 ) -> str:
-    """A nats-server configuration: JetStream on, ``max_payload`` for a full frame, and the given
-    TLS, cluster routes and authorization (server users, or a deployment's operator part)."""
+    """A nats-server configuration: JetStream on (unless ``jetstream`` is false: a bare server,
+    as a person may point a gateway at), ``max_payload`` for a full frame, and the given TLS,
+    cluster routes and authorization (server users, or a deployment's operator part)."""
     lines = [
         f"server_name: {name}",
         f"listen: {listen}",
         f"max_payload: {MAX_PAYLOAD}",
-        f'jetstream {{ store_dir: "{store_dir}" }}',
     ]
+    if jetstream:
+        lines.append(f'jetstream {{ store_dir: "{store_dir}" }}')
     if users:
         listed = ", ".join(f'{{user: "{u}", password: "{p}"}}' for u, p in users.items())
         lines.append(f"authorization {{ users: [ {listed} ] }}")
@@ -123,6 +126,11 @@ class NatsServer:
     #: A configuration written elsewhere (``remote deploy``'s ``server.conf``), used as it is;
     #: ``port`` must be where it listens.
     config_file: Path | None = None
+    #: False for a server without JetStream (what a gateway must then say, docs/remote.md).
+    jetstream: bool = True
+    #: Where this machine reaches the server (a hub listening on one address only is not on
+    #: loopback).
+    host: str = "127.0.0.1"
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -131,7 +139,7 @@ class NatsServer:
             self.config_file is not None and "tls {" in self.config_file.read_text()
         )
         scheme = "tls" if secure else "nats"
-        return f"{scheme}://127.0.0.1:{self.port}"
+        return f"{scheme}://{self.host}:{self.port}"
 
     def config_text(self) -> str:
         return server_config(
@@ -143,6 +151,7 @@ class NatsServer:
             routes=[f"127.0.0.1:{p}" for p in self.routes],
             users=self.users,
             auth=self.auth(self.directory / f"jwt-{self.name}") if self.auth is not None else "",
+            jetstream=self.jetstream,
         )
 
     def start(self, *, wait: bool = True) -> NatsServer:
@@ -174,7 +183,7 @@ class NatsServer:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"nats-server {self.name} exited: {self.log_tail()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                with socket.create_connection((self.host, self.port), timeout=0.2):
                     return
             except OSError:
                 time.sleep(0.05)

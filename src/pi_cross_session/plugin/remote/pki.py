@@ -106,15 +106,36 @@ def _issue(
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-def create(directory: str, hosts: Sequence[str], *, name: str = "pi-cross-session") -> Pki:
-    """Make the CA and both certificates in ``directory`` (created private if missing)."""
+def _kept_ca(directory: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None:
+    try:
+        key_pem = fs.read_registration_bytes(str(Path(directory) / "ca-key.pem"), max_bytes=65_536)
+        cert_pem = fs.read_registration_bytes(str(Path(directory) / "ca.pem"), max_bytes=65_536)
+    except fs.FileOperationError:
+        return None
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        return None
+    return key, x509.load_pem_x509_certificate(cert_pem)
+
+
+def create(
+    directory: str, hosts: Sequence[str], *, name: str = "pi-cross-session", reuse_ca: bool = False
+) -> Pki:
+    """Make the CA and both certificates in ``directory`` (created private if missing); with
+    ``reuse_ca``, a CA already there is kept (machines that verify with it go on doing so) and
+    only the certificates are made anew, e.g. for a server reached by a new name."""
     if not hosts:
         raise ValueError("name at least one host the server is reached by")
     Path(directory).mkdir(parents=True, exist_ok=True)
     fs.ensure_private_dir(directory)
-    ca_key = _key()
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} CA")])
-    ca_cert = _issue(f"{name} CA", ca_key, ca_name, ca_key, ca=True)
+    kept = _kept_ca(directory) if reuse_ca else None
+    if kept is not None:
+        ca_key, ca_cert = kept
+        ca_name = ca_cert.subject
+    else:
+        ca_key = _key()
+        ca_cert = _issue(f"{name} CA", ca_key, ca_name, ca_key, ca=True)
     server_key = _key()
     server = _issue(
         f"{name} NATS server",

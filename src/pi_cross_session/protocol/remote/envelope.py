@@ -103,6 +103,13 @@ def is_machine_name(value: str) -> bool:
     return MACHINE_RE.fullmatch(value) is not None
 
 
+def machine_of_name(name: str) -> str | None:
+    """The machine a proxy's name ends with (``bob@buildbox``: ``buildbox``), or ``None`` when
+    the name ends with no machine name."""
+    head, at, machine = name.rpartition("@")
+    return machine if at and head and is_machine_name(machine) else None
+
+
 def _machine(machine: str) -> str:
     if not is_machine_name(machine):
         raise ValueError("not a machine name")

@@ -101,6 +101,8 @@ NATS_CONNECT_TIMEOUT_S: Final = 5.0
 #: A JetStream cluster that has just started elects its leader within seconds; a gateway waits
 #: this long for the bucket before giving up.
 JETSTREAM_READY_S: Final = 20.0
+#: … asking again this often meanwhile.
+JETSTREAM_RETRY_S: Final = 0.5
 #: A JetStream API request (the bucket's configuration, a record's acknowledgement, a read of the
 #: current records) waits this long for its answer.
 BUCKET_OPERATION_TIMEOUT_S: Final = 5.0
@@ -127,6 +129,12 @@ BUCKET_CHECK_EVERY_S: Final = 2.0
 REMOTE_READ_BYTES_PER_MACHINE: Final = 4 * 1024 * 1024
 #: Pause between reconnect attempts to NATS.
 NATS_RECONNECT_WAIT_S: Final = 0.5
+#: How often a running gateway looks whether its trust file changed (one ``stat``): ``remote
+#: trust`` and ``remote inbound`` take effect within this long, and say so.
+REMOTE_TRUST_POLL_S: Final = 1.0
+#: ``remote trust`` waits this long at most for a running gateway to say it took the change
+#: (it looks every ``REMOTE_TRUST_POLL_S`` and writes its status within a second after).
+REMOTE_TRUST_TAKEN_WAIT_S: Final = 5.0
 #: How often the remote snapshot file for ``peers --remote`` is rewritten, at most.
 REMOTE_SNAPSHOT_EVERY_S: Final = 1.0
 #: … and rewritten at least this often even when nothing changed (its counters still move).
@@ -134,3 +142,28 @@ REMOTE_SNAPSHOT_REFRESH_S: Final = 5.0
 #: Connections open at once across all of a gateway's proxies (each proxy also keeps the
 #: contract's 64): a gateway with 128 proxies must not run out of file descriptors.
 MAX_GATEWAY_CONNECTIONS: Final = 256
+#: A gateway's snapshot older than this says its gateway is stuck, not merely quiet: it is
+#: rewritten at least every ``REMOTE_SNAPSHOT_REFRESH_S``, so three rewrites were missed
+#: (``remote status``, ``doctor``).
+REMOTE_SNAPSHOT_STALE_S: Final = 3 * REMOTE_SNAPSHOT_REFRESH_S
+#: Warnings and errors a gateway keeps for its status, newest last: enough to see what went
+#: wrong recently, bounded whatever repeats (every line is in the gateway's own log as well).
+REMOTE_PROBLEMS_KEPT: Final = 20
+#: … each cut to this many characters (a line of the log, not a dump).
+REMOTE_PROBLEM_CHARS: Final = 300
+#: ``doctor`` warns about NATS credentials that expire within this long (a gateway with expired
+#: ones cannot reconnect).
+CREDENTIALS_EXPIRY_WARNING_S: Final = 7 * 24 * 3600
+#: A gateway that cannot connect at start tries again after this long, then twice as long each
+#: time up to the next bound: quick enough for a server that is starting, and a line a person
+#: can read for each try rather than one every half second.
+NATS_START_RETRY_FIRST_S: Final = 1.0
+#: … at most this long between tries (a server down for hours costs a line and a connection
+#: attempt a minute, not thousands).
+NATS_START_RETRY_MAX_S: Final = 60.0
+#: A first connection attempt ends once every server failed this many times: one failure can be
+#: the reset that follows the real cause (an authorization violation), the second one names it.
+NATS_START_FAILURES_PER_SERVER: Final = 2
+#: While a lost connection cannot come back, the gateway says so again this often (its client
+#: retries every ``NATS_RECONNECT_WAIT_S``; a line for each would bury everything else).
+NATS_PROBLEM_REMINDER_S: Final = 60.0

@@ -226,9 +226,12 @@ def account_jwt(
     issued_at: int,
     jetstream: bool,
     revocations: Mapping[str, int] | None = None,
+    scoped_signers: Mapping[str, Permissions] | None = None,
 ) -> str:
     """An account's JWT, signed by the operator; ``revocations`` maps a user's public key to the
-    time before which its JWTs no longer count."""
+    time before which its JWTs no longer count; ``scoped_signers`` maps the public key of each of
+    the account's *scoped* signing keys to the permissions every user it signs gets, whatever
+    that user's JWT says (how an invitation to join admits to nothing but the join subjects)."""
     limits: dict[str, Any] = {
         "subs": UNLIMITED,
         "data": UNLIMITED,
@@ -249,6 +252,21 @@ def account_jwt(
     nats: dict[str, Any] = {"type": "account", "limits": limits}
     if revocations:
         nats["revocations"] = dict(sorted(revocations.items()))
+    if scoped_signers:
+        nats["signing_keys"] = [
+            {
+                "kind": "user_scope",
+                "key": key,
+                "role": "join",
+                "template": {
+                    **permissions.claims(),
+                    "subs": UNLIMITED,
+                    "data": UNLIMITED,
+                    "payload": UNLIMITED,
+                },
+            }
+            for key, permissions in sorted(scoped_signers.items())
+        ]
     return _encode(operator, account, name, issued_at, nats)
 
 
@@ -272,6 +290,20 @@ def user_jwt(
     if permissions is not None:
         nats |= permissions.claims()
     return _encode(account, user, name, issued_at, nats)
+
+
+def scoped_user_jwt(signer: NKey, account: str, user: str, *, name: str, issued_at: int) -> str:
+    """A user's JWT signed by one of ``account``'s scoped signing keys: it carries no permissions
+    or limits of its own (the server refuses a scoped user's JWT that does), the scope's apply."""
+    if public_key_role(user) is not Role.USER:
+        raise CredentialsError("a user JWT is for a user's public key (U…)")
+    return _encode(signer, user, name, issued_at, {"type": "user", "issuer_account": account})
+
+
+def public_key_bytes(public_key: str) -> bytes:
+    """The raw 32 bytes of an NKey public key (the Ed25519 key it names)."""
+    key, _ = _decode_public(public_key)
+    return key.public_bytes_raw()
 
 
 def creds_text(jwt: str, seed: str) -> str:

@@ -28,6 +28,7 @@ from pi_cross_session.protocol.remote.envelope import (
     requests_from,
     requests_to,
 )
+from pi_cross_session.protocol.remote.join import JOIN_INBOX_PREFIX, JOIN_SUBJECT
 from pi_cross_session.security.remote.nats_jwt import Permissions
 
 #: The JetStream API subjects a machine may publish to (requests answered on its own inbox).
@@ -50,4 +51,14 @@ def machine_permissions(machine: str) -> Permissions:
             f"{RECORD_PREFIX}.>",
         ),
         responses=1,
+    )
+
+
+def join_permissions() -> Permissions:
+    """What a user signed by an invitation may do, whatever its JWT says (the invitation is a
+    scoped signing key): ask to join, and hear the answer under its own user key (the server
+    puts the user's key where the template says ``{{subject()}}``)."""
+    return Permissions(
+        publish=(JOIN_SUBJECT,),
+        subscribe=(f"{JOIN_INBOX_PREFIX}.{{{{subject()}}}}.>",),
     )

@@ -159,6 +159,17 @@ class RecordBook:
                 self._drop(key)
         return ended
 
+    def forget(self, machine: str) -> list[Key]:
+        """Drop everything of ``machine`` (no longer trusted); the keys whose record was live.
+        Its sequences go too: were it trusted again, its records would still have to pass the
+        time check, which no record older than its validity passes."""
+        ended: list[Key] = []
+        for key in [k for k in self._entries if k[0] == machine]:
+            if self._entries[key].record is not None:
+                ended.append(key)
+            self._drop(key)
+        return ended
+
     def _room_for(self, machine: str) -> bool:
         return len(self._entries) < self._total and self._per.get(machine, 0) < self._per_machine
 

@@ -227,6 +227,11 @@ class Verifier:
     def trust(self) -> TrustConfig:
         return self._trust
 
+    @trust.setter
+    def trust(self, trust: TrustConfig) -> None:
+        """Change what is trusted from now on (a trust file or roster that changed)."""
+        self._trust = trust
+
     def diagnostics(self) -> VerifierDiagnostics:
         return VerifierDiagnostics(
             MappingProxyType(dict(self._rejected)), tuple(self._recent), self._accepted

@@ -1,0 +1,166 @@
+"""Two machines in two commands: ``remote hub`` on one, ``remote join LINE`` on the other, as a
+person types them (real processes, a real nats-server started by the hub, TLS, credentials and
+permissions), then a third machine by one more line, trusted everywhere without a ``trust``
+command, a used line refused, and a revocation that reaches every gateway while it runs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import anyio
+import pytest
+
+from pi_cross_session.plugin.remote.natsd import free_port
+from pi_cross_session.protocol.io import environment
+from pi_cross_session.security.remote.nats_jwt import NKey, Role
+from tests.support.bounds import MUST_HAPPEN_S
+from tests.support.processes import CLI, InboxProcess, WatchedProcess, cli_env, run_cli
+from tests.support.waiting import eventually
+
+JOIN_LINE = re.compile(r"pi-cross-session remote join (\S+) (PIXS1-\S+)")
+
+
+class Host:
+    """One machine of the test: its own agent dir, the long-running commands it started."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.name = name
+        self.agent_dir = root / name / "agent"
+        self.agent_dir.mkdir(parents=True)
+        self.work = root / name / "work"
+        self.work.mkdir()
+        self.running: list[WatchedProcess] = []
+
+    def start(self, *args: str) -> WatchedProcess:
+        process = WatchedProcess(
+            [*CLI, *args],
+            env=cli_env(self.agent_dir),
+            label=f"{self.name}: {args[:2]}",
+            cwd=self.work,
+        )
+        self.running.append(process)
+        return process
+
+    def inbox(self, name: str) -> InboxProcess:
+        inbox = InboxProcess(self.agent_dir, "--name", name, cwd=self.work)
+        self.running.append(inbox)
+        return inbox
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        result = run_cli(self.agent_dir, *args, cwd=self.work)
+        return subprocess.CompletedProcess(args, result.returncode, result.stdout, result.stderr)
+
+    def close(self) -> None:
+        for process in reversed(self.running):
+            if process.process.poll() is None:
+                process.process.send_signal(signal.SIGTERM)
+                try:
+                    process.process.wait(timeout=MUST_HAPPEN_S)
+                except subprocess.TimeoutExpired:
+                    process.process.kill()
+                    process.process.wait()
+            process.close()
+        locations = environment.resolve(env={"PI_CODING_AGENT_DIR": str(self.agent_dir)})
+        shutil.rmtree(locations.runtime_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[dict[str, Host]]:
+    made = {name: Host(tmp_path, name) for name in ("alpha", "beta", "gamma", "delta")}
+    try:
+        yield made
+    finally:
+        for host in made.values():
+            host.close()
+
+
+def wait_listed(host: Host, address: str) -> None:
+    """Wait until ``peers`` on ``host`` lists ``address`` (its gateway made the proxy)."""
+
+    def listed() -> bool:
+        result = host.cli("peers", "--json")
+        return result.returncode == 0 and address in result.stdout
+
+    anyio.run(partial(eventually, listed))
+
+
+def join_words(process: WatchedProcess) -> list[str]:
+    """The two words after ``remote join`` in the line ``process`` printed."""
+    match = process.wait_line(JOIN_LINE.pattern, timeout=MUST_HAPPEN_S)
+    return [match.group(1), match.group(2)]
+
+
+def test_two_machines_two_commands_then_a_third_and_a_revocation(hosts: dict[str, Host]) -> None:
+    alpha, beta, gamma, delta = (hosts[n] for n in ("alpha", "beta", "gamma", "delta"))
+    port = free_port()
+    hub = alpha.start(
+        "remote", "hub", "--machine", "alpha", "--host", "127.0.0.1",
+        "--listen", f"127.0.0.1:{port}",
+    )  # fmt: skip
+    line = join_words(hub)
+    assert line[0] == f"tls://127.0.0.1:{port}"
+    hub.wait_line(r"gateway alpha ready", timeout=MUST_HAPPEN_S)
+
+    # The second machine: one command. It trusts the hub's machine and the hub's trusts it,
+    # without a 'remote trust' on either.
+    joined_beta = beta.start("remote", "join", *line, "--machine", "beta")
+    joined_beta.wait_line(r"joined as beta; the deployment has alpha", timeout=MUST_HAPPEN_S)
+    joined_beta.wait_line(r"gateway beta ready: .*trusting alpha", timeout=MUST_HAPPEN_S)
+    hub.wait_line(r"trust changed: .*added beta", timeout=MUST_HAPPEN_S)
+    beta.inbox("bob").wait_event("ready")
+    wait_listed(alpha, "bob@beta")
+    sent = alpha.cli("send", "bob@beta", "hello from alpha", "--wait", "10")
+    assert sent.returncode == 0, sent
+    assert "delivered" in sent.stdout, sent
+
+    # The same line again: used up, refused by the server itself, and said so.
+    again = delta.cli("remote", "join", *line, "--machine", "delta", "--no-gateway")
+    assert again.returncode != 0
+    assert "used already" in again.stderr, again
+
+    # A third machine: one more line, and the running gateways take it at once.
+    invited = alpha.cli("remote", "invite")
+    assert invited.returncode == 0, invited
+    match = JOIN_LINE.search(invited.stdout)
+    assert match is not None, invited
+    joined_gamma = gamma.start(
+        "remote", "join", match.group(1), match.group(2), "--machine", "gamma"
+    )
+    joined_gamma.wait_line(r"gateway gamma ready: .*trusting alpha, beta", timeout=MUST_HAPPEN_S)
+    joined_beta.wait_line(r"trust changed: .*added gamma", timeout=MUST_HAPPEN_S)
+    wait_listed(gamma, "bob@beta")
+    from_gamma = gamma.cli("send", "bob@beta", "hello from gamma", "--wait", "10")
+    assert from_gamma.returncode == 0, from_gamma
+
+    # Revoked: every gateway forgets gamma while running, and gamma's sends no longer arrive.
+    revoked = alpha.cli("remote", "revoke", "gamma")
+    assert revoked.returncode == 0, revoked
+    assert "revoked gamma" in revoked.stdout
+    joined_beta.wait_line(r"trust changed: .*removed gamma", timeout=MUST_HAPPEN_S)
+    hub.wait_line(r"trust changed: .*removed gamma", timeout=MUST_HAPPEN_S)
+    after = gamma.cli("send", "bob@beta", "after the revocation", "--wait", "5")
+    assert after.returncode != 0, after
+
+
+def test_a_line_with_another_deployment_key_is_refused(hosts: dict[str, Host]) -> None:
+    """A line whose deployment key is not the server's: the server itself refuses the
+    invitation (it signs for an account it does not know), and the person hears what to do."""
+    alpha, beta = hosts["alpha"], hosts["beta"]
+    port = free_port()
+    hub = alpha.start(
+        "remote", "hub", "--machine", "alpha", "--host", "127.0.0.1",
+        "--listen", f"127.0.0.1:{port}", "--no-gateway",
+    )  # fmt: skip
+    servers, token = join_words(hub)
+    prefix, _deployment, seed = token.split("-")
+    other = NKey.generate(Role.ACCOUNT).public_key
+    refused = beta.cli("remote", "join", servers, f"{prefix}-{other}-{seed}", "--no-gateway")
+    assert refused.returncode != 0
+    assert "refused the invitation" in refused.stderr, refused
+    assert "remote invite" in refused.stderr
