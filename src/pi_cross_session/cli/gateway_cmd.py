@@ -93,9 +93,11 @@ def run(
         own = own.with_account(args.account)
     servers = tuple(url for part in args.nats for url in part.split(",") if url)
     tls_ca = args.tls_ca
+    tls_first = False
     if not servers and joined is not None:
         servers = joined.servers
         tls_ca = tls_ca or files.ca_path(locations)
+        tls_first = joined.tls_first
     if not servers:
         console.problem(words.GATEWAY_NO_SERVER)
         return exits.EXIT_LOCAL
@@ -111,6 +113,7 @@ def run(
             servers=servers,
             machine=identity.machine,
             tls_ca=tls_ca,
+            tls_first=tls_first,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             user=args.user,

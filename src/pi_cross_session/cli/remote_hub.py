@@ -11,6 +11,8 @@ grown by people, one command per machine (docs/remote.md, "Five minutes, two mac
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import shlex
 import socket
 import sys
 import time
@@ -66,6 +68,7 @@ def run_hub(args: argparse.Namespace, console: Console) -> int:
     import anyio
 
     from pi_cross_session.plugin.remote import files, hub
+    from pi_cross_session.plugin.remote.bucket import BucketSpec
     from pi_cross_session.plugin.remote.deployment import ACCOUNT_NAME, Deployment, MachineCard
     from pi_cross_session.plugin.remote.link import Link
     from pi_cross_session.plugin.remote.mirror import ensure_bucket_with
@@ -110,19 +113,15 @@ def run_hub(args: argparse.Namespace, console: Console) -> int:
         console.problem(f"pi-cross-session remote hub: the NATS server did not start: {exc}")
         return exits.EXIT_LOCAL
     try:
-        state, detail = anyio.run(ensure_bucket_with, hub.admin_config(deployment))
+        # The bucket as the gateways of this deployment check it: the hub's --record-ttl and
+        # --kv-replicas (a machine may not repair a bucket made with other ones).
+        spec = BucketSpec(ttl_s=args.record_ttl, replicas=args.kv_replicas)
+        admin = dataclasses.replace(hub.admin_config(deployment), bucket=spec)
+        state, detail = anyio.run(ensure_bucket_with, admin)
         if state not in ("ok", "created", "repaired"):
             console.problem(f"pi-cross-session remote hub: the bucket: {detail}")
             return exits.EXIT_LOCAL
         anyio.run(_publish_roster, deployment)
-        console.result(
-            f"hub of deployment {deployment.account.public_key[:12]}… serving "
-            f"{', '.join(hub.servers(deployment))}\n"
-            "On another machine, run (valid once, until "
-            f"{time.strftime('%H:%M %Z', time.localtime(until))}):\n\n  {line.command()}\n\n"
-            "Another line: 'pi-cross-session remote invite'. Remove a machine: "
-            "'pi-cross-session remote revoke NAME'."
-        )
 
         async def admissions(group: anyio.abc.TaskGroup) -> None:
             link = Link(hub.admin_config(deployment))
@@ -131,6 +130,15 @@ def run_hub(args: argparse.Namespace, console: Console) -> int:
                 directory, link, admitted=lambda name: console.result(f"admitted {name}")
             )
             await answering.start()
+            # Printed only now: a join typed the moment the line appears finds the hub listening.
+            console.result(
+                f"hub of deployment {deployment.account.public_key[:12]}… serving "
+                f"{', '.join(hub.servers(deployment))}\n"
+                "On another machine, run (valid once, until "
+                f"{time.strftime('%H:%M %Z', time.localtime(until))}):\n\n  {line.command()}\n\n"
+                "Another line: 'pi-cross-session remote invite'. Remove a machine: "
+                "'pi-cross-session remote revoke NAME'."
+            )
 
         if args.no_gateway:
             return _serve_only(admissions, console)
@@ -174,15 +182,24 @@ def _serve_only(
 
 
 def _write_service(args: argparse.Namespace, directory: Path, console: Console) -> int:
-    hosts = " ".join(f"--host {h}" for h in args.host)
-    listen = f" --listen {args.listen}" if args.listen else ""
+    words = ["--dir", str(directory)]
+    for host in args.host:
+        words += ["--host", host]
+    if args.listen:
+        words += ["--listen", args.listen]
+    if args.machine:
+        words += ["--machine", args.machine]
+    if args.no_gateway:
+        words.append("--no-gateway")
+    words += ["--record-ttl", f"{args.record_ttl:g}", "--kv-replicas", str(args.kv_replicas)]
+    words += ["--max-proxies", str(args.max_proxies)]
+    command = shlex.join([sys.executable, "-m", "pi_cross_session", "remote", "hub", *words])
     unit = (
         "[Unit]\n"
         "Description=pi-cross-session hub (NATS server and gateway)\n"
         "After=network-online.target\nWants=network-online.target\n\n"
         "[Service]\n"
-        f"ExecStart={sys.executable} -m pi_cross_session remote hub --dir {directory} "
-        f"{hosts}{listen}\n"
+        f"ExecStart={command}\n"
         "Restart=on-failure\nRestartSec=5\n\n"
         "[Install]\nWantedBy=default.target\n"
     )

@@ -460,6 +460,12 @@ NATS_PROBLEMS: Final[Mapping[str, str]] = {
         "the server's configuration (as 'remote deploy' writes it), or point the gateway at the "
         "right server"
     ),
+    "tls_first": (
+        "NATS at {where} expects the TLS handshake first ({detail}): it is a hub's server, "
+        "which machines reach by joining its deployment; run 'pi-cross-session remote join' "
+        "with a line from the hub ('pi-cross-session remote invite' there), then the gateway "
+        "without --nats"
+    ),
     "auth": (
         "NATS at {where} refused this machine's credentials ({detail}): they are missing, "
         "revoked or expired; install this machine's JWT from the deployment with: "

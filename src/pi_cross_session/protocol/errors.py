@@ -36,6 +36,7 @@ control flow that never leaves its module) are left out.
     ├── RemoteSetupError                  plugin.remote.files: the remote plane is not set up
     ├── DeploymentError                   plugin.remote.deployment: a deployment dir or card is bad
     │   └── AdmissionRefusedError         plugin.remote.deployment: the hub admits not (code: why)
+    ├── PkiError                          plugin.remote.pki: a CA there that cannot be kept
     ├── JoinError                         protocol.remote.join: a join line, ask or answer is bad
     ├── JoinFailedError                   plugin.remote.joining: this machine did not join, and why
     ├── UnreachableError                  plugin.remote.link: not sent: no NATS connection, …

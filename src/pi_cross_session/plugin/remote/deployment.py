@@ -133,6 +133,9 @@ class Deployment:
     #: The ``seq`` of the roster as of the last save: every save makes a newer one (epoch ms, or
     #: one more than the last when the clock went back), so gateways take it over the older.
     roster_seq: int = 0
+    #: Clients must open with the TLS handshake (a hub's deployment: every machine that joined
+    #: knows to); ``remote deploy``'s leave it off for clients configured by hand.
+    tls_first: bool = False
 
     # -- loading and saving ----------------------------------------------------------------------
 
@@ -180,6 +183,7 @@ class Deployment:
             self.listen = listen
         if isinstance(hosts, list) and all(isinstance(h, str) for h in hosts):
             self.hosts = list(hosts)
+        self.tls_first = server.get("tlsFirst") is True
         invitations = body.get("invitations", {})
         if not isinstance(invitations, dict) or not all(
             isinstance(k, str) and isinstance(v, int) for k, v in invitations.items()
@@ -200,7 +204,7 @@ class Deployment:
             "account": self.account.public_key,
             "machines": {name: card.to_json() for name, card in sorted(self.machines.items())},
             "revoked": dict(sorted(self.revoked.items())),
-            "server": {"listen": self.listen, "hosts": self.hosts},
+            "server": {"listen": self.listen, "hosts": self.hosts, "tlsFirst": self.tls_first},
             "invitations": dict(sorted(self.invitations.items())),
             "rosterSeq": self.roster_seq,
         }
@@ -292,6 +296,19 @@ class Deployment:
             raise AdmissionRefusedError("bad_card", str(exc)) from None
         if card.identity_key is None:
             raise AdmissionRefusedError("bad_card", f"the card of {card.name} has no identity key")
+        if card.nats_key in self.revoked:
+            raise AdmissionRefusedError(
+                "revoked",
+                f"the NATS key of {card.name} was revoked; make a new identity on that machine "
+                "('pi-cross-session remote init --replace') and join again",
+            )
+        if any(
+            other.nats_key == card.nats_key and name != card.name
+            for name, other in self.machines.items()
+        ):
+            raise AdmissionRefusedError(
+                "bad_card", f"the NATS key of {card.name} belongs to another machine here"
+            )
         earlier = self.machines.get(card.name)
         if earlier is not None and earlier != card:
             raise AdmissionRefusedError(
@@ -375,6 +392,7 @@ class Deployment:
             listen=self.listen,
             store_dir=self.directory / "jetstream",
             tls=tls,
+            tls_first=self.tls_first and tls is not None,
             auth=f'include "{AUTH_FILE}"',
         )
 

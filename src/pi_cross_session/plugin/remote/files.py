@@ -207,6 +207,8 @@ class Joined:
     servers: tuple[str, ...]
     deployment: str
     account: str
+    #: The servers want the TLS handshake first (a hub's do).
+    tls_first: bool = True
 
     def to_bytes(self) -> bytes:
         body = {
@@ -214,6 +216,7 @@ class Joined:
             "servers": list(self.servers),
             "deployment": self.deployment,
             "account": self.account,
+            "tlsFirst": self.tls_first,
         }
         return (json.dumps(body, indent=2) + "\n").encode()
 
@@ -244,7 +247,7 @@ def load_joined(locations: Locations) -> Joined | None:
         or not isinstance(account, str)
     ):
         raise RemoteSetupError(f"{JOINED_FILE} lacks the servers, deployment or account")
-    return Joined(tuple(servers), deployment, account)
+    return Joined(tuple(servers), deployment, account, body.get("tlsFirst") is True)
 
 
 def ca_path(locations: Locations) -> str:

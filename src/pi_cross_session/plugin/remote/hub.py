@@ -93,6 +93,7 @@ def prepare(directory: Path, *, hosts: list[str], listen: str | None, now: int) 
     the CA and the server's certificate (made again when a name is new), the configuration."""
     with lock(directory) if directory.exists() else _making(directory):
         deployment = Deployment.open(directory, create=True)
+        deployment.tls_first = True
         if listen is not None:
             deployment.listen = listen
         names = list(dict.fromkeys([*deployment.hosts, *hosts]))
@@ -137,6 +138,7 @@ def admin_config(deployment: Deployment, *, system: bool = False) -> LinkConfig:
         tls_ca=None if ca is None else str(ca),
         credentials=creds.read_text(),
         name="pi-cross-session hub",
+        tls_first=deployment.tls_first,
     )
 
 

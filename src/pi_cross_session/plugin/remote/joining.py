@@ -167,6 +167,8 @@ async def _ask(
         "servers": list(line.servers),
         "user_credentials": RawCredentials(creds),
         "tls": tls,
+        # A hub's server wants the TLS handshake before anything else (nothing in the clear).
+        "tls_handshake_first": True,
         "inbox_prefix": join_inbox(enrolment.public_key).encode(),
         "allow_reconnect": False,
         "connect_timeout": STEP_TIMEOUT_S,

@@ -105,6 +105,8 @@ class NatsProblem(StrEnum):
     TLS = "tls"
     #: TLS was asked for and the server does not use it.
     NOT_TLS = "not_tls"
+    #: The server waits for the TLS handshake before anything (a hub's) and we did not open so.
+    TLS_FIRST = "tls_first"
     #: The server refused the credentials: missing, revoked or expired.
     AUTH = "auth"
     OTHER = "other"
@@ -117,6 +119,7 @@ _PROBLEM_RANK: Final = (
     NatsProblem.OTHER,
     NatsProblem.TLS,
     NatsProblem.NOT_TLS,
+    NatsProblem.TLS_FIRST,
     NatsProblem.AUTH,
 )
 
@@ -134,6 +137,10 @@ def nats_problem(exc: BaseException) -> tuple[NatsProblem, str]:
         # Set by the ssl module when it raises; not when someone else made the error.
         verified = getattr(exc, "verify_message", None)
         return NatsProblem.TLS, str(verified or "certificate verify failed")
+    if "expecting info" in lowered:
+        # The server waits for a TLS handshake before saying anything: a hub's server, which
+        # only machines that joined with 'remote join' (they know to open with TLS) reach.
+        return NatsProblem.TLS_FIRST, "it said nothing before a TLS handshake"
     if isinstance(exc, ssl.SSLError) or "tls handshake" in lowered:
         return NatsProblem.TLS, str(getattr(exc, "reason", None) or text or "handshake failed")
     if isinstance(exc, ConnectionRefusedError):
@@ -229,6 +236,8 @@ class LinkConfig:
     user: str | None = None
     password: str | None = None
     #: NATS credentials text (user JWT and seed), from the machine's files.
+    #: The server wants the TLS handshake first (a hub's does): nothing is said in the clear.
+    tls_first: bool = False
     credentials: str | None = None
     name: str = "pi-cross-session gateway"
     bucket: BucketSpec = field(default_factory=BucketSpec)
@@ -385,6 +394,9 @@ class Link:
         context = _tls_context(self._config)
         if context is not None:
             options["tls"] = context
+            # TLS before any byte of NATS's own: nothing (not even the server's INFO, which
+            # says whether TLS is wanted) travels in the clear for someone in the middle to edit.
+            options["tls_handshake_first"] = self._config.tls_first
         if self._config.credentials is not None:
             options["user_credentials"] = RawCredentials(self._config.credentials)
         elif self._config.user is not None:

@@ -65,6 +65,7 @@ def server_config(
     listen: str,
     store_dir: Path,
     tls: TlsFiles | None = None,
+    tls_first: bool = False,
     cluster_listen: str | None = None,
     routes: Sequence[str] = (),
     users: dict[str, str] | None = None,
@@ -92,6 +93,10 @@ def server_config(
             entries.append(f'ca_file: "{tls.ca}"')
         if tls.verify_clients:
             entries.append("verify: true")
+        if tls_first:
+            # Clients open with the TLS handshake: no INFO in the clear that someone in the
+            # middle could edit to say TLS is not wanted.
+            entries.append("handshake_first: true")
         lines.append("tls {\n  " + "\n  ".join(entries) + "\n}")
     if cluster_listen is not None:
         joined = ", ".join(f"nats-route://{r}" for r in routes)

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.security.io import fs
 
 _VALID_DAYS = 3650
@@ -106,16 +107,35 @@ def _issue(
     return builder.sign(issuer_key, hashes.SHA256())
 
 
+class PkiError(CrossSessionError):
+    """A CA that is there but cannot be kept (damaged, or not one of ours)."""
+
+    code = "bad_pki"
+
+
 def _kept_ca(directory: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None:
     try:
         key_pem = fs.read_registration_bytes(str(Path(directory) / "ca-key.pem"), max_bytes=65_536)
         cert_pem = fs.read_registration_bytes(str(Path(directory) / "ca.pem"), max_bytes=65_536)
-    except fs.FileOperationError:
-        return None
-    key = serialization.load_pem_private_key(key_pem, password=None)
-    if not isinstance(key, ec.EllipticCurvePrivateKey):
-        return None
-    return key, x509.load_pem_x509_certificate(cert_pem)
+    except fs.FileOperationError as exc:
+        if exc.code == "ENOENT":
+            return None
+        raise
+    # A CA that is there is never replaced quietly: every machine verifies the server with it.
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError:
+        key = None
+    if (
+        not isinstance(key, ec.EllipticCurvePrivateKey)
+        or cert.public_key() != key.public_key()
+    ):
+        raise PkiError(
+            f"the CA in {directory} is damaged or its key does not match it; restore it, or move "
+            "that directory aside to make a new CA (every machine must then join again)"
+        )
+    return key, cert
 
 
 def create(

@@ -149,7 +149,7 @@ class JoinAnswer(_Strict):
     jwt: Annotated[str, Field(max_length=16_384)]
     deployment: Annotated[str, Field(pattern=r"^A[A-Z2-7]{55}$")]
     account: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-    servers: tuple[Annotated[str, Field(pattern=_URL_RE.pattern)], ...]
+    servers: tuple[Annotated[str, Field(pattern=rf"^{_URL_RE.pattern}$")], ...]
     roster: Annotated[str, Field(max_length=MAX_JOIN_MESSAGE_BYTES)]
 
 
