@@ -127,10 +127,7 @@ def _kept_ca(directory: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certifica
         cert = x509.load_pem_x509_certificate(cert_pem)
     except ValueError:
         key = None
-    if (
-        not isinstance(key, ec.EllipticCurvePrivateKey)
-        or cert.public_key() != key.public_key()
-    ):
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or cert.public_key() != key.public_key():
         raise PkiError(
             f"the CA in {directory} is damaged or its key does not match it; restore it, or move "
             "that directory aside to make a new CA (every machine must then join again)"
