@@ -1,4 +1,4 @@
-"""The drivers over in-memory streams on trio's virtual clock (STYLE habit 10).
+"""The drivers over in-memory streams on trio's virtual clock (deadlines tested in no wall time).
 
 Every test here runs on ``MockClock(autojump_threshold=0)``: when every task waits, the clock jumps
 to the next deadline, so the contract's real 30 s, 5 s and 350 ms pass in no wall time and a test

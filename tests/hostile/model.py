@@ -1,8 +1,8 @@
 """An executable reading of the wire contract: what a receiver must answer to any byte stream.
 
 The hostile suite compares a live receiver with this model, example by example. It is written from
-``spec/protocol-v1.md`` (§3.1 framing, §3.2 connection rules, §3.3 hello, §3.5 message, §3.6 status,
-§5 admission order) and from the stricter choices ``docs/protocol.md`` documents (a float is not an
+the wire contract as ``docs/protocol.md`` states it (framing, connection rules, hello, message,
+status, the order of admission checks) and from the stricter choices it documents (a float is not an
 integer, ``null`` is never "absent", lone surrogates are refused, and a frame whose JSON would need
 more strings, containers or separators than any valid frame is refused unparsed, as "not a hello"
 or "not a request"). It imports nothing from the package under test, so a bug cannot hide by being

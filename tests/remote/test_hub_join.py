@@ -6,6 +6,7 @@ command, a used line refused, and a revocation that reaches every gateway while 
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -112,6 +113,7 @@ def test_two_machines_two_commands_then_a_third_and_a_revocation(hosts: dict[str
     joined_beta = beta.start("remote", "join", *line, "--machine", "beta")
     joined_beta.wait_line(r"joined as beta; the deployment has alpha", timeout=MUST_HAPPEN_S)
     joined_beta.wait_line(r"gateway beta ready: .*trusting alpha", timeout=MUST_HAPPEN_S)
+    hub.wait_line(r"^admitted beta$", timeout=MUST_HAPPEN_S)
     hub.wait_line(r"trust changed: .*added beta", timeout=MUST_HAPPEN_S)
     beta.inbox("bob").wait_event("ready")
     wait_listed(alpha, "bob@beta")
@@ -184,3 +186,21 @@ def test_a_gateway_pointed_at_a_hub_by_hand_hears_to_join_it(hosts: dict[str, Ho
         timeout=MUST_HAPPEN_S,
         stderr=True,
     )
+
+
+def test_the_service_unit_runs_the_same_hub(hosts: dict[str, Host]) -> None:
+    """``--write-service`` writes a unit whose command is this hub with every setting given
+    (a restart from it keeps the record lifetime the bucket was made with)."""
+    alpha = hosts["alpha"]
+    unit = alpha.work / "pi-xs-hub.service"
+    written = alpha.cli(
+        "remote", "hub", "--host", "10.0.0.5", "--record-ttl", "6", "--no-gateway",
+        "--write-service", str(unit),
+    )  # fmt: skip
+    assert written.returncode == 0, written
+    (command,) = [line for line in unit.read_text().splitlines() if line.startswith("ExecStart=")]
+    words = shlex.split(command.removeprefix("ExecStart="))
+    assert words[1:5] == ["-m", "pi_cross_session", "remote", "hub"]
+    assert words[words.index("--host") : words.index("--host") + 2] == ["--host", "10.0.0.5"]
+    assert words[words.index("--record-ttl") + 1] == "6"
+    assert "--no-gateway" in words

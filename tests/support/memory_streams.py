@@ -1,7 +1,7 @@
 """Two byte streams joined in memory: what one side sends, the other receives.
 
 The drivers (endpoint, exchange) speak anyio's ``ByteStream``; over this pair they run without
-a kernel socket, so a test can put them on trio's ``MockClock`` (STYLE habit 10), where a 30 s
+a kernel socket, so a test can put them on trio's ``MockClock``, where a 30 s
 deadline passes in no wall time, and assert *when* something happened exactly.
 
 Each direction is an unbounded queue of chunks. A chunk is delivered as it was sent (cut at

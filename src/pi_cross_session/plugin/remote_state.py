@@ -34,8 +34,8 @@ from pi_cross_session.protocol.paths import Locations, node_join
 from pi_cross_session.protocol.remote.settings import REMOTE_SNAPSHOT_STALE_S
 from pi_cross_session.security.io import fs
 
-#: The remote plane's files (the same names as :mod:`pi_cross_session.plugin.remote.files`, which
-#: needs the extra to import).
+#: The remote plane's files, named here (this module needs no extra) and used by
+#: :mod:`pi_cross_session.plugin.remote.files` too.
 REMOTE_DIR: Final = "remote"
 MACHINE_FILE: Final = "machine.json"
 KEY_FILE: Final = "machine.key"

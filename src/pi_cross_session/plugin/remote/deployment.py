@@ -296,12 +296,6 @@ class Deployment:
             raise AdmissionRefusedError("bad_card", str(exc)) from None
         if card.identity_key is None:
             raise AdmissionRefusedError("bad_card", f"the card of {card.name} has no identity key")
-        if card.nats_key in self.revoked:
-            raise AdmissionRefusedError(
-                "revoked",
-                f"the NATS key of {card.name} was revoked; make a new identity on that machine "
-                "('pi-cross-session remote init --replace') and join again",
-            )
         if any(
             other.nats_key == card.nats_key and name != card.name
             for name, other in self.machines.items()
@@ -317,7 +311,10 @@ class Deployment:
                 "name, or on the hub revoke it first "
                 f"('pi-cross-session remote revoke {card.name}')",
             )
-        self.admit(card, now=now)
+        try:
+            self.admit(card, now=now)
+        except DeploymentError as exc:  # its NATS key was revoked
+            raise AdmissionRefusedError("revoked", str(exc)) from None
         del self.invitations[ask.invitation]
         return card
 

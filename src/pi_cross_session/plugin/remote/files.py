@@ -26,6 +26,19 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pi_cross_session.plugin.capped import MAX_SNAPSHOT_BYTES, SNAPSHOT_FILE
+
+# The names of the files are read without the extra too (``remote status``, ``doctor``): one
+# definition, there.
+from pi_cross_session.plugin.remote_state import (
+    JOINED_FILE,
+    KEY_FILE,
+    LOCK_FILE,
+    MACHINE_FILE,
+    NATS_JWT_FILE,
+    NATS_SEED_FILE,
+    REMOTE_DIR,
+    TRUST_FILE,
+)
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.limits import (
     MAX_REGISTRATION_BYTES,
@@ -38,16 +51,8 @@ from pi_cross_session.security.remote.identity import MachineKey
 from pi_cross_session.security.remote.nats_jwt import CredentialsError, Jwt, NKey, Role
 from pi_cross_session.security.remote.trust import TrustConfig, parse_trust
 
-REMOTE_DIR: Final = "remote"
-MACHINE_FILE: Final = "machine.json"
-KEY_FILE: Final = "machine.key"
-NATS_SEED_FILE: Final = "nats-user.nk"
-NATS_JWT_FILE: Final = "nats-user.jwt"
-TRUST_FILE: Final = "trust.json"
-JOINED_FILE: Final = "joined.json"
 CA_FILE: Final = "ca.pem"
 ROSTER_FILE: Final = "roster.bin"
-LOCK_FILE: Final = "gateway.lock"
 
 
 class RemoteSetupError(CrossSessionError):

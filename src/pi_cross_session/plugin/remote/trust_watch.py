@@ -24,6 +24,7 @@ from pi_cross_session.plugin.remote.link import (
     PermissionDeniedError,
     UnreachableError,
 )
+from pi_cross_session.plugin.remote_state import TRUST_FILE
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.paths import Locations, node_join
 from pi_cross_session.protocol.remote.join import ROSTER_SUBJECT
@@ -113,7 +114,7 @@ class TrustWatch:
         await self._apply(self.trust)
 
     def _stat(self) -> tuple[int, int, int] | None:
-        path = node_join(files.remote_dir(self._locations), files.TRUST_FILE)
+        path = node_join(files.remote_dir(self._locations), TRUST_FILE)
         try:
             st = os.stat(path)
         except OSError:
