@@ -9,6 +9,8 @@ credentials.
 from __future__ import annotations
 
 import re
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +18,8 @@ import pytest
 
 from pi_cross_session.plugin.remote import pki
 from pi_cross_session.plugin.remote.natsd import TlsFiles, free_port
-from tests.support.remote import READY_LINE, Fleet, fleet_at
+from tests.support.bounds import MUST_HAPPEN_S
+from tests.support.remote import READY_LINE, Fleet, GatewayProcess, fleet_at
 
 
 @pytest.fixture
@@ -33,7 +36,7 @@ def test_a_server_without_jetstream_is_named_at_once_with_what_to_add(open_fleet
     assert server.url in said, said
     assert "jetstream {}" in said, said
     assert "-js" in said, said
-    assert "remote deploy" in said, said
+    assert "remote hub" in said, said
     assert re.search(r"checking again every \d+ s", said), said
     # It says so before it calls itself ready, not after a silent wait for a leader.
     gateway.wait_line(READY_LINE)
@@ -92,3 +95,33 @@ def test_credentials_the_server_refuses_are_named_with_how_to_get_good_ones(flee
     assert fleet.url in said, said
     assert "remote credentials" in said, said
     assert "retrying in 1 s" in said, said
+
+
+def test_sighup_while_it_cannot_connect_neither_ends_it_nor_keeps_it_from_stopping(
+    open_fleet: Fleet,
+) -> None:
+    """SIGHUP (what ``remote rotate`` sends) before the gateway ever connected: it starts the
+    connecting again from the files, where Python's default would have ended the process (rc
+    129, skipping every clean-up: under ``remote hub``, the NATS server left running alone)."""
+    url = f"nats://127.0.0.1:{free_port()}"
+    laptop = open_fleet.machine("laptop")
+    gateway = laptop.spawn_gateway(url)
+    gateway.wait_line(r"cannot reach NATS", stderr=True)
+    gateway.process.send_signal(signal.SIGHUP)
+    gateway.wait_line(r"gateway laptop starting again \(SIGHUP\)")
+    # It goes on trying, from the first delay again.
+    wait_count(gateway, r"cannot reach NATS.*retrying in 1 s", 2)
+    gateway.process.send_signal(signal.SIGHUP)
+    wait_count(gateway, r"starting again \(SIGHUP\)", 2, stdout=True)
+    assert gateway.process.poll() is None, gateway.output()
+    assert gateway.stop(signal.SIGTERM) == 0, gateway.output()
+    assert "gateway laptop stopped" in gateway.output()
+
+
+def wait_count(gateway: GatewayProcess, pattern: str, count: int, *, stdout: bool = False) -> None:
+    lines = gateway.lines if stdout else gateway.err_lines
+    deadline = time.monotonic() + MUST_HAPPEN_S
+    while sum(1 for line in list(lines) if re.search(pattern, line)) < count:
+        assert time.monotonic() < deadline, gateway.output()
+        assert gateway.process.poll() is None, gateway.output()
+        time.sleep(0.05)

@@ -333,3 +333,81 @@ def test_two_hosts_message_each_other(network: Network) -> None:
     # Nothing arrived twice, before, during or after the partition.
     for inbox in (alice, bob, carol):
         assert max(arrivals(inbox).values()) == 1, arrivals(inbox)
+
+
+def server_steps(hub: Host, servers: tuple[Host, ...], *, record_ttl: int) -> list[Step]:
+    """What a person types to run the deployment on one server per host (docs/remote.md, "From
+    one server to three"): ``remote hub`` on the first, then for each other host ``remote
+    invite --server`` on the hub and ``remote hub --join … --host`` there. Every host keeps its
+    own gateway running, through its own server."""
+    steps: list[Step] = [
+        Spawn(
+            hub.name,
+            f"pi-cross-session remote hub --machine {hub.name} --host {hub.address} "
+            f"--record-ttl {record_ttl}",
+            ready=rf"gateway {hub.name} ready",
+            name="hub",
+        )
+    ]
+    for server in servers:
+        steps += [
+            Run(
+                hub.name,
+                "pi-cross-session remote invite --server",
+                save={
+                    f"{server.name}_servers": r"remote hub --join (\S+) PIXS1-",
+                    f"{server.name}_token": r"remote hub --join \S+ (PIXS1-\S+)",
+                },
+            ),
+            Spawn(
+                server.name,
+                f"pi-cross-session remote hub --join {{{server.name}_servers}} "
+                f"{{{server.name}_token}} --host "
+                f"{server.address} --machine {server.name} --record-ttl {record_ttl}",
+                ready=rf"gateway {server.name} ready",
+                name=f"{server.name} server",
+            ),
+        ]
+    return steps
+
+
+def test_three_servers_one_per_host_lose_one(network: Network) -> None:
+    alpha, beta, gamma = (network.host(name) for name in ("alpha", "beta", "gamma"))
+    inboxes = {host.name: start_inbox(host, f"{host.name[0]}ee") for host in (alpha, beta, gamma)}
+
+    steps = server_steps(alpha, (beta, gamma), record_ttl=RECORD_TTL_S)
+    played = network.play(steps)
+    hub = played.processes["hub"]
+    hub.wait_output(r"the bucket is kept by 3 servers", timeout=120)
+
+    everyone = {"aee@alpha", "bee@beta", "gee@gamma"}
+
+    def sees_all(host: Host) -> Callable[[], bool]:
+        return lambda: everyone - {f"{host.name[0]}ee@{host.name}"} <= listed(host)
+
+    for host in (alpha, beta, gamma):
+        converge(sees_all(host), lambda: {h.name: sorted(listed(h)) for h in (alpha, beta, gamma)})
+    to_gamma = sent(alpha, "gee@gamma", "hello from alpha")
+    assert to_gamma["exit"] == exits.EXIT_OK, to_gamma
+    inboxes["gamma"].wait_event("message", messageId=to_gamma["messageId"])
+
+    # The hub's host drops off the network: its server, its admissions, its gateway. The other
+    # two servers hold two of the bucket's three copies and go on.
+    alpha.cut()
+    converge(
+        lambda: "aee@alpha" not in registered(beta) and "aee@alpha" not in registered(gamma),
+        lambda: f"beta has {registered(beta)}, gamma {registered(gamma)}",
+    )
+    to_beta = sent(gamma, "bee@beta", "after the hub is gone")
+    assert to_beta["exit"] == exits.EXIT_OK, to_beta
+    inboxes["beta"].wait_event("message", messageId=to_beta["messageId"])
+    to_gamma = sent(beta, "gee@gamma", "and back")
+    assert to_gamma["exit"] == exits.EXIT_OK, to_gamma
+    inboxes["gamma"].wait_event("message", messageId=to_gamma["messageId"])
+
+    # Back on the network: the hub's host is listed everywhere again.
+    alpha.restore()
+    for host in (alpha, beta, gamma):
+        converge(sees_all(host), lambda: {h.name: sorted(listed(h)) for h in (alpha, beta, gamma)})
+    for inbox in inboxes.values():
+        assert max(arrivals(inbox).values(), default=1) == 1, arrivals(inbox)

@@ -5,96 +5,22 @@ command, a used line refused, and a revocation that reaches every gateway while 
 
 from __future__ import annotations
 
-import re
 import shlex
-import shutil
-import signal
-import subprocess
 from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 
-import anyio
 import pytest
 
 from pi_cross_session.plugin.remote.natsd import free_port
-from pi_cross_session.protocol.io import environment
 from pi_cross_session.security.remote.nats_jwt import NKey, Role
 from tests.support.bounds import MUST_HAPPEN_S
-from tests.support.processes import CLI, InboxProcess, WatchedProcess, cli_env, run_cli
-from tests.support.waiting import eventually
-
-JOIN_LINE = re.compile(r"pi-cross-session remote join (\S+) (PIXS1-\S+)")
-
-
-class Host:
-    """One machine of the test: its own agent dir, the long-running commands it started."""
-
-    def __init__(self, root: Path, name: str) -> None:
-        self.name = name
-        self.agent_dir = root / name / "agent"
-        self.agent_dir.mkdir(parents=True)
-        self.work = root / name / "work"
-        self.work.mkdir()
-        self.running: list[WatchedProcess] = []
-
-    def start(self, *args: str) -> WatchedProcess:
-        process = WatchedProcess(
-            [*CLI, *args],
-            env=cli_env(self.agent_dir),
-            label=f"{self.name}: {args[:2]}",
-            cwd=self.work,
-        )
-        self.running.append(process)
-        return process
-
-    def inbox(self, name: str) -> InboxProcess:
-        inbox = InboxProcess(self.agent_dir, "--name", name, cwd=self.work)
-        self.running.append(inbox)
-        return inbox
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        result = run_cli(self.agent_dir, *args, cwd=self.work)
-        return subprocess.CompletedProcess(args, result.returncode, result.stdout, result.stderr)
-
-    def close(self) -> None:
-        for process in reversed(self.running):
-            if process.process.poll() is None:
-                process.process.send_signal(signal.SIGTERM)
-                try:
-                    process.process.wait(timeout=MUST_HAPPEN_S)
-                except subprocess.TimeoutExpired:
-                    process.process.kill()
-                    process.process.wait()
-            process.close()
-        locations = environment.resolve(env={"PI_CODING_AGENT_DIR": str(self.agent_dir)})
-        shutil.rmtree(locations.runtime_dir, ignore_errors=True)
+from tests.support.hub_hosts import JOIN_LINE, Host, hub_hosts, join_words, wait_listed
 
 
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[dict[str, Host]]:
-    made = {name: Host(tmp_path, name) for name in ("alpha", "beta", "gamma", "delta")}
-    try:
+    with hub_hosts(tmp_path, "alpha", "beta", "gamma", "delta") as made:
         yield made
-    finally:
-        for host in made.values():
-            host.close()
-
-
-def wait_listed(host: Host, address: str) -> None:
-    """Wait until ``peers`` on ``host`` lists ``address`` (its gateway made the proxy)."""
-
-    def listed() -> bool:
-        result = host.cli("peers", "--json")
-        return result.returncode == 0 and address in result.stdout
-
-    anyio.run(partial(eventually, listed))
-
-
-def join_words(process: WatchedProcess) -> list[str]:
-    """The two words after ``remote join`` in the line ``process`` printed."""
-    match = process.wait_line(JOIN_LINE.pattern, timeout=MUST_HAPPEN_S)
-    return [match.group(1), match.group(2)]
 
 
 def test_two_machines_two_commands_then_a_third_and_a_revocation(hosts: dict[str, Host]) -> None:

@@ -11,6 +11,7 @@ import nkeys  # type: ignore[import-untyped]
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from pi_cross_session.protocol.remote.envelope import is_machine_name
 from pi_cross_session.protocol.remote.join import (
@@ -29,6 +30,8 @@ from pi_cross_session.protocol.remote.join import (
     JoinError,
     JoinLine,
     Refusal,
+    ServeAsk,
+    ServeGrant,
     ca_signed_bytes,
     join_inbox,
     proof_bytes,
@@ -450,3 +453,168 @@ def test_models_are_frozen() -> None:
         LINE.seed = OTHER_SEED  # type: ignore[misc]
     with pytest.raises(ValueError, match="frozen"):
         Refusal(**refusal()).refused = "admitted"  # type: ignore[misc]
+
+
+# -- joining as one more server --------------------------------------------------------------------
+
+CSR = "-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE REQUEST-----\n"
+
+
+def serve_ask(**changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"csr": CSR, "client": "10.0.0.6:4222", "cluster": "10.0.0.6:6222"}
+    body.update(changes)
+    return {k: v for k, v in body.items() if v is not ...}
+
+
+def serving_ask(serve: ServeAsk) -> JoinAsk:
+    card = "second nats:UABC"
+    proof = INVITATION.sign(proof_bytes(card, serve))
+    return JoinAsk(
+        invitation=INVITATION.public_key,
+        card=card,
+        proof=base64.b64encode(proof).decode(),
+        serve=serve,
+    )
+
+
+def serve_grant(**changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": "pi-xs-2",
+        "cert": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        "operator": "o.p.q",
+        "system_account": NKey.generate(Role.ACCOUNT).public_key,
+        "system_jwt": "s.y.s",
+        "account_jwt": "a.c.c",
+        "routes": ("10.0.0.5:6222", "10.0.0.6:6222", "[::1]:6222"),
+    }
+    body.update(changes)
+    return {k: v for k, v in body.items() if v is not ...}
+
+
+def test_a_server_line_runs_the_hub_with_join_and_a_host_to_fill_in() -> None:
+    assert LINE.command(server=True) == (
+        f"pi-cross-session remote hub --join {','.join(SERVERS)} {TOKEN} --host HOST"
+    )
+    words = LINE.command(server=True).split(" ")
+    assert JoinLine.parse(words[4], words[5]) == LINE
+    # A machine's line is still the plain join.
+    assert LINE.command(server=False) == LINE.command()
+    assert "--host" not in LINE.command()
+
+
+def test_a_serving_join_ask_reads_back_as_itself() -> None:
+    ask = serving_ask(ServeAsk(**serve_ask()))
+    assert ask.serve is not None
+    again = read_ask(ask.model_dump_json().encode())
+    assert again == ask
+    assert isinstance(again, JoinAsk)
+    assert again.serve == ServeAsk(**serve_ask())
+    # A plain ask still reads as one without serve.
+    plain = read_ask(encoded(join_ask()))
+    assert isinstance(plain, JoinAsk)
+    assert plain.serve is None
+
+
+@pytest.mark.parametrize(
+    "address", ["10.0.0.6:4222", "hub2.example.org:4222", "[::1]:4222", "a:1", "h:65535"]
+)
+def test_a_host_and_port_is_an_address(address: str) -> None:
+    assert ServeAsk(**serve_ask(client=address)).client == address
+    assert ServeAsk(**serve_ask(cluster=address)).cluster == address
+
+
+BAD_ADDRESSES = {
+    "no port": "10.0.0.6",
+    "a name without port": "hub2.example.org",
+    "empty port": "10.0.0.6:",
+    "a letter for port": "10.0.0.6:42a",
+    "a port too long": "10.0.0.6:422222",
+    "a space inside": "10.0.0.6 :4222",
+    "a space before": " 10.0.0.6:4222",
+    "a space after": "10.0.0.6:4222 ",
+    "a trailing newline": "10.0.0.6:4222\n",
+    "a url": "nats://10.0.0.6:4222",
+    "a path": "10.0.0.6:4222/x",
+    "two addresses": "10.0.0.6:4222,10.0.0.7:4222",
+    "a quote": '10.0.0.6:4222"',
+    "empty": "",
+    "a number": 4222,
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ADDRESSES))
+@pytest.mark.parametrize("field", ["client", "cluster"])
+def test_what_is_no_host_and_port_is_refused(case: str, field: str) -> None:
+    with pytest.raises(ValidationError, match=field):
+        ServeAsk(**serve_ask(**{field: BAD_ADDRESSES[case]}))
+    # Read off the wire, the ask is no ask at all.
+    body = join_ask(serve=serve_ask(**{field: BAD_ADDRESSES[case]}))
+    with pytest.raises(JoinError, match="not an ask"):
+        read_ask(encoded(body))
+
+
+@pytest.mark.parametrize(
+    "serve",
+    [
+        serve_ask(extra=True),
+        serve_ask(csr=...),
+        serve_ask(client=...),
+        serve_ask(cluster=...),
+        serve_ask(csr="a" * 8193),
+        serve_ask(csr=7),
+        "yes",
+        [serve_ask()],
+    ],
+)
+def test_a_damaged_serve_makes_no_ask(serve: Any) -> None:
+    with pytest.raises(JoinError, match="not an ask"):
+        read_ask(encoded(join_ask(serve=serve)))
+
+
+def test_a_serving_proof_covers_what_is_served() -> None:
+    card = "second nats:UABC"
+    serve = ServeAsk(**serve_ask())
+    signed = proof_bytes(card, serve)
+    assert signed.startswith(PROOF_CONTEXT)
+    assert signed != proof_bytes(card)
+    assert proof_bytes(card, None) == proof_bytes(card)
+    for change in (
+        {"client": "10.0.0.7:4222"},
+        {"cluster": "10.0.0.6:6223"},
+        {"csr": CSR.replace("MIIB", "MIIC")},
+    ):
+        assert proof_bytes(card, ServeAsk(**serve_ask(**change))) != signed
+    assert proof_bytes("third nats:UABC", serve) != signed
+
+
+def test_an_answer_with_a_grant_reads_back_as_itself() -> None:
+    grant = ServeGrant(**serve_grant())
+    answer = JoinAnswer(**join_answer(grant=grant))
+    again = read_answer(answer.model_dump_json().encode(), ca=False)
+    assert again == answer
+    assert isinstance(again, JoinAnswer)
+    assert again.grant == grant
+    assert again.grant is not None
+    assert again.grant.routes == ("10.0.0.5:6222", "10.0.0.6:6222", "[::1]:6222")
+    assert read_answer(encoded(join_answer()), ca=False).grant is None  # type: ignore[union-attr]
+
+
+BAD_GRANTS: dict[str, Any] = {
+    "extra field": serve_grant(seed="SA…"),
+    "no cert": serve_grant(cert=...),
+    "no routes": serve_grant(routes=...),
+    "name with capitals": serve_grant(name="PI-XS-2"),
+    "name with a space": serve_grant(name="pi xs"),
+    "name too long": serve_grant(name="a" * 33),
+    "system account of a user": serve_grant(system_account=NKey.generate(Role.USER).public_key),
+    "a route without port": serve_grant(routes=["10.0.0.5"]),
+    "a route as a url": serve_grant(routes=["nats-route://10.0.0.5:6222"]),
+    "routes a string": serve_grant(routes="10.0.0.5:6222"),
+    "cert too long": serve_grant(cert="a" * 16_385),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_GRANTS))
+def test_an_answer_with_a_damaged_grant_is_refused(case: str) -> None:
+    with pytest.raises(JoinError, match="not one this version reads"):
+        read_answer(encoded(join_answer(grant=BAD_GRANTS[case])), ca=False)

@@ -5,25 +5,29 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import stat
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from pi_cross_session.plugin.remote import pki
 from pi_cross_session.plugin.remote.deployment import (
     ACCOUNT_NAME,
+    DEFAULT_CLUSTER_LISTEN,
+    MAX_SERVERS,
     AdmissionRefusedError,
     Deployment,
     DeploymentError,
     MachineCard,
+    MemberServer,
+    host_port,
 )
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.remote.join import (
     JOIN_INBOX_PREFIX,
     JOIN_SUBJECT,
     JoinAsk,
+    ServeAsk,
     proof_bytes,
 )
 from pi_cross_session.security.remote import nats_jwt
@@ -31,6 +35,8 @@ from pi_cross_session.security.remote.identity import MachineKey, PublicKey
 from pi_cross_session.security.remote.nats_jwt import Jwt, NKey, Role
 from pi_cross_session.security.remote.permissions import join_permissions, machine_permissions
 from pi_cross_session.security.remote.roster import open_roster
+from tests.support.auth_part import auth_parts
+from tests.support.file_state import mode_of
 
 NOW = 1_700_000_000
 LAPTOP_NATS = NKey.generate(Role.USER)
@@ -57,22 +63,6 @@ def deployment(where: Path) -> Deployment:
     made.admit(card("desk", DESK_NATS), now=NOW)
     made.save(now=NOW)
     return made
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(os.stat(path).st_mode)
-
-
-def auth_parts(text: str) -> tuple[str, str, dict[str, str]]:
-    """The operator JWT, the system account and the preloaded account JWTs of an auth part."""
-    lines = text.splitlines()
-    values = dict(
-        line.split(": ", 1) for line in lines if not line.startswith(" ") and ": " in line
-    )
-    start = lines.index("resolver_preload: {")
-    end = lines.index("}", start)
-    preload = dict(line.strip().split(": ", 1) for line in lines[start + 1 : end])
-    return values["operator"], values["system_account"], preload
 
 
 def creds_jwt(path: Path) -> Jwt:
@@ -110,8 +100,8 @@ def test_every_file_is_private_in_a_private_dir(where: Path) -> None:
     made = Deployment.open(where, create=True)
     made.admit(card(), now=NOW)
     made.save(now=NOW)
-    assert mode(where) == 0o700
-    assert mode(where / "machines") == 0o700
+    assert mode_of(where) == 0o700
+    assert mode_of(where / "machines") == 0o700
     files = sorted(p.relative_to(where).as_posix() for p in where.rglob("*") if p.is_file())
     assert files == [
         "account.nk",
@@ -124,7 +114,7 @@ def test_every_file_is_private_in_a_private_dir(where: Path) -> None:
         "system.creds",
         "system.nk",
     ]
-    assert {name: mode(where / name) for name in files} == dict.fromkeys(files, 0o600)
+    assert {name: mode_of(where / name) for name in files} == dict.fromkeys(files, 0o600)
 
 
 def test_a_damaged_seed_is_refused_rather_than_replaced(
@@ -654,3 +644,389 @@ def test_the_sealed_roster_opens_with_the_deployment_key(deployment: Deployment)
 def test_a_revoked_machine_leaves_the_roster(deployment: Deployment) -> None:
     deployment.revoke("laptop", now=NOW + 1)
     assert dict(deployment.roster(seq=1).machines) == {}
+
+
+# -- more servers: members -------------------------------------------------------------------------
+
+HUB_HOST = "10.0.0.5"
+CSR = "-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE REQUEST-----\n"
+
+
+def serve(host: str, *, client_port: int = 4222, cluster_port: int = 6222) -> ServeAsk:
+    """What a machine at ``host`` asks to serve as (its request is not read here: the hub
+    signs it after admitting, plugin/remote/hub.py)."""
+    return ServeAsk(csr=CSR, client=f"{host}:{client_port}", cluster=f"{host}:{cluster_port}")
+
+
+def serving_ask(
+    invitation: NKey, card_text: str, served: ServeAsk | None, *, proved: ServeAsk | None = None
+) -> JoinAsk:
+    """The ask of a joiner holding ``invitation``'s seed, to serve as ``served``, proving it over
+    its card and ``served`` (or over ``proved``)."""
+    signed = proof_bytes(card_text, proved if proved is not None else served)
+    return JoinAsk(
+        invitation=invitation.public_key,
+        card=card_text,
+        proof=base64.b64encode(invitation.sign(signed)).decode(),
+        serve=served,
+    )
+
+
+@pytest.fixture
+def hub(deployment: Deployment, where: Path) -> Deployment:
+    """The deployment as a hub keeps it: reached at one address, with its CA in ``pki/``."""
+    deployment.hosts = [HUB_HOST]
+    pki.create(str(where / "pki"), [HUB_HOST])
+    deployment.save(now=NOW)
+    return deployment
+
+
+def add_member(hub: Deployment, name: str, host: str) -> MachineCard:
+    invitation = hub.invite(now=NOW, valid_s=WEEK_S, server=True)
+    return hub.admit_by_invitation(
+        serving_ask(invitation, identity_card(name), serve(host)), now=NOW + 1
+    )
+
+
+def places(host: str) -> tuple[str, str]:
+    return f"{host}:4222", f"{host}:6222"
+
+
+def cluster_line(config: str) -> str:
+    (line,) = [line for line in config.splitlines() if line.startswith("cluster {")]
+    return line
+
+
+def test_a_server_invitation_is_kept_as_one_and_survives_a_reopen(
+    deployment: Deployment, where: Path
+) -> None:
+    machine = deployment.invite(now=NOW, valid_s=WEEK_S)
+    server = deployment.invite(now=NOW, valid_s=WEEK_S, server=True)
+    assert server.role is Role.ACCOUNT
+    assert set(deployment.invitations) == {machine.public_key, server.public_key}
+    assert deployment.server_invitations == {server.public_key}
+    # Both are the account's scoped signers: a server's joiner asks as a machine's does.
+    assert set(scoped_signers(deployment)) == {machine.public_key, server.public_key}
+    deployment.save(now=NOW + 1)
+    body = json.loads((where / "deployment.json").read_text())
+    assert body["serverInvitations"] == [server.public_key]
+    again = Deployment.open(where)
+    assert again.server_invitations == {server.public_key}
+    assert again.invitations == deployment.invitations
+
+
+def test_a_lapsed_server_invitation_is_dropped_as_both(deployment: Deployment, where: Path) -> None:
+    server = deployment.invite(now=NOW, valid_s=60, server=True)
+    kept = deployment.invite(now=NOW, valid_s=WEEK_S, server=True)
+    assert deployment.drop_lapsed(now=NOW + 60) == [server.public_key]
+    assert deployment.invitations == {kept.public_key: NOW + WEEK_S}
+    assert deployment.server_invitations == {kept.public_key}
+    deployment.save(now=NOW + 60)
+    body = json.loads((where / "deployment.json").read_text())
+    assert body["serverInvitations"] == [kept.public_key]
+    assert Deployment.open(where).server_invitations == {kept.public_key}
+
+
+def test_a_server_invitation_listed_without_its_invitation_is_not_one(
+    deployment: Deployment, where: Path
+) -> None:
+    """``serverInvitations`` marks open invitations; a key it lists that is none admits no
+    server."""
+    kept = deployment.invite(now=NOW, valid_s=WEEK_S, server=True)
+    deployment.save(now=NOW)
+    body = json.loads((where / "deployment.json").read_text())
+    stray = NKey.generate(Role.ACCOUNT).public_key
+    body["serverInvitations"].append(stray)
+    (where / "deployment.json").write_text(json.dumps(body))
+    assert Deployment.open(where).server_invitations == {kept.public_key}
+
+
+def test_a_deployment_written_before_servers_opens_with_none(
+    deployment: Deployment, where: Path
+) -> None:
+    body = json.loads((where / "deployment.json").read_text())
+    del body["serverInvitations"], body["server"]["members"], body["server"]["clusterListen"]
+    (where / "deployment.json").write_text(json.dumps(body))
+    again = Deployment.open(where)
+    assert (again.members, again.server_invitations) == ({}, set())
+    assert again.cluster_listen == DEFAULT_CLUSTER_LISTEN
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"serverInvitations": "A"},
+        {"serverInvitations": {}},
+        {"server": {"members": ["pi-xs-2"]}},
+        {"server": {"members": {"pi-xs-2": "second"}}},
+        {"server": {"members": {"pi-xs-2": None}}},
+    ],
+)
+def test_a_damaged_server_list_is_refused(
+    deployment: Deployment, where: Path, change: dict[str, object]
+) -> None:
+    body = json.loads((where / "deployment.json").read_text())
+    (where / "deployment.json").write_text(json.dumps(body | change))
+    with pytest.raises(DeploymentError):
+        Deployment.open(where)
+
+
+def test_a_server_invitation_admits_no_plain_machine(deployment: Deployment) -> None:
+    server = deployment.invite(now=NOW, valid_s=WEEK_S, server=True)
+    text = identity_card("second")
+    assert refusal_code(deployment, ask_with(server, text)) == "wrong_invitation"
+    assert "second" not in deployment.machines
+    assert deployment.server_invitations == {server.public_key}
+    # Its holder still joins as a server with it.
+    deployment.admit_by_invitation(serving_ask(server, text, serve("10.0.0.6")), now=NOW + 1)
+    assert deployment.member_of("second") is not None
+
+
+def test_a_machine_invitation_admits_no_server(deployment: Deployment) -> None:
+    machine = deployment.invite(now=NOW, valid_s=WEEK_S)
+    text = identity_card("second")
+    ask = serving_ask(machine, text, serve("10.0.0.6"))
+    assert refusal_code(deployment, ask) == "wrong_invitation"
+    assert "second" not in deployment.machines
+    assert deployment.members == {}
+    assert list(deployment.invitations) == [machine.public_key]
+    deployment.admit_by_invitation(ask_with(machine, text), now=NOW + 1)
+    assert deployment.members == {}
+
+
+def test_servers_are_named_in_turn_with_the_places_they_asked_for(hub: Deployment) -> None:
+    first = hub.invite(now=NOW, valid_s=WEEK_S, server=True)
+    second = hub.invite(now=NOW, valid_s=WEEK_S, server=True)
+    text = identity_card("second")
+    admitted = hub.admit_by_invitation(
+        serving_ask(first, text, serve("10.0.0.6", client_port=4333, cluster_port=6333)),
+        now=NOW + 1,
+    )
+    assert admitted == MachineCard.parse(text)
+    assert hub.machines["second"] == admitted
+    assert hub.members == {"pi-xs-2": MemberServer("second", "10.0.0.6:4333", "10.0.0.6:6333")}
+    assert hub.invitations == {second.public_key: NOW + WEEK_S}
+    assert hub.server_invitations == {second.public_key}
+    assert refusal_code(hub, serving_ask(first, text, serve("10.0.0.9"))) == "invitation_unknown"
+    hub.admit_by_invitation(
+        serving_ask(second, identity_card("third"), serve("hub3.example.org")), now=NOW + 1
+    )
+    assert hub.members["pi-xs-3"] == MemberServer(
+        "third", "hub3.example.org:4222", "hub3.example.org:6222"
+    )
+    assert (hub.invitations, hub.server_invitations) == ({}, set())
+    assert hub.member_of("second") == ("pi-xs-2", hub.members["pi-xs-2"])
+    assert hub.member_of("third") == ("pi-xs-3", hub.members["pi-xs-3"])
+    assert hub.member_of("laptop") is None
+
+
+#: Places a third server may not take once the hub is at HUB_HOST and a member at 10.0.0.6.
+SERVED_ELSEWHERE = {
+    "the hub's client address": serve(HUB_HOST, client_port=4222, cluster_port=6333),
+    "the hub's route address": serve(HUB_HOST, client_port=4333, cluster_port=6222),
+    "a member's client address": serve("10.0.0.6", client_port=4222, cluster_port=6333),
+    "a member's route address": serve("10.0.0.6", client_port=4333, cluster_port=6222),
+    "a member's route as its client address": ServeAsk(
+        csr=CSR, client="10.0.0.6:6222", cluster="10.0.0.7:6222"
+    ),
+    "one address for both": serve("10.0.0.7", client_port=4222, cluster_port=4222),
+    "the hub's host on other ports": serve(HUB_HOST, client_port=4999, cluster_port=6999),
+    "a member's host on other ports": serve("10.0.0.6", client_port=4999, cluster_port=6999),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SERVED_ELSEWHERE))
+def test_a_server_reached_where_another_is_is_refused(hub: Deployment, case: str) -> None:
+    add_member(hub, "second", "10.0.0.6")
+    invitation = hub.invite(now=NOW, valid_s=WEEK_S, server=True)
+    before = dict(hub.members)
+    ask = serving_ask(invitation, identity_card("third"), SERVED_ELSEWHERE[case])
+    assert refusal_code(hub, ask) == "address_taken"
+    assert hub.members == before
+    assert "third" not in hub.machines
+    assert hub.server_invitations == {invitation.public_key}
+    # Somewhere free, its holder still serves with it.
+    hub.admit_by_invitation(
+        serving_ask(invitation, identity_card("third"), serve("10.0.0.7")), now=NOW + 1
+    )
+    assert hub.member_of("third") == ("pi-xs-3", MemberServer("third", *places("10.0.0.7")))
+
+
+def test_a_machine_serves_once(hub: Deployment) -> None:
+    text = identity_card("second", identity=DESK_IDENTITY)
+    first = hub.invite(now=NOW, valid_s=WEEK_S, server=True)
+    hub.admit_by_invitation(serving_ask(first, text, serve("10.0.0.6")), now=NOW + 1)
+    again = hub.invite(now=NOW, valid_s=WEEK_S, server=True)
+    assert refusal_code(hub, serving_ask(again, text, serve("10.0.0.7"))) == "name_taken"
+    assert list(hub.members) == ["pi-xs-2"]
+    assert hub.server_invitations == {again.public_key}
+
+
+def test_a_deployment_has_at_most_max_servers_counting_open_invitations(
+    hub: Deployment,
+) -> None:
+    assert MAX_SERVERS == 5
+    add_member(hub, "second", "10.0.0.6")
+    open_ones = [hub.invite(now=NOW, valid_s=60, server=True) for _ in range(MAX_SERVERS - 2)]
+    # The hub's server, one member and three open invitations: five.
+    with pytest.raises(DeploymentError, match="at most"):
+        hub.invite(now=NOW, valid_s=WEEK_S, server=True)
+    assert len(hub.server_invitations) == MAX_SERVERS - 2
+    # A machine's invitation is no server's.
+    hub.invite(now=NOW, valid_s=WEEK_S)
+    # Used, an invitation is a member instead: still five.
+    hub.admit_by_invitation(
+        serving_ask(open_ones[0], identity_card("third"), serve("10.0.0.7")), now=NOW + 1
+    )
+    with pytest.raises(DeploymentError, match="at most"):
+        hub.invite(now=NOW + 1, valid_s=WEEK_S, server=True)
+    # Lapsed, the others free their places.
+    hub.invite(now=NOW + 60, valid_s=WEEK_S, server=True)
+    assert len(hub.members) + len(hub.server_invitations) == 3
+
+
+def test_members_survive_a_reopen(hub: Deployment, where: Path) -> None:
+    add_member(hub, "second", "10.0.0.6")
+    add_member(hub, "third", "hub3.example.org")
+    hub.cluster_listen = "0.0.0.0:7222"
+    hub.save(now=NOW + 1)
+    body = json.loads((where / "deployment.json").read_text())
+    assert body["server"]["members"] == {
+        "pi-xs-2": {"machine": "second", "client": "10.0.0.6:4222", "cluster": "10.0.0.6:6222"},
+        "pi-xs-3": {
+            "machine": "third",
+            "client": "hub3.example.org:4222",
+            "cluster": "hub3.example.org:6222",
+        },
+    }
+    again = Deployment.open(where)
+    assert again.members == hub.members
+    assert again.cluster_listen == "0.0.0.0:7222"
+    assert again.routes() == hub.routes()
+    assert again.server_config() == hub.server_config()
+
+
+def test_the_hub_alone_has_no_cluster(hub: Deployment, where: Path) -> None:
+    config = hub.server_config()
+    assert "cluster" not in config
+    assert "advertise" not in config
+    assert (where / "server.conf").read_text() == config
+
+
+def test_with_members_the_hubs_server_routes_to_theirs_over_verified_tls(
+    hub: Deployment, where: Path
+) -> None:
+    add_member(hub, "second", "10.0.0.6")
+    add_member(hub, "third", "hub3.example.org")
+    hub.save(now=NOW + 1)
+    config = (where / "server.conf").read_text()
+    assert config == hub.server_config()
+    assert "server_name: pi-xs-1" in config.splitlines()
+    assert f'client_advertise: "{HUB_HOST}:4222"' in config.splitlines()
+    cluster = cluster_line(config)
+    assert cluster.startswith("cluster { name: pi-xs, listen: 0.0.0.0:6222, ")
+    assert "routes: [ nats-route://10.0.0.6:6222, nats-route://hub3.example.org:6222 ]" in cluster
+    assert f"nats-route://{HUB_HOST}" not in cluster  # not to itself
+    assert f'advertise: "{HUB_HOST}:6222"' in cluster
+    pki_dir = where / "pki"
+    assert (
+        f'tls {{ cert_file: "{pki_dir / "server.pem"}", key_file: "{pki_dir / "server-key.pem"}", '
+        f'ca_file: "{pki_dir / "ca.pem"}", verify: true }}'
+    ) in cluster
+
+
+def test_without_a_ca_the_hub_opens_no_routes(deployment: Deployment) -> None:
+    """Routes are verified with the deployment's CA: a deployment without one (``remote
+    deploy`` without ``remote pki``) lists its members but routes to none of them in clear."""
+    add_member(deployment, "second", "10.0.0.6")
+    assert deployment.members
+    config = deployment.server_config()
+    assert "cluster" not in config
+    assert "nats-route" not in config
+
+
+def test_the_routes_list_the_hub_first(hub: Deployment) -> None:
+    assert hub.routes() == [f"{HUB_HOST}:6222"]
+    add_member(hub, "second", "10.0.0.6")
+    add_member(hub, "third", "hub3.example.org")
+    assert hub.routes() == [f"{HUB_HOST}:6222", "10.0.0.6:6222", "hub3.example.org:6222"]
+    assert (hub.client_advertise, hub.cluster_advertise) == (f"{HUB_HOST}:4222", f"{HUB_HOST}:6222")
+
+
+def test_a_hub_without_hosts_advertises_loopback(deployment: Deployment) -> None:
+    deployment.listen, deployment.cluster_listen = "0.0.0.0:5222", "0.0.0.0:7222"
+    assert (deployment.client_advertise, deployment.cluster_advertise) == (
+        "127.0.0.1:5222",
+        "127.0.0.1:7222",
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "listen", "expected"),
+    [
+        ("10.0.0.5", "0.0.0.0:4222", "10.0.0.5:4222"),
+        ("hub.example.org", "127.0.0.1:6222", "hub.example.org:6222"),
+        ("::1", "0.0.0.0:4222", "[::1]:4222"),
+        ("fd00::5", "[::]:6222", "[fd00::5]:6222"),
+    ],
+)
+def test_host_port_names_a_server_as_nats_does(host: str, listen: str, expected: str) -> None:
+    assert host_port(host, listen) == expected
+
+
+def test_a_grant_holds_what_a_member_needs_and_no_seed(hub: Deployment) -> None:
+    add_member(hub, "second", "10.0.0.6")
+    cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    grant = hub.grant("pi-xs-2", cert, now=NOW + 1)
+    assert (grant.name, grant.cert) == ("pi-xs-2", cert)
+    assert grant.routes == (f"{HUB_HOST}:6222", "10.0.0.6:6222")
+    account = nats_jwt.decode(grant.account_jwt)
+    assert account.subject == hub.account.public_key
+    assert account.issuer == hub.operator.public_key
+    assert grant.account_jwt == hub.account_jwt(now=NOW + 1)
+    assert grant.system_account == hub.system.public_key
+    system = nats_jwt.decode(grant.system_jwt)
+    assert (system.subject, system.issuer) == (hub.system.public_key, hub.operator.public_key)
+    operator = nats_jwt.decode(grant.operator)
+    assert operator.subject == hub.operator.public_key
+    assert operator.nats["system_account"] == hub.system.public_key
+    # The same authorization as the hub's own server's.
+    operator_text, system_account, preload = auth_parts(hub.auth_config(now=NOW + 1))
+    assert (grant.operator, grant.system_account) == (operator_text, system_account)
+    assert preload == {
+        hub.system.public_key: grant.system_jwt,
+        hub.account.public_key: grant.account_jwt,
+    }
+    text = grant.model_dump_json()
+    for key in (hub.operator, hub.account, hub.system):
+        assert key.seed not in text
+
+
+@pytest.mark.parametrize(
+    "proved",
+    [
+        None,
+        serve("10.0.0.6", client_port=4333),
+        serve("10.0.0.6", cluster_port=6333),
+        serve("10.0.0.7"),
+        ServeAsk(csr=CSR.replace("MIIB", "MIIC"), client="10.0.0.6:4222", cluster="10.0.0.6:6222"),
+    ],
+    ids=["without-serve", "other-client", "other-cluster", "other-host", "other-csr"],
+)
+def test_the_proof_covers_what_is_served(hub: Deployment, proved: ServeAsk | None) -> None:
+    """Whoever sees an ask on its way cannot send it again to serve elsewhere, or with their
+    own key's request."""
+    invitation = hub.invite(now=NOW, valid_s=WEEK_S, server=True)
+    text = identity_card("second")
+    served = serve("10.0.0.6")
+    if proved is None:
+        forged = ask_with(invitation, text).model_copy(update={"serve": served})
+    else:
+        forged = serving_ask(invitation, text, served, proved=proved)
+    assert forged.serve == served
+    assert refusal_code(hub, forged) == "bad_proof"
+    assert hub.members == {}
+    assert hub.server_invitations == {invitation.public_key}
+    hub.admit_by_invitation(serving_ask(invitation, text, served), now=NOW + 1)
+    member = MemberServer("second", served.client, served.cluster)
+    assert hub.member_of("second") == ("pi-xs-2", member)

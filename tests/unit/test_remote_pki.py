@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import shutil
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from pi_cross_session.plugin.remote import pki
 
@@ -178,3 +181,139 @@ def test_a_ca_whose_key_does_not_match_is_refused_not_replaced(tmp_path: Path) -
     with pytest.raises(pki.PkiError):
         pki.create(str(kept), ["10.0.0.1"], reuse_ca=True)
     assert (kept / "ca.pem").read_bytes() == before
+
+
+# -- a member server's certificate: asked for by a request, signed by the hub's CA ----------------
+
+
+def usages_of(cert: x509.Certificate) -> set[x509.ObjectIdentifier]:
+    return set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+
+
+def public_bytes(key: object) -> bytes:
+    assert isinstance(key, ec.EllipticCurvePublicKey | ec.EllipticCurvePrivateKey)
+    public = key.public_key() if isinstance(key, ec.EllipticCurvePrivateKey) else key
+    return public.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def test_the_hubs_own_server_certificate_also_dials_routes(made: pki.Pki) -> None:
+    """In a cluster a server's certificate is a client's too: the other servers verify its
+    routes with the CA. The gateway's stays a client's only."""
+    server = usages_of(certificate(made.server_cert))
+    assert server == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
+    assert server == set(pki.SERVER_USAGE)
+    assert usages_of(certificate(made.client_cert)) == {ExtendedKeyUsageOID.CLIENT_AUTH}
+
+
+def test_a_request_names_the_hosts_it_asks_for_and_holds_its_own_key() -> None:
+    key_pem, csr_pem = pki.request(["hub2.example.org", "10.0.0.6", "::1"])
+    assert sorted(pki.requested_hosts(csr_pem)) == ["10.0.0.6", "::1", "hub2.example.org"]
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    assert public_bytes(x509.load_pem_x509_csr(csr_pem).public_key()) == public_bytes(key)
+
+
+def test_as_many_hosts_as_allowed_pass() -> None:
+    hosts = [f"10.0.0.{n}" for n in range(pki.MAX_REQUEST_HOSTS)]
+    assert sorted(pki.requested_hosts(pki.request(hosts)[1])) == sorted(hosts)
+
+
+def tampered(csr_pem: bytes) -> bytes:
+    """The request with one letter of its subject changed after it was signed (still DER)."""
+    der = x509.load_pem_x509_csr(csr_pem).public_bytes(serialization.Encoding.DER)
+    assert der.count(b"pi-cross-session") == 1
+    changed = der.replace(b"pi-cross-session", b"pi-cross-sessioN")
+    return x509.load_der_x509_csr(changed).public_bytes(serialization.Encoding.PEM)
+
+
+def csr_of(key: ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey, *names: str) -> bytes:
+    builder = x509.CertificateSigningRequestBuilder().subject_name(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pi-cross-session")])
+    )
+    if names:
+        san = x509.SubjectAlternativeName([x509.DNSName(n) for n in names])
+        builder = builder.add_extension(san, critical=False)
+    algorithm = hashes.SHA256() if isinstance(key, ec.EllipticCurvePrivateKey) else None
+    return builder.sign(key, algorithm).public_bytes(serialization.Encoding.PEM)
+
+
+BAD_REQUESTS: dict[str, Callable[[pki.Pki], bytes]] = {
+    "signature does not hold": lambda _: tampered(pki.request(["10.0.0.6"])[1]),
+    "no names": lambda _: csr_of(ec.generate_private_key(ec.SECP256R1())),
+    "too many names": lambda _: pki.request(
+        [f"10.0.0.{n}" for n in range(pki.MAX_REQUEST_HOSTS + 1)]
+    )[1],
+    "not an EC key": lambda _: csr_of(ed25519.Ed25519PrivateKey.generate(), "hub2.example.org"),
+    "garbage": lambda _: (
+        b"-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"
+    ),
+    "empty": lambda _: b"",
+    "a certificate": lambda made: Path(made.server_cert).read_bytes(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REQUESTS))
+def test_a_request_that_cannot_be_signed_is_refused(case: str, made: pki.Pki) -> None:
+    csr_pem = BAD_REQUESTS[case](made)
+    with pytest.raises(pki.PkiError):
+        pki.requested_hosts(csr_pem)
+    with pytest.raises(pki.PkiError):
+        pki.sign_request(str(Path(made.ca).parent), csr_pem)
+
+
+def test_only_a_directory_with_a_ca_signs(tmp_path: Path) -> None:
+    with pytest.raises(pki.PkiError):
+        pki.sign_request(str(tmp_path), pki.request(["10.0.0.6"])[1])
+
+
+def test_a_signed_request_is_the_cas_certificate_of_the_requests_key(made: pki.Pki) -> None:
+    key_pem, csr_pem = pki.request(["10.0.0.6", "hub2.example.org"])
+    cert_pem = pki.sign_request(str(Path(made.ca).parent), csr_pem)
+    ca_pem = Path(made.ca).read_bytes()
+    pki.check_issued(ca_pem, cert_pem, key_pem)
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    cert.verify_directly_issued_by(certificate(made.ca))
+    assert hosts_of(cert) == {"10.0.0.6", "hub2.example.org"}
+    assert usages_of(cert) == set(pki.SERVER_USAGE)
+    assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    assert public_bytes(cert.public_key()) == public_bytes(key)
+    # The hub never saw the key: the certificate is for the key that stayed on the server.
+    assert key_pem not in Path(made.ca).parent.joinpath("server-key.pem").read_bytes()
+
+
+def test_a_certificate_for_another_key_is_refused(made: pki.Pki) -> None:
+    key_pem, _ = pki.request(["10.0.0.6"])
+    _, other_csr = pki.request(["10.0.0.6"])
+    cert_pem = pki.sign_request(str(Path(made.ca).parent), other_csr)
+    with pytest.raises(pki.PkiError, match="another key"):
+        pki.check_issued(Path(made.ca).read_bytes(), cert_pem, key_pem)
+    # Nor is the hub's own server certificate this server's.
+    with pytest.raises(pki.PkiError):
+        pki.check_issued(Path(made.ca).read_bytes(), Path(made.server_cert).read_bytes(), key_pem)
+
+
+def test_a_certificate_from_another_ca_is_refused(made: pki.Pki, tmp_path: Path) -> None:
+    """The other CA bears the same name: only its signature tells it apart."""
+    other = pki.create(str(tmp_path / "other"), ["127.0.0.1"])
+    assert certificate(other.ca).subject == certificate(made.ca).subject
+    key_pem, csr_pem = pki.request(["10.0.0.6"])
+    cert_pem = pki.sign_request(str(Path(other.ca).parent), csr_pem)
+    pki.check_issued(Path(other.ca).read_bytes(), cert_pem, key_pem)
+    with pytest.raises(pki.PkiError, match="not the deployment CA's"):
+        pki.check_issued(Path(made.ca).read_bytes(), cert_pem, key_pem)
+
+
+@pytest.mark.parametrize("damaged", ["ca", "cert", "key"])
+def test_garbage_is_no_issued_certificate(made: pki.Pki, damaged: str) -> None:
+    key_pem, csr_pem = pki.request(["10.0.0.6"])
+    parts = {
+        "ca": Path(made.ca).read_bytes(),
+        "cert": pki.sign_request(str(Path(made.ca).parent), csr_pem),
+        "key": key_pem,
+    }
+    pki.check_issued(parts["ca"], parts["cert"], parts["key"])
+    parts[damaged] = b"-----BEGIN GARBAGE-----\nAAAA\n-----END GARBAGE-----\n"
+    with pytest.raises(pki.PkiError):
+        pki.check_issued(parts["ca"], parts["cert"], parts["key"])

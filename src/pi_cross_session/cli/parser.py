@@ -7,6 +7,7 @@ it before it knows which command (and so which modules) it needs.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -92,6 +93,28 @@ def _max_proxies(value: str) -> int:
     if not 0 <= count <= MAX_LISTED_REGISTRATIONS // 2:
         raise argparse.ArgumentTypeError(f"between 0 and {MAX_LISTED_REGISTRATIONS // 2}")
     return count
+
+
+_HOST_RE = re.compile(r"[A-Za-z0-9._\-:]{1,253}")
+
+
+def _host(value: str) -> str:
+    """A host name or an address, as a server's certificate names it."""
+    if _HOST_RE.fullmatch(value) is None or value.startswith(("-", ".")):
+        raise argparse.ArgumentTypeError("a host name or an IP address (e.g. 10.0.0.5)")
+    return value
+
+
+def _listen(value: str) -> str:
+    """``ADDR:PORT`` (``[::]:PORT`` for IPv6) with a port a server can listen on."""
+    host, _, port = value.rpartition(":")
+    if (
+        not port.isdigit()
+        or not 0 < int(port) < 65536
+        or not _HOST_RE.fullmatch(host.removeprefix("[").removesuffix("]"))
+    ):
+        raise argparse.ArgumentTypeError("ADDR:PORT, e.g. 0.0.0.0:4222")
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -419,18 +442,37 @@ def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
             "a NATS user and permissions per machine), admit this machine, print one join line "
             "for another machine (valid once, until it lapses), answer joiners, and run this "
             "machine's gateway; all until interrupted. The deployment lives in --dir (made on "
-            "first use). With --write-service, write a systemd unit instead of running."
+            "first use). With --write-service, write a systemd unit instead of running. With "
+            "--join (the line 'remote invite --server' printed on the hub), run one more server "
+            "of that deployment here instead: a second and a third server keep the deployment "
+            "up when one is lost."
         ),
     )
     hub.add_argument(
         "--host",
         action="append",
         default=[],
+        type=_host,
         metavar="NAME",
         help="a name or address other machines reach this one by (repeat; kept for next time)",
     )
     hub.add_argument(
-        "--listen", metavar="ADDR:PORT", help="where the server listens (0.0.0.0:4222)"
+        "--listen",
+        type=_listen,
+        metavar="ADDR:PORT",
+        help="where the server listens (0.0.0.0:4222)",
+    )
+    hub.add_argument(
+        "--cluster-listen",
+        type=_listen,
+        metavar="ADDR:PORT",
+        help="where the server listens for the other servers' routes (0.0.0.0:6222)",
+    )
+    hub.add_argument(
+        "--join",
+        nargs=2,
+        metavar=("URL[,URL]", "TOKEN"),
+        help="serve as one more server of the deployment whose hub printed this line",
     )
     hub.add_argument(
         "--dir", metavar="DIR", help="the deployment's directory (default: in the agent dir)"
@@ -472,6 +514,11 @@ def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     invite.add_argument("--dir", metavar="DIR", help="the deployment's directory")
     invite.add_argument(
+        "--server",
+        action="store_true",
+        help="a line for a machine that joins as one more server (run with 'remote hub --join')",
+    )
+    invite.add_argument(
         "--valid",
         type=_duration,
         default=3600,
@@ -484,6 +531,18 @@ def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     revoke.add_argument("machine")
     revoke.add_argument("--dir", metavar="DIR", help="the deployment's directory")
+    actions.add_parser(
+        "rotate",
+        help="replace this machine's keys, keeping its name (a machine that joined a hub)",
+        description=(
+            "Replace this machine's identity key and NATS user key through its deployment's hub "
+            "(which must be running), keeping its name: the new keys are made here, the current "
+            "ones sign the ask, the new ones confirm it; the hub then revokes the old NATS key, "
+            "and every gateway of the deployment takes the new identity key from the roster. A "
+            "gateway running here starts again with the new keys. Run again after a failure, it "
+            "goes on from where it stopped."
+        ),
+    )
     status_remote = actions.add_parser(
         "status",
         help="show the gateway, its NATS server, the machines it sees, proxies and recent errors",

@@ -2,7 +2,8 @@
 (docs/remote.md).
 
 On a machine: ``status`` shows the gateway, its server and the machines it sees
-(:mod:`.remote_status`); ``init`` makes its identity (an Ed25519 key and a NATS user key),
+(:mod:`.remote_status`); ``rotate`` replaces its keys through its hub (:mod:`.remote_rotate`);
+``init`` makes its identity (an Ed25519 key and a NATS user key),
 ``show`` prints its card (the line another machine pastes into ``trust``, and the administrator
 into ``deploy``), ``trust``/``untrust`` edit the allow-list, ``inbound`` turns remote delivery
 here on or off, ``credentials`` installs the deployment's JWT for this machine. For the
@@ -27,6 +28,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         from pi_cross_session.cli import remote_status
 
         return remote_status.run(args, console)
+    if args.remote_command == "rotate":
+        from pi_cross_session.cli import remote_rotate
+
+        return remote_rotate.run(args, console)
     if args.remote_command in ("hub", "join", "invite", "revoke"):
         from pi_cross_session.cli import remote_hub
 

@@ -3,6 +3,8 @@ grown by people, one command per machine (docs/remote.md, "Five minutes, two mac
 
 * ``hub`` (on one machine): the deployment's NATS server, this machine admitted, one join line
   printed, joiners answered, and this machine's gateway, until interrupted;
+* ``hub --join LINE --host HOST`` (on a second or third machine, with a line of
+  ``invite --server``): one more server of the deployment, and this machine's gateway;
 * ``join LINE`` (on each other machine): admitted by the line, then its gateway;
 * ``invite`` and ``revoke NAME`` (on the hub's machine, hub running or not): another join line;
   a machine removed everywhere (its NATS user revoked, the roster without it) within seconds.
@@ -16,11 +18,11 @@ import shlex
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pi_cross_session.cli import exits, gateway_cmd
+from pi_cross_session.cli import exits, gateway_cmd, words
 from pi_cross_session.cli.console import Console
 from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.paths import Locations
@@ -30,6 +32,7 @@ if TYPE_CHECKING:  # the remote plane's extra is imported only when a command ru
 
     from pi_cross_session.plugin.remote.deployment import Deployment
     from pi_cross_session.plugin.remote.files import Identity
+    from pi_cross_session.plugin.remote.natsd import NatsServer
 
 
 def hub_dir(locations: Locations, given: str | None) -> Path:
@@ -67,23 +70,42 @@ def run_hub(args: argparse.Namespace, console: Console) -> int:
     """``remote hub``."""
     import anyio
 
-    from pi_cross_session.plugin.remote import files, hub
+    from pi_cross_session.plugin.remote import files, hub, member, rotation
     from pi_cross_session.plugin.remote.bucket import BucketSpec
-    from pi_cross_session.plugin.remote.deployment import ACCOUNT_NAME, Deployment, MachineCard
+    from pi_cross_session.plugin.remote.deployment import (
+        ACCOUNT_NAME,
+        Deployment,
+        DeploymentError,
+    )
     from pi_cross_session.plugin.remote.link import Link
     from pi_cross_session.plugin.remote.mirror import ensure_bucket_with
-    from pi_cross_session.plugin.remote.natsd import NatsServer
 
     locations = environment.resolve()
     directory = hub_dir(locations, args.dir)
     if args.write_service:
         return _write_service(args, directory, console)
+    # SIGHUP restarts the gateway once it runs; until then it must not end the hub (nor leave
+    # its NATS server running on its own, as ending here before the ``finally`` below would).
+    gateway_cmd.hold_sighup()
+    if args.join is not None or member.is_member(directory):
+        return _run_member(args, console, locations, directory)
     identity = _identity(locations, args.machine)
     now = int(time.time())
-    deployment = hub.prepare(directory, hosts=args.host, listen=args.listen, now=now)
+    deployment = hub.prepare(
+        directory,
+        hosts=args.host,
+        listen=args.listen,
+        cluster_listen=args.cluster_listen,
+        now=now,
+    )
     with hub.lock(directory):
         deployment = Deployment.open(directory)
-        deployment.admit(MachineCard.parse(identity.card()), now=now)
+        try:
+            # A rotation of this machine's keys that the hub confirmed is finished first.
+            identity = rotation.settle_own_keys(locations, deployment, identity, now=now)
+        except DeploymentError as exc:
+            console.problem(words.hub_machine_keys_revoked(identity.machine, str(exc)))
+            return exits.EXIT_LOCAL
         deployment.save(now=now)
     line, until = hub.invite(directory, now=now, valid_s=args.valid)
     deployment = Deployment.open(directory)
@@ -99,18 +121,10 @@ def run_hub(args: argparse.Namespace, console: Console) -> int:
     files.save_trust(
         locations, files.load_trust(locations).with_account(ACCOUNT_NAME).with_inbound(True)
     )
-    server = NatsServer(
-        directory / "run",
-        name="hub",
-        port=hub.port_of(deployment.listen),
-        config_file=directory / "server.conf",
-        host=hub.local_url(deployment).split("//")[1].rsplit(":", 1)[0],
+    server = _start_server(
+        directory, "hub", deployment.listen, directory / "server.conf", console, ""
     )
-    console.progress(f"starting the NATS server ({deployment.listen})")
-    try:
-        server.start()
-    except (RuntimeError, TimeoutError, FileNotFoundError) as exc:
-        console.problem(f"pi-cross-session remote hub: the NATS server did not start: {exc}")
+    if server is None:
         return exits.EXIT_LOCAL
     try:
         # The bucket as the gateways of this deployment check it: the hub's --record-ttl and
@@ -119,24 +133,61 @@ def run_hub(args: argparse.Namespace, console: Console) -> int:
         admin = dataclasses.replace(hub.admin_config(deployment), bucket=spec)
         state, detail = anyio.run(ensure_bucket_with, admin)
         if state not in ("ok", "created", "repaired"):
-            console.problem(f"pi-cross-session remote hub: the bucket: {detail}")
-            return exits.EXIT_LOCAL
-        anyio.run(_publish_roster, deployment)
+            if not deployment.members:
+                console.problem(f"pi-cross-session remote hub: the bucket: {detail}")
+                return exits.EXIT_LOCAL
+            # Clustered: JetStream answers once enough of the other servers are back.
+            console.problem(f"the bucket: {detail}; the other servers may not be up yet")
+        else:
+            anyio.run(_publish_roster, deployment)
+
+        async def grown(deployment: Deployment, name: str) -> None:
+            where = deployment.members[name].client
+            console.result(f"server {name} ({where}) joined the deployment")
+            if len(deployment.members) == 1:
+                # A server that ran alone runs JetStream on its own; with routes it must start
+                # again to share it. Its bucket would not move into the cluster (which counts
+                # it orphaned): it is made again there, and the gateways publish anew.
+                console.progress("starting this hub's NATS server again, clustered")
+                await hub.drop_bucket(deployment)
+                await anyio.to_thread.run_sync(_restart, server)
+                # A server takes its share of the bucket once a machine of the account has
+                # connected to it (the new server's gateway, within seconds): asked again.
+                deadline = anyio.current_time() + hub.REPLICAS_WAIT_S
+                while True:
+                    state, detail = await ensure_bucket_with(admin)
+                    if state in ("ok", "created", "repaired"):
+                        await _publish_roster(deployment)
+                        console.result("the bucket is made again in the cluster")
+                        break
+                    if anyio.current_time() >= deadline:
+                        console.problem(f"the bucket: {detail}")
+                        break
+                    await anyio.sleep(2.0)
+            if 1 + len(deployment.members) >= hub.REPLICATED_AT:
+                await _replicate(deployment, console)
 
         async def admissions(group: anyio.abc.TaskGroup) -> None:
             link = Link(hub.admin_config(deployment))
             await link.connect()
             answering = hub.Admissions(
-                directory, link, admitted=lambda name: console.result(f"admitted {name}")
+                directory,
+                link,
+                admitted=lambda name: console.result(f"admitted {name}"),
+                rotated=lambda name: console.result(f"rotated the keys of {name}"),
+                grown=lambda d, name: _in_background(group, grown, d, name),
             )
             await answering.start()
+            if 1 + len(deployment.members) >= hub.REPLICATED_AT:
+                group.start_soon(_replicate, deployment, console)
             # Printed only now: a join typed the moment the line appears finds the hub listening.
             console.result(
                 f"hub of deployment {deployment.account.public_key[:12]}… serving "
                 f"{', '.join(hub.servers(deployment))}\n"
                 "On another machine, run (valid once, until "
                 f"{time.strftime('%H:%M %Z', time.localtime(until))}):\n\n  {line.command()}\n\n"
-                "Another line: 'pi-cross-session remote invite'. Remove a machine: "
+                "Another line: 'pi-cross-session remote invite'. Another server: "
+                "'pi-cross-session remote invite --server'. Remove a machine: "
                 "'pi-cross-session remote revoke NAME'."
             )
 
@@ -147,6 +198,172 @@ def run_hub(args: argparse.Namespace, console: Console) -> int:
         return gateway_cmd.run(args, console, alongside=admissions)
     finally:
         server.stop()
+
+
+async def _in_background(
+    group: anyio.abc.TaskGroup,
+    work: Callable[[Deployment, str], Coroutine[Any, Any, None]],
+    deployment: Deployment,
+    name: str,
+) -> None:
+    """Run ``work`` beside the admissions (it restarts the server they are connected to)."""
+    group.start_soon(work, deployment, name)
+
+
+def _restart(server: NatsServer) -> None:
+    server.stop()
+    server.start()
+
+
+async def _replicate(deployment: Deployment, console: Console) -> None:
+    from pi_cross_session.plugin.remote import hub
+
+    servers = 1 + len(deployment.members)
+    console.progress(f"asking for the bucket on {hub.REPLICATED_AT} of the {servers} servers")
+    if await hub.raise_replicas(deployment, hub.REPLICATED_AT, wait_s=hub.REPLICAS_WAIT_S):
+        console.result(
+            f"the bucket is kept by {hub.REPLICATED_AT} servers: the deployment outlives one"
+        )
+    else:
+        console.problem(
+            f"the bucket is still on fewer than {hub.REPLICATED_AT} servers: are they all up? "
+            "It is asked again when this hub starts"
+        )
+
+
+def _run_member(
+    args: argparse.Namespace, console: Console, locations: Locations, directory: Path
+) -> int:
+    """``remote hub --join`` (and ``remote hub`` again on a machine that joined so)."""
+    import anyio
+
+    from pi_cross_session.plugin.remote import hub, joining, member
+    from pi_cross_session.plugin.remote.deployment import (
+        DEFAULT_CLUSTER_LISTEN,
+        DEFAULT_LISTEN,
+        DEPLOYMENT_FILE,
+        host_port,
+    )
+    from pi_cross_session.protocol.remote.join import JoinLine, ServeAsk
+
+    if args.join is None:
+        serving = member.open_member(directory)
+    else:
+        if member.is_member(directory) or (directory / DEPLOYMENT_FILE).exists():
+            console.problem(
+                f"pi-cross-session remote hub: {directory} already serves a deployment; run "
+                "'pi-cross-session remote hub' without --join to start it"
+            )
+            return exits.EXIT_LOCAL
+        if not args.host:
+            console.problem(
+                "pi-cross-session remote hub --join: name this server with --host: the name or "
+                "address the other machines reach it by"
+            )
+            return exits.EXIT_LOCAL
+        line = JoinLine.parse(*args.join)
+        identity = _identity(locations, args.machine)
+        listen = args.listen or DEFAULT_LISTEN
+        cluster_listen = args.cluster_listen or DEFAULT_CLUSTER_LISTEN
+        serve = ServeAsk(
+            csr=member.request(directory, [*args.host, *hub.LOOPBACK_NAMES]),
+            client=host_port(args.host[0], listen),
+            cluster=host_port(args.host[0], cluster_listen),
+        )
+        joined = anyio.run(
+            lambda: joining.join(locations, line, identity, progress=console.progress, serve=serve)
+        )
+        assert joined.grant is not None  # join checked the answer has what was asked
+        serving = member.install(
+            directory,
+            joined.grant,
+            joined.ca,
+            deployment=line.deployment,
+            listen=listen,
+            cluster_listen=cluster_listen,
+            client=serve.client,
+            cluster=serve.cluster,
+        )
+        console.result(f"joined as {joined.machine}, serving as {serving.name}")
+    _own_server_first(locations, hub.local_url_of(serving.listen))
+    routes = f", routes to {serving.cluster}"
+    server = _start_server(
+        directory, serving.name, serving.listen, serving.config_file, console, routes
+    )
+    if server is None:
+        return exits.EXIT_LOCAL
+    try:
+        console.result(f"server {serving.name} of the deployment serving {serving.client}")
+        if args.no_gateway:
+            # The account is known to this server once one of its users connected: the
+            # bucket's share here needs it (the gateway does this otherwise).
+            anyio.run(_connect_once, locations, hub.local_url_of(serving.listen))
+            return _serve_only(_nothing, console)
+        args.nats = []
+        args.tls_ca = None
+        return gateway_cmd.run(args, console)
+    finally:
+        server.stop()
+
+
+async def _connect_once(locations: Locations, url: str) -> None:
+    """Connect to ``url`` as this machine, then leave."""
+    from pi_cross_session.plugin.remote import files
+    from pi_cross_session.plugin.remote.link import Link, LinkConfig
+
+    identity = files.load_identity(locations)
+    link = Link(
+        LinkConfig(
+            servers=(url,),
+            machine=identity.machine,
+            tls_ca=files.ca_path(locations),
+            tls_first=True,
+            credentials=files.load_nats_credentials(locations),
+            name=f"pi-cross-session server {identity.machine}",
+        )
+    )
+    await link.connect()
+    await link.close()
+
+
+def _start_server(
+    directory: Path, name: str, listen: str, config: Path, console: Console, more: str
+) -> NatsServer | None:
+    """This machine's server of the deployment, started from ``config``; ``None`` (said) when
+    it did not start."""
+    from pi_cross_session.plugin.remote import hub
+    from pi_cross_session.plugin.remote.natsd import NatsServer
+
+    local = hub.local_url_of(listen)
+    server = NatsServer(
+        directory / "run",
+        name=name,
+        port=hub.port_of(listen),
+        config_file=config,
+        host=local.split("//")[1].rsplit(":", 1)[0],
+    )
+    console.progress(f"starting the NATS server ({listen}{more})")
+    try:
+        server.start()
+    except (RuntimeError, TimeoutError, FileNotFoundError) as exc:
+        console.problem(f"pi-cross-session remote hub: the NATS server did not start: {exc}")
+        return None
+    return server
+
+
+async def _nothing(group: anyio.abc.TaskGroup) -> None:
+    return None
+
+
+def _own_server_first(locations: Locations, local: str) -> None:
+    """This machine's gateway reaches the deployment through its own server first."""
+    from pi_cross_session.plugin.remote import files
+
+    joined = files.load_joined(locations)
+    if joined is None:
+        return
+    servers = (local, *(url for url in joined.servers if url != local))
+    files.save_joined(locations, dataclasses.replace(joined, servers=servers), None)
 
 
 async def _publish_roster(deployment: Deployment) -> None:
@@ -187,6 +404,8 @@ def _write_service(args: argparse.Namespace, directory: Path, console: Console) 
         words += ["--host", host]
     if args.listen:
         words += ["--listen", args.listen]
+    if args.cluster_listen:
+        words += ["--cluster-listen", args.cluster_listen]
     if args.machine:
         words += ["--machine", args.machine]
     if args.no_gateway:
@@ -239,11 +458,13 @@ def run_invite(args: argparse.Namespace, console: Console) -> int:
 
     directory = hub_dir(environment.resolve(), args.dir)
     now = int(time.time())
-    line, until = hub.invite(directory, now=now, valid_s=args.valid)
+    line, until = hub.invite(directory, now=now, valid_s=args.valid, server=args.server)
     pushed = _push(directory, now, console, roster=False)
+    what = "to serve (HOST: the name or address the others reach it by)" if args.server else ""
     console.result(
-        f"On the machine to join, run (valid once, until "
-        f"{time.strftime('%H:%M %Z', time.localtime(until))}):\n\n  {line.command()}"
+        f"On the machine to join{' ' + what if what else ''}, run (valid once, until "
+        f"{time.strftime('%H:%M %Z', time.localtime(until))}):\n\n"
+        f"  {line.command(server=args.server)}"
         + ("" if pushed else "\n\n(the hub is not running: the line works once it runs)")
     )
     return exits.EXIT_OK
@@ -258,8 +479,15 @@ def run_revoke(args: argparse.Namespace, console: Console) -> int:
     now = int(time.time())
     with hub.lock(directory):
         deployment = Deployment.open(directory)
+        served = deployment.member_of(args.machine)
         deployment.revoke(args.machine, now=now)
         deployment.save(now=now)
+    if served is not None:
+        console.problem(
+            f"{args.machine} ran server {served[0]} of the deployment: its certificate stays "
+            "good (there is no revocation list), so stop that server; if the machine is not "
+            "trusted any more, make a new deployment (docs/security.md, the CA key)"
+        )
     if _push(directory, now, console, roster=True):
         console.result(
             f"revoked {args.machine}: cut off the servers, and off every gateway's trust"

@@ -838,3 +838,108 @@ GATEWAY_NO_SERVER = (
     "pi-cross-session gateway: no NATS server to connect to: join a deployment "
     "('pi-cross-session remote join' with the line its hub printed) or pass --nats URL"
 )
+
+
+# -- the gateway started again, and remote rotate -------------------------------------------------
+
+
+def gateway_reloading(machine: str) -> str:
+    """SIGHUP reached a gateway (``remote rotate`` sends it once the new keys are in place)."""
+    return (
+        f"gateway {line(machine, 32)} starting again (SIGHUP): with this machine's keys, "
+        "credentials and trust as its files now say"
+    )
+
+
+def gateway_not_reloaded(problem: str, *, running: bool = True) -> str:
+    """SIGHUP, but the files cannot be used: the gateway runs on as it was (``running``), or
+    none runs yet (the SIGHUP came while the first one connected) and the process waits."""
+    then = (
+        "it runs on as it was"
+        if running
+        else "no gateway runs until it can (Ctrl-C or SIGTERM to stop)"
+    )
+    return (
+        f"{PROG} gateway: not started again: {line(problem, 300)}; {then} (fix that, then send "
+        "SIGHUP again)"
+    )
+
+
+def gateway_not_served(machine: str, problem: str) -> str:
+    """SIGHUP: the gateway stopped to start again, connected, and then could not serve."""
+    return (
+        f"{PROG} gateway: {line(machine, 32)} stopped to start again (SIGHUP), and then could "
+        f"not serve: {line(problem, 300)}; it stops (start it again once that is fixed)"
+    )
+
+
+#: ``remote rotate`` on a machine that joined no deployment (set up by hand, ``remote deploy``).
+ROTATE_NOT_JOINED: Final = (
+    "this machine joined no deployment with 'pi-cross-session remote join', so no hub can replace "
+    "its keys. On a deployment set up by hand: make new keys here ('pi-cross-session remote init "
+    "--replace', which prints the new card), have the deployment's administrator admit that "
+    "card ('pi-cross-session remote deploy --out DIR --machine CARD --push URL': the old NATS key "
+    "is revoked with it), install the JWT it writes ('pi-cross-session remote credentials FILE'), "
+    "restart the gateway, and on every machine that trusts this one by hand, 'pi-cross-session "
+    "remote trust' it again with the new key"
+)
+
+
+def rotate_failed(code: str, detail: str) -> str:
+    """``remote rotate`` did not finish: why (a refusal of the hub keeps its code), and what to
+    do. Run again, it goes on from where it stopped (docs/remote.md, "Rotating a machine's
+    keys")."""
+    again = f"run '{PROG} remote rotate' again: it goes on from where it stopped"
+    text = line(detail, 600)
+    if code == "not_joined":
+        return text
+    if code == "hub_unreachable":
+        return (
+            f"no hub answered (hub_unreachable): {text}; is '{PROG} remote hub' running? Once "
+            f"it answers, {again}"
+        )
+    if code == "credentials_refused":
+        return f"the servers refused this machine ({code}): {text}"
+    if code == "bad_answer":
+        return f"the hub's answer cannot be used ({code}): {text}; {again}"
+    if code == "busy":
+        return f"not now ({code}): {text}"
+    if code == "hub_error":
+        return f"the hub failed to take it ({code}): {text}"
+    return f"the hub refused ({line(code, 40)}): {text}"
+
+
+def rotated(machine: str, old_key: str, new_key: str, nats_key: str, *, resumed: bool) -> str:
+    """The rotation is done (``resumed``: one begun earlier and cut short): what changed."""
+    return (
+        ("finished the key rotation begun earlier: " if resumed else "")
+        + f"rotated the keys of {line(machine, 32)}: identity {line(old_key, 60)} is now "
+        f"{line(new_key, 60)}, NATS user {line(nats_key, 60)}; the hub revoked the old NATS key, "
+        "and every gateway of the deployment takes the new identity key from its roster"
+    )
+
+
+def hub_machine_keys_revoked(machine: str, problem: str) -> str:
+    """``remote hub``: the deployment revoked the keys of the hub's own machine, and no rotation
+    it took is left here to finish."""
+    return (
+        f"{PROG} remote hub: the deployment no longer takes this machine's keys "
+        f"({line(problem, 300)}); no key rotation of {line(machine, 32)} that it took is left "
+        f"here to finish (cross-session/remote/rotation/), so make new keys with '{PROG} remote "
+        "init --replace' and start the hub again: it admits them (machines that trust this one "
+        "by hand need the new key)"
+    )
+
+
+ROTATE_NO_GATEWAY: Final = "no gateway runs here: the next one starts with the new keys"
+
+
+def rotate_gateway_took(seconds: float) -> str:
+    return f"the running gateway started again with the new keys ({seconds:.1f} s)"
+
+
+def rotate_gateway_not_yet(wait_s: float) -> str:
+    return (
+        f"the running gateway has not come back with the new keys within {wait_s:g} s; see "
+        f"'{PROG} remote status', or restart it"
+    )

@@ -315,6 +315,21 @@ def read_gateway(locations: Locations, *, now_s: float | None = None) -> Gateway
     return Gateway(GatewayState.STOPPED, None, snapshot, age)
 
 
+def gateway_holder(locations: Locations) -> int | None:
+    """The pid of the process that holds this agent dir's gateway lock (a gateway, or a hub
+    running one), or ``None`` (blocking, read-only): the pid its lock file names, only while
+    that process has the file open, so a pid reused since is never taken for it."""
+    lock = node_join(remote_dir(locations), LOCK_FILE)
+    _, holder = _read(lock, 64)
+    try:
+        pid = int(holder.decode("ascii").strip()) if holder else None
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if pid is None or not _alive(pid) or not _holds_open(pid, lock):
+        return None
+    return pid
+
+
 def read(locations: Locations, *, now_s: float | None = None) -> RemoteFacts:
     """Every fact of :class:`RemoteFacts` (blocking, read-only)."""
     directory = remote_dir(locations)

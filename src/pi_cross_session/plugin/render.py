@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -434,8 +435,9 @@ def remote_next(code: str, machine: str) -> str | None:
         )
     if code == Code.PERMISSION_DENIED:
         return (
-            "the deployment's administrator can grant it (pi-cross-session remote deploy "
-            "--machine CARD --push URL)"
+            "a machine that joined a hub's deployment gets the current rights with "
+            "'pi-cross-session remote rotate'; on a deployment set up by hand, its administrator "
+            "grants them (pi-cross-session remote deploy --machine CARD --push URL)"
         )
     return None
 
@@ -468,9 +470,10 @@ NATS_PROBLEMS: Final[Mapping[str, str]] = {
     ),
     "auth": (
         "NATS at {where} refused this machine's credentials ({detail}): they are missing, "
-        "revoked or expired; install this machine's JWT from the deployment with: "
-        "pi-cross-session remote credentials FILE (its administrator makes it with "
-        "'pi-cross-session remote deploy --machine CARD')"
+        "revoked or expired; a machine of a hub's deployment joins again with a new line "
+        "('pi-cross-session remote invite' on the hub's machine); on a deployment set up by "
+        "hand, install this machine's JWT with: pi-cross-session remote credentials FILE (its "
+        "administrator makes it with 'pi-cross-session remote deploy --machine CARD')"
     ),
     "other": "NATS at {where} refused the connection ({detail})",
 }
@@ -487,8 +490,9 @@ def no_jetstream(where: str, every_s: float) -> str:
     return (
         f"no JetStream on the NATS server at {sanitize.line(where)}: the bucket that lists "
         "each machine's sessions needs it, so no machine sees this one's sessions; add "
-        "'jetstream {}' to the server's configuration (or start it with -js), or set the server "
-        f"up with 'pi-cross-session remote deploy'; checking again every {every_s:g} s"
+        "'jetstream {}' to the server's configuration (or start it with -js), or run the "
+        "deployment's server with 'pi-cross-session remote hub' (which has it); checking again "
+        f"every {every_s:g} s"
     )
 
 
@@ -497,8 +501,9 @@ def nats_denied(what: str, subject: str) -> str:
     return (
         f"NATS refused this machine a {what} {sanitize.line(subject)}: its credentials do not "
         "allow it (a deployment made before this version, or a machine admitted with fewer "
-        "rights); the deployment's administrator can admit it again with: pi-cross-session "
-        "remote deploy --machine CARD --push URL"
+        "rights); a machine that joined a hub's deployment gets the current rights with "
+        "'pi-cross-session remote rotate'; on one set up by hand, its administrator admits it "
+        "again with: pi-cross-session remote deploy --machine CARD --push URL"
     )
 
 
@@ -1276,6 +1281,43 @@ def mcp_push_failed(error: BaseException) -> str:
     return f"Cross-session: a channel notification could not be written to the host ({detail})."
 
 
+# -- a key rotation (``remote rotate``): what the hub says back -----------------------------------
+
+
+def rotate_too_soon(machine: str, keys: int, window_s: int, *, until: int, now: int) -> str:
+    """The hub gave ``machine`` its share of new keys for now (``too_soon``): when it may ask
+    again (``until``, ``now``: epoch s, the hub's clock)."""
+    wait_min = max(1, -(-(until - now) // 60))
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(until))
+    return (
+        f"{sanitize.line(machine)} was given new keys {keys} times within {window_s // 3600} h, "
+        "as many as the hub gives (each one revokes a key for good, and every revocation stays "
+        f"in the deployment): try again after {when} (in {wait_min} min), or have the hub's "
+        "administrator revoke it ('pi-cross-session remote revoke NAME') and join it again"
+    )
+
+
+def rotate_hub_error(*, busy: bool) -> str:
+    """The hub could not take a rotation ask for a fault of its own (``hub_error``)."""
+    if busy:
+        return (
+            "the hub's deployment is busy (another change holds its lock): nothing changed; "
+            "run 'pi-cross-session remote rotate' again in a moment"
+        )
+    return (
+        "the hub could not take the ask (its log says why): nothing changed on this machine; "
+        "run 'pi-cross-session remote rotate' again, or tell the hub's administrator"
+    )
+
+
+def rotate_busy(lock_path: str) -> str:
+    """Another ``remote rotate`` runs on this machine (``busy``)."""
+    return (
+        "another 'pi-cross-session remote rotate' is running for this machine (it holds "
+        f"{sanitize.line(lock_path)}): let it finish, then run it again if it did not"
+    )
+
+
 __all__ = [
     "DELIVERY_MEANINGS",
     "GOAL_ACTION_DESCRIPTION",
@@ -1382,6 +1424,9 @@ __all__ = [
     "remote_next",
     "remote_refusal",
     "resume_text",
+    "rotate_busy",
+    "rotate_hub_error",
+    "rotate_too_soon",
     "runtime_ids",
     "send_details",
     "send_result",

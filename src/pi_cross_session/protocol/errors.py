@@ -39,6 +39,8 @@ control flow that never leaves its module) are left out.
     ├── PkiError                          plugin.remote.pki: a CA there that cannot be kept
     ├── JoinError                         protocol.remote.join: a join line, ask or answer is bad
     ├── JoinFailedError                   plugin.remote.joining: this machine did not join, and why
+    ├── RotationRefusedError              security.remote.rotation: the hub takes not a rotation ask
+    ├── RotateFailedError                 plugin.remote.rotation: this machine's keys not rotated
     ├── UnreachableError                  plugin.remote.link: not sent: no NATS connection, …
     │   ├── NoRespondersError             plugin.remote.link: NATS found nobody for it (not sent)
     │   └── ConnectError                  plugin.remote.link: connecting failed, and why

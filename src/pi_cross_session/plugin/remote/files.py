@@ -9,6 +9,9 @@
 * ``joined.json`` — the deployment this machine joined (``remote join``): its servers, its account
   key (which signs the roster) and the account name; ``ca.pem`` — the deployment's CA, as the
   join line's digest vouched for it; ``roster.bin`` — the newest verified roster, as signed;
+* ``rotation/`` — while ``remote rotate`` runs (or was interrupted): the new ``machine.key``,
+  ``nats-user.nk``, the deployment's ``nats-user.jwt`` for it, then the roster and ``confirmed``
+  once the hub confirmed (:func:`finish_rotation`);
 * ``gateway.lock`` — held (``flock``) by the one gateway of this agent dir;
 * ``remote-peers.json`` — the gateway's snapshot of verified remote sessions (``peers --remote``).
 
@@ -19,6 +22,7 @@ a key file another user could read is refused, never used.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -53,6 +57,10 @@ from pi_cross_session.security.remote.trust import TrustConfig, parse_trust
 
 CA_FILE: Final = "ca.pem"
 ROSTER_FILE: Final = "roster.bin"
+#: Where a key rotation keeps the new set until it replaces the current one.
+ROTATION_DIR: Final = "rotation"
+#: In it, once the hub confirmed: the new set is the one to use (:func:`finish_rotation`).
+CONFIRMED_FILE: Final = "confirmed"
 
 
 class RemoteSetupError(CrossSessionError):
@@ -71,6 +79,11 @@ def _ensure_dirs(locations: Locations) -> str:
     directory = remote_dir(locations)
     fs.ensure_private_dir(directory)
     return directory
+
+
+def ensure_remote_dir(locations: Locations) -> str:
+    """Make ``<agentDir>/cross-session/remote`` (0700) if it is not there; its path."""
+    return _ensure_dirs(locations)
 
 
 def _read(locations: Locations, name: str, max_bytes: int = MAX_REGISTRATION_BYTES) -> bytes:
@@ -98,7 +111,9 @@ def init_identity(locations: Locations, machine: str, *, replace: bool = False) 
             "letter or digit"
         )
     directory = _ensure_dirs(locations)
-    if not replace:
+    if replace:
+        discard_rotation(locations)  # a rotation begun for the identity replaced now
+    else:
         try:
             existing = load_identity(locations)
         except RemoteSetupError:
@@ -112,11 +127,15 @@ def init_identity(locations: Locations, machine: str, *, replace: bool = False) 
             return existing
     key = MachineKey.generate()
     fs.write_private_file(directory, KEY_FILE, key.to_pem())
-    body = {"version": 1, "machine": machine, "publicKey": key.public_text()}
-    fs.write_private_file(directory, MACHINE_FILE, (json.dumps(body, indent=2) + "\n").encode())
+    _write_machine_file(directory, machine, key)
     nats = _make_nats_key(directory)
     fs.remove_file(node_join(directory, NATS_JWT_FILE))  # it names the old NATS key
     return Identity(machine, key, nats)
+
+
+def _write_machine_file(directory: str, machine: str, key: MachineKey) -> None:
+    body = {"version": 1, "machine": machine, "publicKey": key.public_text()}
+    fs.write_private_file(directory, MACHINE_FILE, (json.dumps(body, indent=2) + "\n").encode())
 
 
 def _make_nats_key(directory: str) -> NKey:
@@ -175,7 +194,10 @@ def load_nats_credentials(locations: Locations) -> str | None:
 
 
 def load_identity(locations: Locations) -> Identity:
-    """This machine's identity (blocking); :class:`RemoteSetupError` when there is none."""
+    """This machine's identity (blocking); :class:`RemoteSetupError` when there is none. A key
+    rotation the hub confirmed and that was cut short here is finished first."""
+    if os.path.exists(node_join(rotation_dir(locations), CONFIRMED_FILE)):
+        _install_rotation(locations)
     try:
         meta: Any = json.loads(_read(locations, MACHINE_FILE))
         key = MachineKey.from_pem(_read(locations, KEY_FILE))
@@ -187,6 +209,123 @@ def load_identity(locations: Locations) -> Identity:
     if not isinstance(machine, str) or not is_machine_name(machine):
         raise RemoteSetupError("machine.json does not name a machine")
     return Identity(machine, key, _load_nats_key(locations))
+
+
+# -- a key rotation (``remote rotate``, :mod:`.rotation`) ------------------------------------------
+#
+# The current set (machine.key, nats-user.nk, nats-user.jwt) is never touched until the hub has
+# confirmed the new one; the new set is complete in rotation/ before ``confirmed`` is written
+# there, and whoever loads the identity next finishes copying it into place. So a crash at any
+# point leaves a usable set: the old one (not confirmed yet: the hub still takes it) or the new
+# one (confirmed: in place, or in rotation/ with ``confirmed`` until the next load copies it).
+
+
+def rotation_dir(locations: Locations) -> str:
+    """``<agentDir>/cross-session/remote/rotation``."""
+    return node_join(remote_dir(locations), ROTATION_DIR)
+
+
+def _rotation_read(locations: Locations, name: str) -> bytes:
+    return fs.read_registration_bytes(
+        node_join(rotation_dir(locations), name), max_bytes=MAX_REGISTRATION_BYTES
+    )
+
+
+def rotation_identity(locations: Locations, machine: str) -> Identity | None:
+    """The new keys of a rotation under way (not confirmed), or ``None`` (blocking)."""
+    try:
+        key = MachineKey.from_pem(_rotation_read(locations, KEY_FILE))
+        nats = NKey(_rotation_read(locations, NATS_SEED_FILE).decode("ascii").strip())
+    except fs.FileOperationError as exc:
+        if exc.code == "ENOENT":
+            return None
+        raise
+    except (CrossSessionError, UnicodeDecodeError) as exc:
+        raise RemoteSetupError(
+            f"the new keys of a key rotation cannot be read ({exc}); remove "
+            f"{rotation_dir(locations)} and run 'pi-cross-session remote rotate' again"
+        ) from None
+    if nats.role is not Role.USER:
+        raise RemoteSetupError(f"{ROTATION_DIR}/{NATS_SEED_FILE} is not a user seed")
+    return Identity(machine, key, nats)
+
+
+def begin_rotation(locations: Locations, machine: str) -> Identity:
+    """New keys for a rotation, kept beside the current ones (blocking)."""
+    _ensure_dirs(locations)
+    directory = rotation_dir(locations)
+    fs.ensure_private_dir(directory)
+    fs.remove_file(node_join(directory, NATS_JWT_FILE))  # it names an earlier new key
+    key = MachineKey.generate()
+    nats = NKey.generate(Role.USER)
+    fs.write_private_file(directory, KEY_FILE, key.to_pem())
+    fs.write_private_file(directory, NATS_SEED_FILE, nats.seed.encode())
+    return Identity(machine, key, nats)
+
+
+def save_rotation_jwt(locations: Locations, text: str) -> None:
+    """Keep the deployment's user JWT for the new NATS key (blocking; the caller checked it)."""
+    fs.write_private_file(rotation_dir(locations), NATS_JWT_FILE, (text.strip() + "\n").encode())
+
+
+def rotation_credentials(locations: Locations, identity: Identity) -> str | None:
+    """The new set's NATS credentials, when the hub gave a JWT for them (blocking)."""
+    try:
+        text = _rotation_read(locations, NATS_JWT_FILE).decode("ascii").strip()
+    except fs.FileOperationError as exc:
+        if exc.code == "ENOENT":
+            return None
+        raise
+    except UnicodeDecodeError:
+        return None
+    return nats_jwt.creds_text(text, identity.nats.seed)
+
+
+def finish_rotation(locations: Locations, sealed_roster: bytes) -> None:
+    """The hub confirmed the new set: mark it so, then put it in place (blocking)."""
+    directory = rotation_dir(locations)
+    fs.write_private_file(directory, ROSTER_FILE, sealed_roster)
+    fs.write_private_file(directory, CONFIRMED_FILE, b"confirmed\n")
+    _install_rotation(locations)
+
+
+def _install_rotation(locations: Locations) -> None:
+    """Copy a confirmed new set over the current one, then forget it; each copy is atomic and
+    the whole may be done again, so an interrupted one is finished by the next."""
+    directory = remote_dir(locations)
+    try:
+        meta: Any = json.loads(_read(locations, MACHINE_FILE))
+        machine = meta["machine"]
+        key_pem = _rotation_read(locations, KEY_FILE)
+        key = MachineKey.from_pem(key_pem)
+        seed = _rotation_read(locations, NATS_SEED_FILE)
+        jwt = _rotation_read(locations, NATS_JWT_FILE)
+        roster = _rotation_read(locations, ROSTER_FILE)
+    except (CrossSessionError, ValueError, KeyError, TypeError) as exc:
+        raise RemoteSetupError(
+            f"a confirmed key rotation cannot be finished ({exc}); see docs/remote.md, "
+            "'Rotating a machine's keys'"
+        ) from None
+    fs.write_private_file(directory, KEY_FILE, key_pem)
+    fs.write_private_file(directory, NATS_SEED_FILE, seed)
+    fs.write_private_file(directory, NATS_JWT_FILE, jwt)
+    _write_machine_file(directory, machine, key)
+    fs.write_private_file(directory, ROSTER_FILE, roster)
+    # ``confirmed`` first: left without it, the rest is a finished rotation's copy, which the
+    # next ``remote rotate`` recognises (its key is the current one) and removes.
+    discard_rotation(locations)
+
+
+def discard_rotation(locations: Locations) -> None:
+    """Forget a rotation's files (blocking; none is fine)."""
+    directory = rotation_dir(locations)
+    if not os.path.isdir(directory):
+        return
+    for name in (CONFIRMED_FILE, NATS_JWT_FILE, KEY_FILE, NATS_SEED_FILE, ROSTER_FILE):
+        fs.remove_file(node_join(directory, name))
+    # Something else in it (a temporary file of a write cut short) keeps it: harmless.
+    with contextlib.suppress(OSError):
+        os.rmdir(directory)
 
 
 def load_trust(locations: Locations) -> TrustConfig:
@@ -226,10 +365,12 @@ class Joined:
         return (json.dumps(body, indent=2) + "\n").encode()
 
 
-def save_joined(locations: Locations, joined: Joined, ca_pem: bytes) -> None:
-    """Keep what ``remote join`` learnt (blocking): the deployment and its CA."""
+def save_joined(locations: Locations, joined: Joined, ca_pem: bytes | None) -> None:
+    """Keep what ``remote join`` learnt (blocking): the deployment and its CA (``None``: the
+    CA kept already)."""
     directory = _ensure_dirs(locations)
-    fs.write_private_file(directory, CA_FILE, ca_pem)
+    if ca_pem is not None:
+        fs.write_private_file(directory, CA_FILE, ca_pem)
     fs.write_private_file(directory, JOINED_FILE, joined.to_bytes())
 
 

@@ -316,10 +316,20 @@ class Gateway:
 
     async def apply_trust(self, trust: TrustConfig) -> None:
         """Trust ``trust`` from now on: follow the machines it adds (their requests and
-        records), forget those it removes (their proxies close), take its inbound setting."""
+        records), forget those it removes (their proxies close), take its inbound setting. A
+        machine trusted under a new key (it rotated its keys) is trusted under that key alone
+        from now on: what its old key vouched for is forgotten (its proxies close), and its
+        records are read again, each taken only when the new key signed it."""
         before = set(self._mirror.origins)
+        keys_before = dict(self._verifier.trust.machines)
         self._verifier.trust = trust
         after = set(self._mirror.origins)
+        rekeyed = sorted(o for o in before & after if keys_before[o] != trust.machines[o])
+        for origin in rekeyed:
+            for key in await self._mirror.unfollow(origin):
+                self._capped.discard(key)
+                await self._reconcile(key)
+            await self._mirror.follow(origin)
         for origin in sorted(after - before):
             await self._serve_requests(origin)
             await self._mirror.follow(origin)
@@ -347,9 +357,12 @@ class Gateway:
             words.append(f"added {', '.join(added)}")
         if removed:
             words.append(f"removed {', '.join(removed)}")
+        if rekeyed:
+            words.append(f"new key for {', '.join(rekeyed)}")
         if changed_inbound:
             words.append(f"remote inbound {'on' if inbound else 'off'}")
-        heading = "trust changed" if added or removed or changed_inbound else "trust unchanged"
+        changed = added or removed or rekeyed or changed_inbound
+        heading = "trust changed" if changed else "trust unchanged"
         self.on_trust_changed(f"{heading}: " + "; ".join(words))
         if self._group is not None and (added or self._capped):
             self._group.start_soon(self._fill_free_slots)
@@ -365,8 +378,9 @@ class Gateway:
             logger.warning(
                 "this NATS deployment does not enforce per-machine permissions: any client that "
                 "can connect may read every message, hide sessions, swallow or flood requests "
-                "(our signatures still refuse what they forge); set it up with "
-                "'pi-cross-session remote deploy' (docs/remote.md)"
+                "(our signatures still refuse what they forge); run the deployment's server with "
+                "'pi-cross-session remote hub', or set your own up with 'pi-cross-session remote "
+                "deploy' (docs/remote.md)"
             )
 
     async def _on_earlier(self, msg: Msg) -> None:
@@ -966,6 +980,7 @@ class Gateway:
         return {
             "version": 1,
             "machine": self.options.machine,
+            "publicKey": self.options.key.public_text(),
             "pid": self._pid,
             "writtenAt": self._wall_ms(),
             "startedAt": self.started_at_ms,

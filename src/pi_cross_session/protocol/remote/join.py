@@ -22,7 +22,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -83,9 +83,13 @@ class JoinLine(BaseModel):
     def token(self) -> str:
         return f"{TOKEN_PREFIX}-{self.deployment}-{self.seed}"
 
-    def command(self) -> str:
-        """The line to run on the joining machine."""
-        return f"pi-cross-session remote join {','.join(self.servers)} {self.token}"
+    def command(self, *, server: bool = False) -> str:
+        """The line to run on the joining machine (``server``: one that joins as one more
+        server of the deployment, and names the host others reach it by)."""
+        where = ",".join(self.servers)
+        if server:
+            return f"pi-cross-session remote hub --join {where} {self.token} --host HOST"
+        return f"pi-cross-session remote join {where} {self.token}"
 
     @classmethod
     def parse(cls, servers: str, token: str) -> JoinLine:
@@ -102,12 +106,9 @@ class JoinLine(BaseModel):
         return cls(servers=urls, deployment=deployment, seed=seed)
 
 
-def proof_bytes(card: str) -> bytes:
-    """What a joiner signs with the invitation's seed: its card, in its context."""
-    return PROOF_CONTEXT + card.encode("utf-8")
-
-
 _Text = Annotated[str, Field(max_length=4096)]
+_M = TypeVar("_M", bound=BaseModel)
+UNKNOWN_ANSWER: Final = "the hub's answer is not one this version reads"
 
 
 class _Strict(BaseModel):
@@ -121,8 +122,21 @@ class CaAsk(_Strict):
     ask: Literal["ca"] = "ca"
 
 
+_HostPort = Annotated[str, Field(pattern=r"^[A-Za-z0-9._\-\[\]:]{1,255}:[0-9]{1,5}$")]
+
+
+class ServeAsk(_Strict):
+    """What a machine joining as one more server adds to its ask: its certificate request (for
+    the names it is reached by) and where clients and the other servers reach it."""
+
+    csr: Annotated[str, Field(max_length=8192)]
+    client: _HostPort
+    cluster: _HostPort
+
+
 class JoinAsk(_Strict):
-    """Asked over a verified connection: admit this machine (its card), by this invitation."""
+    """Asked over a verified connection: admit this machine (its card), by this invitation;
+    with ``serve``, as one more server (only a server invitation admits that)."""
 
     v: Literal[1] = 1
     ask: Literal["join"] = "join"
@@ -130,6 +144,33 @@ class JoinAsk(_Strict):
     card: _Text
     #: base64 of the invitation key's signature of :func:`proof_bytes` of the card.
     proof: Annotated[str, Field(max_length=128)]
+    serve: ServeAsk | None = None
+
+
+def proof_bytes(card: str, serve: ServeAsk | None = None) -> bytes:
+    """What a joiner signs with the invitation's seed: its card (and, joining as a server, what
+    it asks to serve as), in its context."""
+    signed = PROOF_CONTEXT + card.encode("utf-8")
+    if serve is not None:
+        signed += b"\nserve " + serve.model_dump_json().encode("utf-8")
+    return signed
+
+
+_Jwt = Annotated[str, Field(max_length=MAX_JOIN_MESSAGE_BYTES // 4)]
+
+
+class ServeGrant(_Strict):
+    """What a new server of the deployment needs: its name, its certificate, what its
+    configuration's authorization part holds (JWTs only: no seed leaves the hub), and the
+    routes to the servers there already."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9-]{1,32}$")]
+    cert: Annotated[str, Field(max_length=16_384)]
+    operator: _Jwt
+    system_account: Annotated[str, Field(pattern=r"^A[A-Z2-7]{55}$")]
+    system_jwt: _Jwt
+    account_jwt: _Jwt
+    routes: tuple[_HostPort, ...]
 
 
 class CaAnswer(_Strict):
@@ -151,6 +192,8 @@ class JoinAnswer(_Strict):
     account: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
     servers: tuple[Annotated[str, Field(pattern=rf"^{_URL_RE.pattern}$")], ...]
     roster: Annotated[str, Field(max_length=MAX_JOIN_MESSAGE_BYTES)]
+    #: Present when the ask was to serve.
+    grant: ServeGrant | None = None
 
 
 class Refusal(_Strict):
@@ -161,31 +204,31 @@ class Refusal(_Strict):
     detail: _Text
 
 
-def read_ask(data: bytes) -> CaAsk | JoinAsk:
-    """An ask as the hub reads it; :class:`JoinError` when it is none."""
+def read_one_of(data: bytes, models: tuple[type[_M], ...], *, what: str, unknown: str) -> _M:
+    """``data`` as the first of ``models`` it validates as; :class:`JoinError` saying ``what``
+    is over the size limit, or ``unknown`` when it is none of them."""
     if len(data) > MAX_JOIN_MESSAGE_BYTES:
-        raise JoinError("an ask over the size limit")
-    for model in (CaAsk, JoinAsk):
-        try:
-            return model.model_validate_json(data)
-        except ValidationError:
-            continue
-    raise JoinError("not an ask")
-
-
-def read_answer(data: bytes, *, ca: bool) -> CaAnswer | JoinAnswer | Refusal:
-    """An answer as a joiner reads it (``ca``: the answer to a :class:`CaAsk`)."""
-    if len(data) > MAX_JOIN_MESSAGE_BYTES:
-        raise JoinError("the hub's answer is over the size limit")
-    models: tuple[type[CaAnswer | JoinAnswer | Refusal], ...] = (
-        (CaAnswer, Refusal) if ca else (JoinAnswer, Refusal)
-    )
+        raise JoinError(f"{what} is over the size limit")
     for model in models:
         try:
             return model.model_validate_json(data)
         except ValidationError:
             continue
-    raise JoinError("the hub's answer is not one this version reads")
+    raise JoinError(unknown)
+
+
+def read_ask(data: bytes) -> CaAsk | JoinAsk:
+    """An ask as the hub reads it; :class:`JoinError` when it is none."""
+    models: tuple[type[CaAsk | JoinAsk], ...] = (CaAsk, JoinAsk)
+    return read_one_of(data, models, what="an ask", unknown="not an ask")
+
+
+def read_answer(data: bytes, *, ca: bool) -> CaAnswer | JoinAnswer | Refusal:
+    """An answer as a joiner reads it (``ca``: the answer to a :class:`CaAsk`)."""
+    models: tuple[type[CaAnswer | JoinAnswer | Refusal], ...] = (
+        (CaAnswer, Refusal) if ca else (JoinAnswer, Refusal)
+    )
+    return read_one_of(data, models, what="the hub's answer", unknown=UNKNOWN_ANSWER)
 
 
 __all__ = [
@@ -200,9 +243,12 @@ __all__ = [
     "JoinError",
     "JoinLine",
     "Refusal",
+    "ServeAsk",
+    "ServeGrant",
     "ca_signed_bytes",
     "join_inbox",
     "proof_bytes",
     "read_answer",
     "read_ask",
+    "read_one_of",
 ]

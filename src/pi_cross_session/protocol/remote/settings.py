@@ -167,3 +167,26 @@ NATS_START_FAILURES_PER_SERVER: Final = 2
 #: While a lost connection cannot come back, the gateway says so again this often (its client
 #: retries every ``NATS_RECONNECT_WAIT_S``; a line for each would bury everything else).
 NATS_PROBLEM_REMINDER_S: Final = 60.0
+#: A key rotation's ask (``remote rotate``, docs/remote.md "Rotating a machine's keys") is signed
+#: the moment before it is sent, so the hub takes it only inside the envelopes' window: from this
+#: long before the hub's now …
+ROTATE_ASK_MAX_AGE_S: Final = ENVELOPE_MAX_AGE_S
+#: … to this far ahead (machines of a deployment keep their clocks within 5 s). Older is stale: a
+#: captured ask cannot be played back later.
+ROTATE_ASK_MAX_AHEAD_S: Final = ENVELOPE_MAX_AHEAD_S
+#: Each step of a rotation (connecting, the hub's answer) may take this long: a running hub
+#: answers in milliseconds; one that does not in this long will not, and the person hears so.
+ROTATE_STEP_TIMEOUT_S: Final = 10.0
+#: A machine is given at most this many new keys by its hub (``remote rotate``) within any
+#: ``ROTATE_WINDOW_S``: each new NATS key the hub signs is revoked for good later (the old key
+#: when the rotation is confirmed, the new one when a pending rotation is replaced), NATS keeps
+#: every revocation in the account's JWT, and every server is handed that JWT whole at each
+#: change. Two: a rotation, and one more begun afresh after the first's new keys were lost.
+ROTATE_KEYS_PER_WINDOW: Final = 2
+#: … a day: rotating is rare (a key that may have leaked, or hygiene), and so a machine, even a
+#: hostile one that holds its keys, adds at most 730 revocations a year to the account JWT
+#: (about 100 bytes each) instead of one per ask (a thousand asks made it 94 KB).
+ROTATE_WINDOW_S: Final = 24 * 3600
+#: ``remote rotate`` waits this long at most for the running gateway to come back with the new
+#: keys (it stops, withdraws, connects again with the new credentials and serves).
+ROTATE_GATEWAY_WAIT_S: Final = 20.0

@@ -113,6 +113,10 @@ class MachineKey:
         """The payload that travels: the signature of ``data``, then ``data``."""
         return self._signing.sign(data).signature + data
 
+    def sign(self, data: bytes) -> bytes:
+        """The signature of ``data`` alone (a key rotation's ask carries it apart)."""
+        return bytes(self._signing.sign(data).signature)
+
 
 def public_key_text(key: PublicKey) -> str:
     """``ed25519:<base64>`` of a public key."""

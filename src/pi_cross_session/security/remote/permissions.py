@@ -12,6 +12,12 @@ tried by ``tests/remote/test_permissions.py`` with another machine's valid crede
 * one reply to each request it receives (``allow_responses``), and nothing else on another
   machine's inbox.
 
+Asking the hub to rotate the machine's keys (``remote rotate``) needs no right of its own: the
+ask is a request of the machine to ``_deployment`` (``pi-xs.v1.to._deployment.from.<M>``, which
+the request right above already covers, and only as itself), answered on its own inbox. So a
+machine that joined before rotation existed can rotate with the JWT it has; no gateway serves
+that subject (no machine is named ``_…``), only the hub, as the account's administrator.
+
 No machine may create, change, purge or delete the bucket, delete a message from it, or create a
 consumer (a push consumer's delivery subject is not checked against its creator's rights, so that
 right alone would let it deliver into another machine's subjects): a gateway reads the bucket
