@@ -42,6 +42,10 @@ def hold_sighup() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
+async def _stop_this_process() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 async def connect_until(link: Link, console: Console, machine: str) -> None:
     """Connect ``link``, trying again on a schedule said out loud (one line per failure, with
     its cause and fix, from ``NATS_START_RETRY_FIRST_S`` doubling up to
@@ -166,6 +170,8 @@ class _Serving:
                 bucket=BucketSpec(ttl_s=args.record_ttl, replicas=args.kv_replicas),
             )
         )
+        # A connection given up for good leaves nothing to serve: stop, as on SIGTERM.
+        link.on_lost = _stop_this_process
         deployment = None
         if joined is not None:
             key = PublicKey(public_key_bytes(joined.deployment))

@@ -479,6 +479,16 @@ NATS_PROBLEMS: Final[Mapping[str, str]] = {
 }
 
 
+def nats_lost(where: str) -> str:
+    """The NATS client gave the connection up for good: what that usually means, and the fix."""
+    return (
+        f"NATS at {sanitize.line(where)} closed this machine's connection and it will not be "
+        "opened again: most often this machine was revoked from the deployment (ask the hub's "
+        "user; a machine let back in joins again with a new line), or its credentials "
+        "expired; the gateway stops"
+    )
+
+
 def nats_problem(problem: str, where: str, detail: str) -> str:
     """One line about a NATS connection that failed: what, and the fix (no retry schedule)."""
     template = NATS_PROBLEMS.get(problem, NATS_PROBLEMS["other"])

@@ -317,6 +317,9 @@ class Link:
         self.dropped = 0
         #: Called after every reconnect (the mirror reads the bucket again then).
         self.on_reconnect: Callable[[], Awaitable[None]] | None = None
+        #: Called when the client gives the connection up for good (the server refused it in a
+        #: way the client does not try again, e.g. this machine's credentials were revoked).
+        self.on_lost: Callable[[], Awaitable[None]] | None = None
         #: Whether the JetStream API answered this account (``None``: not asked yet); for the
         #: status, set by every JetStream request.
         self.jetstream: bool | None = None
@@ -387,6 +390,7 @@ class Link:
             "error_cb": self._on_error,
             "disconnected_cb": self._on_disconnect,
             "reconnected_cb": self._on_reconnect,
+            "closed_cb": self._on_closed,
             # A publish during a reconnect must fail, not wait for a later flush (module doc).
             "pending_size": 0,
             "inbox_prefix": self._inbox,
@@ -511,6 +515,14 @@ class Link:
             self.where,
             NATS_RECONNECT_WAIT_S,
         )
+
+    async def _on_closed(self) -> None:
+        if self._closing:
+            return
+        # Not a loss the client reconnects after: say so, once, rather than wait in silence.
+        logger.warning("%s", render.nats_lost(self.where))
+        if self.on_lost is not None:
+            await self.on_lost()
 
     async def _on_reconnect(self) -> None:
         self.reconnects += 1
