@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # Python processes that import the package, and two workers each import every test module.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 
-.PHONY: demo demo-cli demo-mcp demo-remote test test-long lint typecheck pytest bench clean fuzz soak
+.PHONY: demo demo-cli demo-mcp demo-remote test test-long lint typecheck pytest bench bench-remote-scale clean fuzz soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,15 @@ bench: $(STAMP)
 	$(BIN)/python bench/listing.py
 	$(BIN)/python bench/exchange.py
 	$(BIN)/python bench/admission.py
+
+# The remote plane at scale on this one host: 20 machines (a gateway process each, all in one
+# deployment, trusting each other by its roster) with 10 live sessions each; how fast a new
+# session reaches every other machine, the proxies, the gateways' RSS and CPU per 100 remote
+# sessions, the server's connections and subscriptions (about 2 minutes). Not part of `make test`.
+# Options through REMOTE_SCALE_ARGS, e.g. `make bench-remote-scale REMOTE_SCALE_ARGS='--servers 3'`.
+REMOTE_SCALE_ARGS ?=
+bench-remote-scale: $(STAMP)
+	$(BIN)/python bench/remote_scale.py $(REMOTE_SCALE_ARGS)
 
 # A live inbox under a connection flood and a slowloris, against its own figures at rest (about
 # 50 s: the slow connections last the contract's 30 s deadline). Exits 1 if an invariant fails.

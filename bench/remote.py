@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import nats
 import nats.errors
 from nats.aio.client import RawCredentials
@@ -78,10 +79,11 @@ from nats.aio.client import RawCredentials
 import bench_support
 from pi_cross_session.cli import remote_peers
 from pi_cross_session.plugin.remote import files
+from pi_cross_session.plugin.remote.bucket import BucketSpec
 from pi_cross_session.plugin.remote.deployment import Deployment, MachineCard
 from pi_cross_session.plugin.remote.link import LinkConfig
 from pi_cross_session.plugin.remote.mirror import ensure_bucket_with
-from pi_cross_session.plugin.remote.natsd import NatsServer, TlsFiles
+from pi_cross_session.plugin.remote.natsd import NatsServer, TlsFiles, free_port
 from pi_cross_session.plugin.remote.pki import create as create_pki
 from pi_cross_session.plugin.remote.publish import sealed_record
 from pi_cross_session.protocol.codes import Code
@@ -118,9 +120,13 @@ PHASES = ("send", "listing", "memory", "relayed", "junk")
 
 
 class Plane:
-    """The server and what every connection needs: its URL, the CA, each machine's credentials."""
+    """The servers and what every connection needs: their URLs, the CA, each machine's
+    credentials. One server, or ``servers`` routed into a cluster on loopback (the bucket then
+    kept by every one of them); ``monitor`` opens each server's HTTP monitoring port."""
 
-    def __init__(self, root: Path, *, secure: bool) -> None:
+    def __init__(
+        self, root: Path, *, secure: bool, servers: int = 1, monitor: bool = False
+    ) -> None:
         self.root = root
         self.secure = secure
         self.deployment: Deployment | None = None
@@ -138,23 +144,48 @@ class Plane:
 
         else:
             self.ca = None
-        self.server = NatsServer(root / "nats", tls=tls, auth=auth)
+        cluster = [free_port() for _ in range(servers)] if servers > 1 else []
+        self.servers = [
+            NatsServer(
+                root / "nats",
+                name=f"n{index + 1}",
+                tls=tls,
+                auth=auth,
+                cluster_port=cluster[index] if cluster else None,
+                routes=[port for other, port in enumerate(cluster) if other != index],
+                monitor_port=free_port() if monitor else None,
+            )
+            for index in range(servers)
+        ]
+        self.server = self.servers[0]
 
     @property
     def url(self) -> str:
         return self.server.url
 
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return tuple(server.url for server in self.servers)
+
     def start(self) -> None:
-        self.server.start()
+        for server in self.servers:
+            server.start(wait=False)
+        for server in self.servers:
+            server.wait_ready()
         if self.deployment is not None:
             config = LinkConfig(
-                servers=(self.url,),
+                servers=self.urls,
                 machine=None,
                 tls_ca=self.ca,
                 credentials=self.deployment.admin_creds.read_text(),
+                bucket=BucketSpec(replicas=len(self.servers)),
             )
             state, detail = anyio.run(ensure_bucket_with, config)
             assert state in ("ok", "created"), detail
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
 
     def admit(self, card: str, name: str) -> str | None:
         """The user JWT of a machine admitted into the deployment (``None`` when open)."""
@@ -166,7 +197,7 @@ class Plane:
         return self.deployment.machine_jwt(name, now=now).decode().strip()
 
     def gateway_args(self) -> list[str]:
-        return ["--nats", self.url, *(["--tls-ca", self.ca] if self.ca else [])]
+        return ["--nats", ",".join(self.urls), *(["--tls-ca", self.ca] if self.ca else [])]
 
 
 class Played:
@@ -426,32 +457,41 @@ class _ProbeOnly:
         return Response.build(request_id=request.request_id, ok=False, status=Code.REFUSED)
 
 
+async def serve_local_peer(
+    locations: Locations, name: str, group: anyio.abc.TaskGroup
+) -> Registration:
+    """A live session of this process in ``group``: an endpoint that answers probes (and
+    refuses messages), then its registration in the peers dir."""
+    instance_id = new_instance_id()
+    token = new_token()
+    now = time.time_ns() // 1_000_000
+    live = build_registration(
+        session_id=str(uuid.uuid4()),
+        session_name=name,
+        instance_id=instance_id,
+        cwd=str(locations.agent_dir),
+        pid=os.getpid(),
+        started_at=now,
+        updated_at=now,
+        status="idle",
+        inbound="accept",
+        socket_path=locations.socket_path(instance_id),
+        token=token,
+    )
+    identity = LocalIdentity(live.id, instance_id, token, os.getpid())
+    handler = _ProbeOnly(Authenticator(identity, locations, files=PeersDirFiles(locations)))
+    endpoint: Endpoint[object] = Endpoint(live.socket_path, handler, files=fs)
+    await group.start(endpoint.serve)
+    fs.write_registration(
+        locations.peers_dir, instance_id, serialize(live), still_current=lambda: True
+    )
+    return live
+
+
 async def local_peers(locations: Locations, count: int, task_status: Any) -> None:
     async with anyio.create_task_group() as group:
         for index in range(count):
-            instance_id = new_instance_id()
-            token = new_token()
-            now = time.time_ns() // 1_000_000
-            live = build_registration(
-                session_id=str(uuid.uuid4()),
-                session_name=f"local-{index}",
-                instance_id=instance_id,
-                cwd=str(locations.agent_dir),
-                pid=os.getpid(),
-                started_at=now,
-                updated_at=now,
-                status="idle",
-                inbound="accept",
-                socket_path=locations.socket_path(instance_id),
-                token=token,
-            )
-            identity = LocalIdentity(live.id, instance_id, token, os.getpid())
-            handler = _ProbeOnly(Authenticator(identity, locations, files=PeersDirFiles(locations)))
-            endpoint: Endpoint[object] = Endpoint(live.socket_path, handler, files=fs)
-            await group.start(endpoint.serve)
-            fs.write_registration(
-                locations.peers_dir, instance_id, serialize(live), still_current=lambda: True
-            )
+            await serve_local_peer(locations, f"local-{index}", group)
         task_status.started()
         await anyio.sleep_forever()
 
@@ -821,7 +861,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for machine in machines:
             machine.stop()
-        plane.server.stop()
+        plane.stop()
         shutil.rmtree(root, ignore_errors=True)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -242,6 +242,10 @@ class Gateway:
         self.permissions_enforced: bool | None = None
         self._earlier_layout_seen = False
         self._proxies: dict[str, _Proxy] = {}
+        #: Deciding on a proxy and opening it are one step: two records heard at once (the
+        #: watch and the sweep) must not both take the last free slot (the cap was overrun by
+        #: up to 6 of 128 in bench/remote_scale.py before).
+        self._opening = anyio.Lock()
         self._senders: dict[str, _SenderIdentity] = {}
         self._making_identity = anyio.Lock()
         self._sender_table = SenderTable()
@@ -488,6 +492,13 @@ class Gateway:
         await self._write(proxy.registration, machine)
 
     async def _maybe_open(
+        self, machine: str, local_id: str, record: PeerRecord, key: tuple[str, str]
+    ) -> None:
+        async with self._opening:
+            if local_id not in self._proxies:  # another task may have opened it meanwhile
+                await self._open_within_cap(machine, local_id, record, key)
+
+    async def _open_within_cap(
         self, machine: str, local_id: str, record: PeerRecord, key: tuple[str, str]
     ) -> None:
         decision = self._shares.decide(machine, self._held_per_machine())
