@@ -42,8 +42,8 @@ def hold_sighup() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
-async def _stop_this_process() -> None:
-    os.kill(os.getpid(), signal.SIGTERM)
+async def _reload_this_process() -> None:
+    os.kill(os.getpid(), signal.SIGHUP)
 
 
 async def connect_until(link: Link, console: Console, machine: str) -> None:
@@ -170,8 +170,9 @@ class _Serving:
                 bucket=BucketSpec(ttl_s=args.record_ttl, replicas=args.kv_replicas),
             )
         )
-        # A connection given up for good leaves nothing to serve: stop, as on SIGTERM.
-        link.on_lost = _stop_this_process
+        # A connection given up for good (new keys, or revoked): start again from the files, as
+        # on SIGHUP; with keys that no longer work, that says so on its retry schedule.
+        link.on_lost = _reload_this_process
         deployment = None
         if joined is not None:
             key = PublicKey(public_key_bytes(joined.deployment))

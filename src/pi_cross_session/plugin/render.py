@@ -484,8 +484,8 @@ def nats_lost(where: str) -> str:
     return (
         f"NATS at {sanitize.line(where)} closed this machine's connection and it will not be "
         "opened again: most often this machine was revoked from the deployment (ask the hub's "
-        "user; a machine let back in joins again with a new line), or its credentials "
-        "expired; the gateway stops"
+        "user; a machine let back in joins again with a new line), or its keys were just "
+        "replaced ('remote rotate'); the gateway starts again from this machine's files"
     )
 
 

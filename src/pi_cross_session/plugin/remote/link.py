@@ -517,8 +517,8 @@ class Link:
         )
 
     async def _on_closed(self) -> None:
-        if self._closing:
-            return
+        if self._closing or self._nc is None or not self._nc.is_closed:
+            return  # ours, or a first attempt that failed (connect says so)
         # Not a loss the client reconnects after: say so, once, rather than wait in silence.
         logger.warning("%s", render.nats_lost(self.where))
         if self.on_lost is not None:
