@@ -19,6 +19,7 @@ import pytest
 from pi_cross_session.plugin.remote.natsd import free_port
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.hub_hosts import JOIN_LINE, Host, hub_hosts, join_words, wait_listed
+from tests.support.processes import WatchedProcess
 
 SERVER_LINE = re.compile(r"pi-cross-session remote hub --join (\S+) (PIXS1-\S+) --host HOST")
 #: The third server must start, join the cluster and take its replica: seconds, not a deadline.
@@ -37,6 +38,17 @@ def serve_line(alpha: Host) -> list[str]:
     match = SERVER_LINE.search(invited.stdout)
     assert match is not None, invited
     return [match.group(1), match.group(2)]
+
+
+def add_server(hub: Host, host: Host, listen: list[str], name: str) -> WatchedProcess:
+    """``remote hub --join`` on ``host`` with a server line from ``hub``, as typed; running."""
+    server = host.start(
+        "remote", "hub", "--join", *serve_line(hub), "--host", "127.0.0.1",
+        "--machine", host.name, *listen,
+    )  # fmt: skip
+    server.wait_line(rf"joined as {host.name}, serving as {name}", timeout=MUST_HAPPEN_S)
+    server.wait_line(rf"gateway {host.name} ready", timeout=MUST_HAPPEN_S)
+    return server
 
 
 def test_three_servers_outlive_the_hub(hosts: dict[str, Host]) -> None:
@@ -59,22 +71,11 @@ def test_three_servers_outlive_the_hub(hosts: dict[str, Host]) -> None:
     joined_early.wait_line(r"gateway early ready", timeout=MUST_HAPPEN_S)
 
     # The second server: its own machine joins, its server gets a certificate from the CA, and
-    # the hub's server starts again, clustered.
-    second = beta.start(
-        "remote", "hub", "--join", *serve_line(alpha), "--host", "127.0.0.1",
-        "--machine", "beta", *listen("beta"),
-    )  # fmt: skip
-    second.wait_line(r"joined as beta, serving as pi-xs-2", timeout=MUST_HAPPEN_S)
+    # the hub's server starts again, clustered. At the third, the bucket is kept by all three.
+    second = add_server(alpha, beta, listen("beta"), "pi-xs-2")
     hub.wait_line(r"server pi-xs-2 .* joined the deployment", timeout=MUST_HAPPEN_S)
-    second.wait_line(r"gateway beta ready", timeout=MUST_HAPPEN_S)
-
-    third = gamma.start(
-        "remote", "hub", "--join", *serve_line(alpha), "--host", "127.0.0.1",
-        "--machine", "gamma", *listen("gamma"),
-    )  # fmt: skip
-    third.wait_line(r"joined as gamma, serving as pi-xs-3", timeout=MUST_HAPPEN_S)
+    third = add_server(alpha, gamma, listen("gamma"), "pi-xs-3")
     hub.wait_line(r"the bucket is kept by 3 servers", timeout=REPLICATED_S)
-    third.wait_line(r"gateway gamma ready", timeout=MUST_HAPPEN_S)
 
     # A machine that joins now is told of all three servers.
     invited = alpha.cli("remote", "invite")
