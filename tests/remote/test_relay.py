@@ -66,3 +66,20 @@ def test_a_proxy_registration_looks_local_and_names_its_machine(fleet: Fleet) ->
     (seen,) = remote["peers"]
     assert (seen["machine"], seen["name"]) == ("buildbox", "bob")
     assert "token" not in json.dumps(remote)
+
+
+def test_a_refresh_that_changes_nothing_leaves_the_proxy_file_alone(fleet: Fleet) -> None:
+    # At the shortest record TTL a record is put again every 2 s and the mirror forgets one not
+    # refreshed for 6 s: a proxy still there after 7 s has seen several refreshes.
+    fleet.start_server()
+    laptop, buildbox = fleet.pair("laptop", "buildbox")
+    buildbox.inbox("bob")
+    laptop.start_gateway("--record-ttl", "6")
+    buildbox.start_gateway("--record-ttl", "6")
+    laptop.wait_peer("bob@buildbox")
+    proxy = next(r for r in laptop.registrations() if r["name"] == "bob@buildbox")
+    path = laptop.agent_dir / "peers" / f"{proxy['instanceId']}.json"
+    before = path.stat()
+    time.sleep(7.0)
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)

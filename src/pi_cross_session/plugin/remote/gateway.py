@@ -488,8 +488,13 @@ class Gateway:
             await self._open_proxy(machine, local_id, record)
             return
         proxy.record = record
-        proxy.registration = self._proxy_registration(machine, local_id, record, proxy.token)
-        await self._write(proxy.registration, machine)
+        registration = self._proxy_registration(machine, local_id, record, proxy.token)
+        # A refresh that changes nothing a listing shows writes nothing (every record is put
+        # again every third of its TTL: rewriting each proxy's file was most of an idle
+        # gateway's cost in bench/remote_scale.py).
+        if registration != proxy.registration:
+            proxy.registration = registration
+            await self._write(registration, machine)
 
     async def _maybe_open(
         self, machine: str, local_id: str, record: PeerRecord, key: tuple[str, str]
