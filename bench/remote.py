@@ -67,6 +67,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +103,9 @@ from pi_cross_session.protocol.remote import envelope as env
 from pi_cross_session.security.auth import Authenticator, LocalIdentity
 from pi_cross_session.security.io import fs
 from pi_cross_session.security.io.sender_files import PeersDirFiles
-from pi_cross_session.security.remote.identity import MachineKey, parse_public_key
+from pi_cross_session.security.remote.identity import MachineKey, PublicKey, parse_public_key
 from pi_cross_session.security.remote.nats_jwt import NKey, Role, creds_text
+from pi_cross_session.security.remote.pairing import MAC_BYTES, derive_pair
 from pi_cross_session.security.tokens import new_instance_id, new_token
 
 WAIT_S = 60.0
@@ -214,6 +216,12 @@ class Played:
 
     async def connect(self) -> Any:
         return await connect(self.url, self.creds, self.ca, self.name)
+
+    def sealed_for(self, to: str, to_key: PublicKey, data: bytes) -> bytes:
+        """``data`` behind the MAC of this machine's pair with ``to``, as a gateway sends it."""
+        pair = derive_pair(account="pi-xs", me=self.name, key=self.key, other=to, other_key=to_key)
+        assert pair is not None
+        return pair.sending.seal(data)
 
     def creds_file(self, directory: Path) -> str:
         """Its credentials in a private file, for a child process."""
@@ -602,6 +610,7 @@ async def flood(
     count: int,
     width: int,
     *,
+    to_key: PublicKey,
     senders: list[str] | None = None,
     per_second: float | None = None,
 ) -> Counter[str]:
@@ -643,8 +652,9 @@ async def flood(
                 body=body,
             )
             try:
-                msg = await nc.request(subject, machine.key.seal(env.encode(envelope)), timeout=10)
-                reply = env.decode(bytes(msg.data)[64:]).read_body()
+                payload = machine.sealed_for("buildbox", to_key, env.encode(envelope))
+                msg = await nc.request(subject, payload, timeout=10)
+                reply = env.decode(bytes(msg.data)[MAC_BYTES:]).read_body()
                 seen[getattr(reply, "status", "?")] += 1
             except Exception as exc:  # no answer (a timeout, a closed connection)
                 seen[f"{NO_ANSWER}{type(exc).__name__}"] += 1
@@ -845,15 +855,16 @@ def main(argv: list[str] | None = None) -> int:
         wall = buildbox.registration("wall")
         if "memory" in phases:
             # 3: memory under refusals
-            anyio.run(flood, flooder, wall.instance_id, 2_000, 32)
+            to_buildbox = partial(flood, to_key=buildbox.identity.key.public_key)
+            anyio.run(to_buildbox, flooder, wall.instance_id, 2_000, 32)
             result["memory"] = memory_figures(
                 gateway.pid,
-                lambda: anyio.run(flood, flooder, wall.instance_id, args.refusals, 32),
+                lambda: anyio.run(to_buildbox, flooder, wall.instance_id, args.refusals, 32),
                 args.refusals,
             )
         if "relayed" in phases:
             # 4: memory under refusals the session gives, each relayed back
-            relayed = relayed_flood(relayers, wall.instance_id)
+            relayed = relayed_flood(relayers, wall.instance_id, buildbox.identity.key.public_key)
             anyio.run(relayed, 800)  # every sender known before the measurement
             result["relayed"] = memory_figures(
                 gateway.pid, lambda: anyio.run(relayed, args.relayed), args.relayed
@@ -923,7 +934,7 @@ def listing_figures(
         shutil.rmtree(local.runtime_dir, ignore_errors=True)
 
 
-def relayed_flood(relayers: list[Played], target: str) -> Callable[[int], Any]:
+def relayed_flood(relayers: list[Played], target: str, to_key: PublicKey) -> Callable[[int], Any]:
     """4: ``count`` sends from ten machines, 16 senders each, each machine under its rate."""
     senders = {machine.name: [secrets.token_hex(16) for _ in range(16)] for machine in relayers}
 
@@ -938,6 +949,7 @@ def relayed_flood(relayers: list[Played], target: str) -> Callable[[int], Any]:
                     target,
                     n,
                     RELAY_WIDTH,
+                    to_key=to_key,
                     senders=senders[machine.name],
                     per_second=RELAY_PER_S,
                 )

@@ -25,6 +25,7 @@ from pi_cross_session.cli import exits
 from pi_cross_session.plugin.remote import files
 from pi_cross_session.protocol.codes import OK_RECEIPTS
 from pi_cross_session.protocol.remote import envelope as env
+from pi_cross_session.security.remote.pairing import MAC_BYTES
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.remote import Fleet, Machine, RawMachine, Tap, connect_as, fleet_at
 from tests.support.waiting import eventually
@@ -249,7 +250,7 @@ def test_nothing_from_nats_is_parsed_before_its_origin_is_verified(
     fleet = open_fleet
     fleet.start_server()
     buildbox = fleet.machine("buildbox")
-    laptop = RawMachine("laptop")
+    laptop = RawMachine("laptop", fleet=fleet)
     buildbox.trust(laptop)
     bob = buildbox.inbox("bob", "--busy", "0")
     target = _remote_id(buildbox, "bob")
@@ -311,7 +312,7 @@ def test_nothing_from_nats_is_parsed_before_its_origin_is_verified(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(envelope_module, "loads_object", counting)
         reply = anyio.run(main)
-    assert json.loads(reply[64:])["body"]["status"] == "submitted"
+    assert json.loads(reply[MAC_BYTES:])["body"]["status"] == "submitted"
     bob.wait_event("message", messageId="ok-1")
     # Exactly the two signed payloads were parsed, nothing of the junk.
     assert len(parsed) == 2, [data[:40] for data in parsed]

@@ -14,6 +14,7 @@ import anyio
 
 from pi_cross_session.cli import exits
 from pi_cross_session.protocol.remote.envelope import request_subject
+from pi_cross_session.security.remote.pairing import MAC_BYTES
 from tests.support.remote import Fleet, Machine, RawMachine, Tap, raw_request, reply_of
 
 
@@ -179,7 +180,9 @@ def test_an_untrusted_or_forged_machine_gets_no_answer_at_all(fleet: Fleet) -> N
     # The stranger holds laptop's NATS credentials (stolen), not laptop's machine key: NATS lets
     # it speak as laptop, our signatures do not.
     trusted = RawMachine("laptop", fleet=fleet)
+    # It knows every public key (buildbox's too), so its MAC is the best a forger can make.
     stranger = RawMachine("laptop")
+    stranger.fleet = fleet
     stranger.creds, stranger.nats = trusted.creds, trusted.nats
     buildbox.trust(trusted)
     bob = buildbox.inbox("bob")
@@ -189,9 +192,33 @@ def test_an_untrusted_or_forged_machine_gets_no_answer_at_all(fleet: Fleet) -> N
     assert ask(fleet, stranger, forged, 2.0) is None
     other_account = RawMachine("laptop", account="elsewhere")
     other_account.key, other_account.creds = trusted.key, trusted.creds
+    other_account.fleet = fleet
     wrong, _ = other_account.payload("buildbox", target, "wrong account", message_id="f-2")
     assert ask(fleet, other_account, wrong, 2.0) is None
     assert _received(bob, "f-1") == _received(bob, "f-2") == 0
+
+
+def test_a_machine_that_signs_as_older_versions_did_is_told_to_update(fleet: Fleet) -> None:
+    """Requests are MACed with the pair's key now; one signed with the machine's key, as before,
+    is refused, and the gateway names the machine and the fix once, at default verbosity."""
+    fleet.start_server()
+    buildbox = fleet.machine("buildbox")
+    older = RawMachine("laptop", fleet=fleet)
+    buildbox.trust(older)
+    bob = buildbox.inbox("bob")
+    gateway = buildbox.start_gateway()
+    target = _target(buildbox, "bob")
+    maced, _ = older.payload("buildbox", target, "as before", message_id="o-1")
+    signed = older.key.seal(maced[MAC_BYTES:])
+    assert ask(fleet, older, signed, 2.0) is None
+    gateway.wait_line(
+        r"warning: .*a message from laptop was refused: it is signed the way versions",
+        stderr=True,
+    )
+    # The same machine, MACing as it should, is heard.
+    maced, _ = older.payload("buildbox", target, "as now", message_id="o-2")
+    assert reply_of(ask(fleet, older, maced)) == ("receipt", "submitted")
+    assert _received(bob, "o-1") == 0
 
 
 def test_remote_inbound_off_refuses_and_delivers_nothing(fleet: Fleet) -> None:

@@ -20,6 +20,7 @@ from pi_cross_session.cli import exits
 from pi_cross_session.protocol.codes import OK_RECEIPTS
 from pi_cross_session.protocol.limits import LIFETIME_BUDGET, RATE_CAPACITY
 from pi_cross_session.protocol.remote.envelope import request_subject
+from pi_cross_session.security.remote.pairing import MAC_BYTES
 from tests.support.processes import InboxProcess
 from tests.support.remote import Fleet, Machine, RawMachine, fleet_at, raw_request, reply_of
 
@@ -177,7 +178,7 @@ def test_no_goal_scope_crosses_machines(plane: Plane) -> None:
         1,
     )
     assert forged.count(b"goal") == 3
-    resealed = plane.machines["beta"].key.seal(forged[64:])
+    resealed = plane.machines["beta"].sealed_for("buildbox", forged[MAC_BYTES:])
     beta = plane.machines["beta"]
     asked = anyio.run(
         partial(raw_request, who=beta),

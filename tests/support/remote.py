@@ -342,6 +342,7 @@ class RawMachine:
 
         self.name = name
         self.account = account
+        self.fleet = fleet
         self.key = MachineKey.generate()
         self.public_key = self.key.public_text()
         self.nats = NKey.generate(Role.USER)
@@ -395,7 +396,23 @@ class RawMachine:
             at_ms=now,
             body=body,
         )
-        return self.key.seal(env.encode(envelope)), nonce
+        return self.sealed_for(to, env.encode(envelope)), nonce
+
+    def sealed_for(self, to: str, data: bytes) -> bytes:
+        """``data`` behind the MAC of this machine's pair with the fleet's machine ``to``, as a
+        gateway sends a request (a machine the fleet does not have: a MAC nobody takes)."""
+        from pi_cross_session.security.remote.identity import MachineKey, parse_public_key
+        from pi_cross_session.security.remote.pairing import derive_pair
+
+        known = [m for m in (self.fleet.machines if self.fleet else []) if m.name == to]
+        to_key = (
+            parse_public_key(known[0].public_key) if known else MachineKey.generate().public_key
+        )
+        pair = derive_pair(
+            account=self.account, me=self.name, key=self.key, other=to, other_key=to_key
+        )
+        assert pair is not None
+        return pair.sending.seal(data)
 
     def record(self, instance_id: str, name: str, *, seq: int, at_ms: int | None = None) -> bytes:
         """A signed record of a live session ``name`` of this machine (for its key in the
@@ -454,12 +471,13 @@ async def raw_request(
 
 
 def reply_of(data: bytes | None) -> tuple[str, str] | None:
-    """``(outcome, status)`` of a signed reply (signature not checked: the test only reads it)."""
+    """``(outcome, status)`` of a reply (its MAC not checked: the test only reads it)."""
     if data is None:
         return None
     from pi_cross_session.protocol.remote import envelope as env
+    from pi_cross_session.security.remote.pairing import MAC_BYTES
 
-    body = env.decode(data[64:]).read_body()
+    body = env.decode(data[MAC_BYTES:]).read_body()
     assert isinstance(body, env.ReplyBody)
     return body.outcome.value, body.status
 

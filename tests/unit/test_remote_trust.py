@@ -27,10 +27,11 @@ from pi_cross_session.security.remote import trust as trust_module
 from pi_cross_session.security.remote.identity import (
     MachineKey,
     MachineKeyError,
+    PublicKey,
     parse_public_key,
     split,
-    verifies,
 )
+from pi_cross_session.security.remote.pairing import MacKey, Pairs, derive_pair
 from pi_cross_session.security.remote.replay import NonceWindow
 from pi_cross_session.security.remote.trust import (
     Cause,
@@ -47,6 +48,9 @@ NOW = 1_700_000_000_000
 LAPTOP = MachineKey.generate()
 DESK = MachineKey.generate()
 STRANGER = MachineKey.generate()
+#: The machine that checks: every request and reply below is meant for it.
+BUILDBOX = MachineKey.generate()
+NAMES = {LAPTOP: "laptop", DESK: "desk", STRANGER: "stranger"}
 REQUESTS = frozenset({Kind.SEND, Kind.STATUS})
 RECORDS = frozenset({Kind.PEER, Kind.GONE})
 
@@ -79,7 +83,17 @@ def payload(
         else ReplyBody(outcome=Outcome.RECEIPT, status="submitted"),
         re="2" * 32 if kind is Kind.REPLY else None,
     )
-    return key.seal(env.encode(envelope))
+    return mac_sealed(key, env.encode(envelope))
+
+
+def mac_sealed(key: MachineKey, data: bytes) -> bytes:
+    """``data`` behind the MAC of the pair of ``key``'s machine and buildbox, as its gateway
+    sends a request or a reply to buildbox (whatever the envelope inside says)."""
+    pair = derive_pair(
+        account="pi-xs", me=NAMES[key], key=key, other="buildbox", other_key=BUILDBOX.public_key
+    )
+    assert pair is not None
+    return pair.sending.seal(data)
 
 
 def record(seq: int = 1) -> PeerRecord:
@@ -119,7 +133,12 @@ def verifier(**overrides: object) -> Verifier:
         .with_machine("laptop", LAPTOP.public_key)
         .with_machine("desk", DESK.public_key)
     )
-    fields: dict[str, object] = {"me": "buildbox", "trust": trust, "started_at_ms": NOW - 60_000}
+    fields: dict[str, object] = {
+        "me": "buildbox",
+        "trust": trust,
+        "pairs": Pairs(account="pi-xs", me="buildbox", key=BUILDBOX),
+        "started_at_ms": NOW - 60_000,
+    }
     fields.update(overrides)
     return Verifier(**fields)  # type: ignore[arg-type]
 
@@ -152,7 +171,7 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> CallCount:
 
 @pytest.fixture
 def signature_checks(monkeypatch: pytest.MonkeyPatch) -> CallCount:
-    return count_calls(monkeypatch, [(trust_module, "verifies")])
+    return count_calls(monkeypatch, [(PublicKey, "verifies"), (MacKey, "verifies")])
 
 
 # -- keys ------------------------------------------------------------------------------------------
@@ -164,9 +183,9 @@ def test_a_key_signs_the_bytes_as_sent() -> None:
     assert parts is not None
     signature, data = parts
     assert data == b"payload"
-    assert verifies(LAPTOP.public_key, signature, data)
-    assert not verifies(LAPTOP.public_key, signature, b"payloaD")
-    assert not verifies(STRANGER.public_key, signature, data)
+    assert LAPTOP.public_key.verifies(signature, data)
+    assert not LAPTOP.public_key.verifies(signature, b"payloaD")
+    assert not STRANGER.public_key.verifies(signature, data)
     assert split(b"x" * 64) is None
 
 
@@ -237,7 +256,12 @@ def test_a_good_request_passes_once() -> None:
 #: Each case: the payload, the origin its subject names, and why it is dropped.
 UNANSWERED: dict[str, tuple[Callable[[], bytes], str, Cause]] = {
     "short": (lambda: b"x" * 10, "laptop", Cause.MALFORMED),
-    "not-json": (lambda: LAPTOP.seal(b"not json"), "laptop", Cause.MALFORMED),
+    "not-json": (lambda: mac_sealed(LAPTOP, b"not json"), "laptop", Cause.MALFORMED),
+    "signed-not-maced": (
+        lambda: LAPTOP.seal(b'{"a request signed": "as records are"}'),
+        "laptop",
+        Cause.BAD_SIGNATURE,
+    ),
     "unknown-machine": (
         lambda: payload(STRANGER, origin="stranger"),
         "stranger",
@@ -250,7 +274,12 @@ UNANSWERED: dict[str, tuple[Callable[[], bytes], str, Cause]] = {
     "not-for-us": (lambda: payload(to="elsewhere"), "laptop", Cause.NOT_FOR_US),
     "for-everyone": (lambda: payload(to=EVERYONE), "laptop", Cause.NOT_FOR_US),
     "unexpected-kind": (lambda: payload(kind=Kind.REPLY), "laptop", Cause.UNEXPECTED_KIND),
-    "a-record-among-requests": (lambda: published(record()), "laptop", Cause.UNEXPECTED_KIND),
+    "a-record-among-requests": (
+        lambda: mac_sealed(LAPTOP, published(record())[64:]),
+        "laptop",
+        Cause.UNEXPECTED_KIND,
+    ),
+    "a-signed-record-among-requests": (lambda: published(record()), "laptop", Cause.BAD_SIGNATURE),
 }
 
 
@@ -295,7 +324,7 @@ def test_the_counters_see_a_parse_and_a_signature_check(
     assert parses.count > 0
     assert signature_checks.count == 1
     before = parses.count
-    verdict = check(verifier(), LAPTOP.seal(b"not json"))
+    verdict = check(verifier(), mac_sealed(LAPTOP, b"not json"))
     assert isinstance(verdict, Rejected)
     assert verdict.cause is Cause.MALFORMED
     assert parses.count > before
@@ -313,7 +342,7 @@ UNREAD: dict[str, tuple[Callable[[], bytes], str, frozenset[Kind], dict[str, obj
         Cause.BAD_SIGNATURE,
     ),
     "forged-and-hostile": (
-        lambda: STRANGER.seal(b"[" * 100_000),
+        lambda: mac_sealed(STRANGER, b"[" * 100_000),
         "laptop",
         REQUESTS,
         {},
@@ -381,7 +410,7 @@ def test_the_checks_run_origin_then_size_then_signature(signature_checks: CallCo
     assert isinstance(oversized, Rejected)
     assert oversized.cause is Cause.TOO_LARGE
     assert signature_checks.count == 0
-    forged = check(verifier(), STRANGER.seal(b"not json"))
+    forged = check(verifier(), mac_sealed(STRANGER, b"not json"))
     assert isinstance(forged, Rejected)
     assert forged.cause is Cause.BAD_SIGNATURE
     assert signature_checks.count == 1
@@ -531,30 +560,56 @@ def test_records_have_their_own_size_bound_where_only_records_arrive() -> None:
     too_large = check(tight, data, kinds=RECORDS)
     assert isinstance(too_large, Rejected)
     assert too_large.cause is Cause.TOO_LARGE
-    # Where requests may arrive too, the envelope bound applies.
-    assert isinstance(check(tight, data, kinds={Kind.PEER, Kind.SEND}), Verified)
+    # Where requests may arrive too, the envelope bound applies (and a request's MAC).
+    mixed = check(tight, data, kinds={Kind.PEER, Kind.SEND})
+    assert isinstance(mixed, Rejected)
+    assert mixed.cause is Cause.BAD_SIGNATURE
     assert isinstance(check(verifier(record_max_bytes=len(data)), data, kinds=RECORDS), Verified)
 
 
 def test_a_reply_must_answer_our_request() -> None:
+    """The laptop checks buildbox's replies: MACed by buildbox for the laptop, answering the
+    request's nonce."""
     v = Verifier(
         me="laptop",
-        trust=TrustConfig().with_machine("buildbox", LAPTOP.public_key),
+        trust=TrustConfig().with_machine("buildbox", BUILDBOX.public_key),
+        pairs=Pairs(account="pi-xs", me="laptop", key=LAPTOP),
         started_at_ms=0,
     )
-    data = payload(kind=Kind.REPLY, origin="buildbox", to="laptop")
-    assert isinstance(
-        v.check(data, NOW, origin="buildbox", kinds={Kind.REPLY}, reply_to="2" * 32), Verified
+    pair = derive_pair(
+        account="pi-xs", me="buildbox", key=BUILDBOX, other="laptop", other_key=LAPTOP.public_key
     )
-    other = v.check(
-        payload(kind=Kind.REPLY, origin="buildbox", to="laptop", nonce="5" * 32),
-        NOW,
-        origin="buildbox",
-        kinds={Kind.REPLY},
-        reply_to="9" * 32,
+    assert pair is not None
+
+    def reply(nonce: str) -> bytes:
+        envelope = env.build(
+            kind=Kind.REPLY,
+            account="pi-xs",
+            origin="buildbox",
+            to="laptop",
+            nonce=nonce,
+            at_ms=NOW,
+            body=ReplyBody(outcome=Outcome.RECEIPT, status="submitted"),
+            re="2" * 32,
+        )
+        return pair.sending.seal(env.encode(envelope))
+
+    answered = v.check(
+        reply("4" * 32), NOW, origin="buildbox", kinds={Kind.REPLY}, reply_to="2" * 32
     )
+    assert isinstance(answered, Verified)
+    other = v.check(reply("5" * 32), NOW, origin="buildbox", kinds={Kind.REPLY}, reply_to="9" * 32)
     assert isinstance(other, Rejected)
     assert other.cause is Cause.UNEXPECTED_KIND
+    # buildbox's MAC for another machine (or the laptop's own for buildbox) is not a reply.
+    mine = derive_pair(
+        account="pi-xs", me="laptop", key=LAPTOP, other="buildbox", other_key=BUILDBOX.public_key
+    )
+    assert mine is not None
+    reflected = mine.sending.seal(reply("6" * 32)[32:])
+    refused = v.check(reflected, NOW, origin="buildbox", kinds={Kind.REPLY}, reply_to="2" * 32)
+    assert isinstance(refused, Rejected)
+    assert refused.cause is Cause.BAD_SIGNATURE
 
 
 def test_refusals_are_counted_by_cause() -> None:

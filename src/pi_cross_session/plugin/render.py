@@ -527,6 +527,16 @@ def clock_skew(machine: str, skew_ms: int, what: str) -> str:
     )
 
 
+def older_gateway(machine: str, what: str) -> str:
+    """``what`` from ``machine`` was signed as versions before pairwise keys sign it."""
+    name = sanitize.line(machine, 32)
+    return (
+        f"{what} from {name} was refused: it is signed the way versions of pi-cross-session "
+        f"before pairwise keys sign it, and this gateway takes only MACs; update "
+        f"pi-cross-session on {name}"
+    )
+
+
 def _message_id(message_id: str | None) -> str:
     # Ours for a send; for a status query, whatever the local caller typed.
     return sanitize.line(str(message_id), MAX_ID_CHARS + 1)

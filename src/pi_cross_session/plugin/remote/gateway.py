@@ -105,6 +105,7 @@ from pi_cross_session.security.auth import Authenticator, Caller, LocalIdentity
 from pi_cross_session.security.io import fs
 from pi_cross_session.security.io.sender_files import PeersDirFiles
 from pi_cross_session.security.remote.identity import MachineKey
+from pi_cross_session.security.remote.pairing import Pairs
 from pi_cross_session.security.remote.proxy_shares import ProxyShares, Verdict
 from pi_cross_session.security.remote.records import RecordBook
 from pi_cross_session.security.remote.senders import (
@@ -219,9 +220,11 @@ class Gateway:
         self._pid = os.getpid()
         self._secret = secrets.token_bytes(32)
         self.started_at_ms = wall_ms()
+        self._pairs = Pairs(account=options.trust.account, me=options.machine, key=options.key)
         self._verifier = Verifier(
             me=options.machine,
             trust=options.trust,
+            pairs=self._pairs,
             started_at_ms=self.started_at_ms,
             record_max_age_ms=int(options.record_ttl_s * 1000),
         )
@@ -679,7 +682,11 @@ class Gateway:
             at_ms=self._wall_ms(),
             body=body,
         )
-        payload = self.options.key.seal(env.encode(envelope))
+        payload = self._sealed_for(proxy.machine, env.encode(envelope))
+        if payload is None:
+            # No longer trusted (its proxy is closing), or a key that cannot pair.
+            self.stats.count(self.stats.forwarded, Code.NOT_FOUND)
+            return self._refuse(proxy, request, Code.NOT_FOUND)
         try:
             reply = await self._link.request(
                 env.request_subject(proxy.machine, self.options.machine),
@@ -730,7 +737,7 @@ class Gateway:
         )
         if not isinstance(verdict, Verified):
             self.stats.count(self.stats.forwarded, "bad_reply")
-            self._maybe_skewed(verdict, machine, "a reply")
+            self._say_why_refused(verdict, machine, "a reply", payload)
             return None
         self._said.clear(machine)
         try:
@@ -746,9 +753,21 @@ class Gateway:
             fix = render.remote_next(Code.NOT_LISTENING, machine)
             logger.warning("a send to %s was not delivered: %s; %s", machine, meaning, fix)
 
-    def _maybe_skewed(self, verdict: Verified | Rejected, machine: str, what: str) -> None:
-        """Say once per machine that its envelopes are refused for their time (clock skew)."""
-        if not isinstance(verdict, Rejected) or verdict.cause is not Cause.CLOCK:
+    def _say_why_refused(
+        self, verdict: Verified | Rejected, machine: str, what: str, payload: bytes
+    ) -> None:
+        """Say once per machine that its envelopes are refused for their time (clock skew), or
+        because it runs a version that signs what this one MACs."""
+        if not isinstance(verdict, Rejected):
+            return
+        if verdict.cause is Cause.BAD_SIGNATURE:
+            # Looked at once until the machine is heard from as it should be: junk under its name
+            # must not cost a signature check each.
+            older = self._said.first("older", machine)
+            if older and self._verifier.signed_as_before(payload, machine):
+                logger.warning("%s", render.older_gateway(machine, what))
+            return
+        if verdict.cause is not Cause.CLOCK:
             return
         if verdict.envelope is not None and self._said.first("clock", machine):
             skew_ms = self._wall_ms() - verdict.envelope.at
@@ -774,7 +793,7 @@ class Gateway:
             signed = screened.verify()
         verdict = self._verifier.judge(signed, self._wall_ms(), origin=origin, kinds=kinds)
         if isinstance(verdict, Rejected):
-            self._maybe_skewed(verdict, origin, "a message")
+            self._say_why_refused(verdict, origin, "a message", msg.data)
             if verdict.answer is not None and verdict.envelope is not None:
                 await self._answer(msg, verdict.envelope, Outcome.REFUSED, verdict.answer)
             return
@@ -968,7 +987,12 @@ class Gateway:
             body=ReplyBody(outcome=outcome, status=status),
             re=request.id,
         )
-        await self._link.respond(msg, self.options.key.seal(env.encode(reply)))
+        payload = self._sealed_for(request.origin, env.encode(reply))
+        if payload is not None:  # None: no longer trusted since its request came; it learns nothing
+            await self._link.respond(msg, payload)
+
+    def _sealed_for(self, machine: str, data: bytes) -> bytes | None:
+        return self._pairs.seal(machine, self._verifier.trust.machines.get(machine), data)
 
     # -- status ------------------------------------------------------------------------------------
 

@@ -2,12 +2,13 @@
 
 A machine's private key is kept as PKCS#8 PEM (the file layer writes it 0600); its public key is
 shared as ``ed25519:<base64 of the 32 raw bytes>``, one line a user can paste into another
-machine's allow-list. On NATS a payload is the 64-byte signature followed by the envelope's exact
-bytes: the signature covers what travels, so no canonical form is needed.
+machine's allow-list. On NATS a record's payload is the 64-byte signature followed by its
+envelope's exact bytes: the signature covers what travels, so no canonical form is needed.
 
 ``cryptography`` reads and writes the key files; signatures are made and checked with libsodium
 (PyNaCl, already here for NATS's own keys): ``bench/remote.py``'s note in docs/performance.md has
-the figures (a verification takes about half the time), and every remote send verifies two.
+the figures (a verification takes about half the time). Requests and replies carry MACs from
+pairwise keys instead (:mod:`.pairing`); records and tombstones are signed.
 """
 
 from __future__ import annotations
@@ -117,6 +118,10 @@ class MachineKey:
         """The signature of ``data`` alone (a key rotation's ask carries it apart)."""
         return bytes(self._signing.sign(data).signature)
 
+    def exchange_private(self) -> bytes:
+        """The same key as an X25519 private key, for the pairwise keys (:mod:`.pairing`)."""
+        return bytes(self._signing.to_curve25519_private_key().encode())
+
 
 def public_key_text(key: PublicKey) -> str:
     """``ed25519:<base64>`` of a public key."""
@@ -134,13 +139,9 @@ def parse_public_key(text: str) -> PublicKey:
     return PublicKey(raw)
 
 
-def split(payload: bytes) -> tuple[bytes, bytes] | None:
-    """``(signature, signed bytes)`` of a payload, or ``None`` when it is too short to hold both."""
-    if len(payload) <= SIGNATURE_BYTES:
+def split(payload: bytes, prefix: int = SIGNATURE_BYTES) -> tuple[bytes, bytes] | None:
+    """``(signature, signed bytes)`` of a payload whose signature (or MAC) is ``prefix`` bytes,
+    or ``None`` when it is too short to hold both."""
+    if len(payload) <= prefix:
         return None
-    return payload[:SIGNATURE_BYTES], payload[SIGNATURE_BYTES:]
-
-
-def verifies(key: PublicKey, signature: bytes, data: bytes) -> bool:
-    """True when ``signature`` is ``key``'s over exactly ``data``."""
-    return key.verifies(signature, data)
+    return payload[:prefix], payload[prefix:]

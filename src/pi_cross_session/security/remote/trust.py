@@ -2,12 +2,13 @@
 
 Order (docs/remote.md, "Checks on every envelope"): the origin, which the NATS subject names (the
 deployment vouches for it), is on the allow-list; the size is within the bound of what may arrive
-there; the signature verifies, with the origin's listed key, over the bytes as they arrived; only
-then is anything parsed: the JSON object, its fields, its ``origin`` is the subject's; ``account``
+there; the record's signature verifies with the origin's listed key, or the request's or reply's MAC
+with the key of the pair (:mod:`.pairing`), over the bytes as they arrived; only then is anything
+parsed: the JSON object, its fields, its ``origin`` is the subject's; ``account``
 is ours; ``to`` is us (or everyone, for records); the kind is one we expect here; ``at`` inside the
 window (a record's: its validity) and, for requests, not before we started; the nonce not seen.
-Nothing from NATS is parsed unless it is bounded and signed by a machine we trust: an unlisted
-origin costs a dictionary look-up, a forged payload one signature check over its bytes.
+Nothing from NATS is parsed unless it is bounded and signed (or MACed) by a machine we trust: an
+unlisted origin costs a dictionary look-up, a forged payload one check over its bytes.
 
 Each failure has a :class:`Cause`. Only a request from a verified origin is ever answered — with
 ``expired`` (clock) or ``rate_limited`` (nonce table full) — and everything else is dropped: a
@@ -46,13 +47,14 @@ from pi_cross_session.protocol.remote.settings import (
     REMOTE_RECORD_TTL_S,
 )
 from pi_cross_session.security.remote.identity import (
+    SIGNATURE_BYTES,
     MachineKeyError,
     PublicKey,
     parse_public_key,
     public_key_text,
     split,
-    verifies,
 )
+from pi_cross_session.security.remote.pairing import MAC_BYTES, MacKey, Pairs
 from pi_cross_session.security.remote.replay import NonceWindow, Seen
 
 #: Default NATS account name bound into every signature.
@@ -158,7 +160,7 @@ class Rejected:
 
 @dataclass(frozen=True, slots=True)
 class Signed:
-    """Bytes whose signature verified with their origin's key (made only by
+    """Bytes whose signature (or MAC) verified with their origin's key (made only by
     :meth:`Screened.verify`)."""
 
     data: bytes
@@ -166,15 +168,16 @@ class Signed:
 
 @dataclass(frozen=True, slots=True)
 class Screened:
-    """A payload past the cheap checks: its origin's key, the signature and the signed bytes."""
+    """A payload past the cheap checks: the key that checks it (the origin's public key for a
+    record, the pair's key for a request or a reply), its signature or MAC, and the bytes."""
 
-    key: PublicKey
+    key: PublicKey | MacKey
     signature: bytes
     data: bytes
 
     def verify(self) -> Signed | None:
         """The signed bytes, when the signature is the key's (no state: safe in any thread)."""
-        return Signed(self.data) if verifies(self.key, self.signature, self.data) else None
+        return Signed(self.data) if self.key.verifies(self.signature, self.data) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +204,7 @@ class Verifier:
         *,
         me: str,
         trust: TrustConfig,
+        pairs: Pairs,
         started_at_ms: int,
         nonces: NonceWindow | None = None,
         max_age_ms: int = int(ENVELOPE_MAX_AGE_S * 1000),
@@ -212,6 +216,8 @@ class Verifier:
     ) -> None:
         self._me = me
         self._trust = trust
+        self._pairs = pairs
+        pairs.keep(trust.account, trust.machines)
         self._started_at_ms = started_at_ms
         self._nonces = nonces or NonceWindow(max_age_ms=max_age_ms)
         self._max_age_ms = max_age_ms
@@ -231,6 +237,7 @@ class Verifier:
     def trust(self, trust: TrustConfig) -> None:
         """Change what is trusted from now on (a trust file or roster that changed)."""
         self._trust = trust
+        self._pairs.keep(trust.account, trust.machines)
 
     def diagnostics(self) -> VerifierDiagnostics:
         return VerifierDiagnostics(
@@ -264,19 +271,37 @@ class Verifier:
     def screen(
         self, payload: bytes, *, origin: str, kinds: Collection[Kind]
     ) -> Screened | Rejected:
-        """The cheap first checks (the origin on the allow-list, the size, a signature's room);
-        what passes still needs its signature verified (:meth:`Screened.verify`, which a caller
-        may run off its event loop for a large payload) before :meth:`judge`."""
+        """The cheap first checks (the origin on the allow-list, the size, a signature's or a
+        MAC's room); what passes still needs its signature or MAC verified
+        (:meth:`Screened.verify`, which a caller may run off its event loop for a large payload)
+        before :meth:`judge`."""
         key = self._trust.machines.get(origin)
         if key is None:
             return self._reject(Cause.UNKNOWN_MACHINE, "origin not on the allow-list")
         records_only = all(kind in RECORD_KINDS for kind in kinds)
         if len(payload) > (self._record_max_bytes if records_only else self._max_bytes):
             return self._reject(Cause.TOO_LARGE, f"from {origin}: payload over the size limit")
-        parts = split(payload)
+        checker: PublicKey | MacKey = key
+        if not records_only:
+            pair = self._pairs.pair(origin, key)
+            if pair is None:
+                return self._reject(Cause.BAD_SIGNATURE, f"{origin}'s key cannot make a pair key")
+            checker = pair.receiving
+        parts = split(payload, SIGNATURE_BYTES if records_only else MAC_BYTES)
         if parts is None:
             return self._reject(Cause.MALFORMED, f"from {origin}: shorter than a signature")
-        return Screened(key, parts[0], parts[1])
+        return Screened(checker, parts[0], parts[1])
+
+    def signed_as_before(self, payload: bytes, origin: str) -> bool:
+        """True when ``payload``, a request or a reply whose MAC failed, is instead signed with
+        ``origin``'s key, as gateways signed them before pairwise keys: an older version of
+        ours, not a forger. Only for a payload within ``max_bytes`` (a caller asks once per
+        machine: it is one more signature check)."""
+        key = self._trust.machines.get(origin)
+        parts = split(payload)
+        if key is None or parts is None or len(payload) > self._max_bytes:
+            return False
+        return key.verifies(parts[0], parts[1])
 
     def judge(
         self,
@@ -289,7 +314,7 @@ class Verifier:
     ) -> Verified | Rejected:
         """The rest of the checks, on bytes whose signature verified (``None``: it did not)."""
         if signed is None:
-            return self._reject(Cause.BAD_SIGNATURE, f"signature of {origin} does not verify")
+            return self._reject(Cause.BAD_SIGNATURE, f"from {origin}: signature or MAC is false")
         data = signed.data
         try:
             envelope = decode(data)
