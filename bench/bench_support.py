@@ -1,9 +1,11 @@
-"""What several benchmarks share: a published sender identity a receiver can authenticate."""
+"""What several benchmarks share: a published sender identity a receiver can authenticate, and
+what a process has spent (CPU, memory), read from ``/proc``."""
 
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from pi_cross_session.protocol.frames import Sender
 from pi_cross_session.protocol.paths import Locations
@@ -36,3 +38,27 @@ def publish_sender(locations: Locations, session_id: str) -> tuple[Registration,
     )
     sender = Sender(id=registration.id, instance_id=instance_id, token=registration.token)
     return registration, sender
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU of ``pid`` so far (every thread), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core of this machine has spent busy so far (``/proc/stat``)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / CLK_TCK
+
+
+def rss_mib(pid: int) -> float:
+    """The resident memory of ``pid``, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")

@@ -307,13 +307,6 @@ class Machine:
         shutil.rmtree(self.locations.runtime_dir, ignore_errors=True)
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
-
-
 @contextmanager
 def child(argv: list[str]) -> Iterator[subprocess.Popen[bytes]]:
     """A child process of this bench, ended whatever happens."""
@@ -555,14 +548,14 @@ def memory_figures(pid: int, run: Any, count: int) -> dict[str, Any]:
     other word is the gateway's local exchange with the session failing (``transport_error``
     when the session's door is full), also relayed back as a refusal."""
     time.sleep(1)
-    before = rss_mib(pid)
+    before = bench_support.rss_mib(pid)
     started = time.monotonic()
     trace: list[tuple[float, float]] = []
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(1.0):
-            trace.append((time.monotonic() - started, rss_mib(pid)))
+            trace.append((time.monotonic() - started, bench_support.rss_mib(pid)))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -573,7 +566,7 @@ def memory_figures(pid: int, run: Any, count: int) -> dict[str, Any]:
         sampler.join()
     took = time.monotonic() - started
     time.sleep(2)
-    after = rss_mib(pid)
+    after = bench_support.rss_mib(pid)
 
     def at(fraction: float) -> float:
         """RSS at ``fraction`` of the flood's time (the nearest sample before it)."""
@@ -726,16 +719,46 @@ def junk_figures(
     scratch: Path,
     senders: SenderPool,
 ) -> dict[str, Any]:
-    """Probe and send times at rest, then under the rogue's junk; both gateways' RSS."""
+    """Probe and send times at rest, then under the rogue's junk; both gateways' RSS; the CPU
+    laptop's gateway and the whole machine spent in each phase."""
+
+    def spent() -> tuple[float, float, float]:
+        return (
+            time.monotonic(),
+            bench_support.cpu_s(gateways["laptop"]),
+            bench_support.machine_busy_s(),
+        )
+
+    def shares(start: tuple[float, float, float]) -> dict[str, float]:
+        end = spent()
+        wall = end[0] - start[0]
+        return {
+            "laptop_gateway_pct_of_a_core": round(100 * (end[1] - start[1]) / wall, 1),
+            "machine_busy_cores": round((end[2] - start[2]) / wall, 2),
+        }
+
+    began = spent()
     rest = anyio.run(probe_and_send, laptop, proxies[0], n, senders)
+    cpu = {"rest": shares(began)}
     time.sleep(1)
-    before = {name: rss_mib(pid) for name, pid in gateways.items()}
+    before = {name: bench_support.rss_mib(pid) for name, pid in gateways.items()}
     argv = ["--junk", *child_args(rogue, scratch), "--as-origin", origin, "--rate", str(rate)]
     with child(argv):
         time.sleep(2)  # the flood under way
+        began = spent()
         flooded = anyio.run(probe_and_send, laptop, proxies[1], n, senders)
+        cpu["flood"] = shares(began)
+        # Whether laptop's gateway stopped listening to the rogue's machine meanwhile (it does
+        # where the deployment vouches for origins: docs/remote.md, "Pausing a machine").
+        snapshot = files.read_snapshot(laptop.locations) or {}
+        paused_entries = [
+            m
+            for m in snapshot.get("machines", [])
+            if isinstance(m, dict) and m.get("machine") == origin
+        ]
+        paused = [p.get("pausedForS") for p in paused_entries]
     time.sleep(3)
-    after = {name: rss_mib(pid) for name, pid in gateways.items()}
+    after = {name: bench_support.rss_mib(pid) for name, pid in gateways.items()}
     figures: dict[str, Any] = {
         "rogue": rogue.name,
         "as_origin": origin,
@@ -755,6 +778,8 @@ def junk_figures(
         k: len(v) for k, v in {**rest, **flooded}.items() if k.startswith("failed:")
     }
     figures["rss_delta_mib"] = {name: round(after[name] - before[name], 2) for name in gateways}
+    figures["origin_paused_for_s_on_laptop"] = paused[0] if paused else None
+    figures["cpu"] = cpu
     return figures
 
 
@@ -991,6 +1016,12 @@ def report(result: dict[str, Any]) -> None:
                 f"{f['rest_p99_ms']} -> {f['flood_p99_ms']} ms (x{f['p99_ratio']}, target <= 5)"
             )
         print(f"  gateway RSS deltas {j['rss_delta_mib']} MiB (target within 5); {j['failed']}")
+        paused = j["origin_paused_for_s_on_laptop"]
+        print(
+            f"  laptop's gateway: {j['as_origin']} "
+            + ("listened to" if paused is None else f"paused, {paused} s left")
+            + f"; CPU at rest {j['cpu']['rest']}, under the flood {j['cpu']['flood']}"
+        )
     if "listing" in result:
         li = result["listing"]
         print(

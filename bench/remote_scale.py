@@ -78,6 +78,7 @@ from typing import IO, Any
 
 import anyio
 
+import bench_support
 import remote
 from pi_cross_session.plugin.capped import snapshot_path
 from pi_cross_session.plugin.remote import files
@@ -100,7 +101,6 @@ NEW_WAIT_S = 60.0
 POLL_S = 0.01
 #: Before an idle window: let what the last step set going settle.
 SETTLE_S = 5.0
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 GATEWAY_CONNECTION = "pi-cross-session gateway "
 
 
@@ -301,12 +301,6 @@ def seen_by(fleet: Fleet) -> dict[str, Any]:
 # -- processes and the server ------------------------------------------------------------------
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU of ``pid`` so far (every thread), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
 def monitor(server: Any, path: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{server.monitor_url}{path}", timeout=10) as answer:
         body: dict[str, Any] = json.load(answer)
@@ -349,20 +343,20 @@ def idle_window(fleet: Fleet, seconds: float) -> dict[str, Any]:
     pids = {name: p.pid for name, p in fleet.gateways.items()}
     servers = fleet.plane.servers
     server_pids = [s.process.pid for s in servers if s.process is not None]
-    before = {pid: cpu_s(pid) for pid in [*pids.values(), *server_pids]}
+    before = {pid: bench_support.cpu_s(pid) for pid in [*pids.values(), *server_pids]}
     varz_before = [monitor(s, "/varz") for s in servers]
     began = time.monotonic()
     time.sleep(seconds)
     took = time.monotonic() - began
     alive(fleet)
-    after = {pid: cpu_s(pid) for pid in [*pids.values(), *server_pids]}
+    after = {pid: bench_support.cpu_s(pid) for pid in [*pids.values(), *server_pids]}
     varz_after = [monitor(s, "/varz") for s in servers]
 
     def pct(pid: int) -> float:
         return 100 * (after[pid] - before[pid]) / took
 
     gateway_cpu = [pct(pid) for pid in pids.values()]
-    gateway_rss = [remote.rss_mib(pid) for pid in pids.values()]
+    gateway_rss = [bench_support.rss_mib(pid) for pid in pids.values()]
     return {
         "seconds": round(took, 1),
         "gateway_rss_mib_median": round(statistics.median(gateway_rss), 2),
@@ -370,7 +364,7 @@ def idle_window(fleet: Fleet, seconds: float) -> dict[str, Any]:
         "gateway_cpu_pct_median": round(statistics.median(gateway_cpu), 2),
         "gateway_cpu_pct_max": round(max(gateway_cpu), 2),
         "gateways_cpu_pct_total": round(sum(gateway_cpu), 1),
-        "server_rss_mib": [round(remote.rss_mib(pid), 1) for pid in server_pids],
+        "server_rss_mib": [round(bench_support.rss_mib(pid), 1) for pid in server_pids],
         "server_cpu_pct": [round(pct(pid), 2) for pid in server_pids],
         "server_in_msgs_per_s": [
             round((a["in_msgs"] - b["in_msgs"]) / took, 1)

@@ -11,6 +11,7 @@ the gateways. The permission rows themselves, NATS's first wall, are ``test_perm
 from __future__ import annotations
 
 import json
+import logging
 import re
 import secrets
 import time
@@ -362,3 +363,154 @@ def test_one_machine_with_many_sessions_cannot_take_every_proxy_slot(fleet: Flee
     refused = laptop.cli("send", capped[0], "hello?", "--json")
     assert refused.returncode == exits.EXIT_NO_TARGET, refused
     assert "keeps no proxy for" in refused.json()["error"], refused.json()
+
+
+def test_a_machine_whose_requests_and_records_keep_failing_is_paused_then_heard_again(
+    fleet: Fleet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a deployment that vouches for the origin, a burst of false MACs and signatures under
+    laptop's name can only come from laptop's credentials without laptop's key: the gateway
+    stops listening to laptop (NATS then delivers none of its requests or records, junk or not),
+    says why, shows it in its status, keeps laptop's sessions listed as they were although no
+    record refreshes them, and when the pause ends listens again and reads them afresh."""
+    from nats.errors import NoRespondersError
+    from nats.errors import TimeoutError as NatsTimeout
+
+    from pi_cross_session.plugin.remote.gateway import Gateway, GatewayOptions
+    from pi_cross_session.plugin.remote.link import Link, LinkConfig
+    from pi_cross_session.security.remote.pauses import MachinePauses
+
+    caplog.set_level(logging.INFO, logger="pi_cross_session.plugin.remote.gateway")
+    fleet.start_server()
+    buildbox = fleet.machine("buildbox")
+    laptop = RawMachine("laptop", fleet=fleet)
+    # The rogue holds laptop's NATS credentials (stolen), not its machine key.
+    rogue = RawMachine("laptop")
+    rogue.fleet, rogue.creds, rogue.nats = fleet, laptop.creds, laptop.nats
+    buildbox.trust(laptop)
+    bob = buildbox.inbox("bob", "--busy", "0")
+    target = _remote_id(buildbox, "bob")
+    subject = env.request_subject("buildbox", "laptop")
+    carol = ("laptop", "c" * 32)
+    # A record unrefreshed for longer than its TTL is ended; the pause outlasts the TTL.
+    ttl_s, pause_s = 2.0, 6.0
+
+    async def ask(message_id: str, timeout_s: float = 3.0) -> bytes:
+        # Texts differ: the same text within 30 s is a duplicate.
+        payload, _ = laptop.payload("buildbox", target, f"hi ({message_id})", message_id=message_id)
+        nc = await laptop.connect(fleet.url)
+        try:
+            return bytes((await nc.request(subject, payload, timeout=timeout_s)).data)
+        finally:
+            await nc.close()
+
+    async def put_carol(seq: int) -> None:
+        nc = await laptop.connect(fleet.url)
+        try:
+            await nc.publish(env.record_subject(*carol), laptop.record(carol[1], "carol", seq=seq))
+            await nc.flush()
+        finally:
+            await nc.close()
+
+    async def main() -> dict[str, Any]:
+        link = Link(
+            LinkConfig(
+                servers=(fleet.url,),
+                machine="buildbox",
+                credentials=files.load_nats_credentials(buildbox.locations),
+            )
+        )
+        await link.connect()
+        options = GatewayOptions(
+            machine="buildbox",
+            key=files.load_identity(buildbox.locations).key,
+            trust=files.load_trust(buildbox.locations),
+            inbound=True,
+            write_snapshot=False,
+            record_ttl_s=ttl_s,
+        )
+        pauses = MachinePauses(first_s=pause_s)
+        gateway = Gateway(buildbox.locations, options, link, pauses=pauses)
+        seq = secrets.randbits(40)
+        try:
+            async with anyio.create_task_group() as group:
+                await group.start(gateway.run)
+                assert gateway.permissions_enforced is True
+                await ask("before")  # heard as it should be
+                await put_carol(seq)
+                await eventually(lambda: gateway._book.get(carol))
+                # Half the burst on laptop's request subject, half on its record keys.
+                nc = await rogue.connect(fleet.url)
+                try:
+                    for index in range(pauses.after // 2):
+                        forged, _ = rogue.payload("buildbox", target, "x", message_id=f"j-{index}")
+                        await nc.publish(subject, forged)
+                        junk = rogue.record(carol[1], "mallory", seq=seq + 100 + index)
+                        await nc.publish(env.record_subject(*carol), junk)
+                    await nc.flush()
+                finally:
+                    await nc.close()
+
+                async def refused() -> bool:
+                    try:
+                        await ask("during", 1.0)
+                    except NoRespondersError:
+                        return True
+                    except NatsTimeout:
+                        # Taken by the subscription as it went: never answered (the sender's
+                        # gateway says receipt_unknown), never delivered.
+                        pass
+                    return False
+
+                began = time.monotonic()
+                while not await refused():
+                    assert time.monotonic() - began < MUST_HAPPEN_S, "never paused"
+                    await anyio.sleep(0.05)
+                (entry,) = gateway.snapshot()["machines"]
+                seen = gateway._book.seen(carol)
+
+                async def refresh_carol() -> None:
+                    # As laptop's gateway does (every third of the TTL, here more often).
+                    for index in range(1, 1_000):
+                        await put_carol(seq + 1_000 + index)
+                        await anyio.sleep(0.3)
+
+                # Nothing laptop puts reaches the paused gateway, and carol stays listed past
+                # her TTL.
+                group.start_soon(refresh_carol)
+                await anyio.sleep(ttl_s + 1.0)
+                await gateway._mirror.expire()
+                held = (gateway._book.get(carol), gateway._book.seen(carol) == seen)
+                assert gateway.snapshot()["machines"][0]["pausedForS"] > 0  # measured within
+                while True:
+                    try:
+                        after = await ask("after")
+                        break
+                    except NoRespondersError:
+                        assert time.monotonic() - began < pause_s + MUST_HAPPEN_S
+                        await anyio.sleep(0.1)
+                # Read afresh at the end of the pause: refreshed, not ended.
+                await eventually(lambda: gateway._book.seen(carol) != seen)
+                still = gateway._book.get(carol)
+                group.cancel_scope.cancel()
+        finally:
+            await link.close()
+        return {"entry": entry, "after": after, "held": held, "still": still}
+
+    seen = anyio.run(main)
+    entry = seen["entry"]
+    assert entry["machine"] == "laptop"
+    assert 0 < entry["pausedForS"] <= pause_s, entry
+    record, unchanged = seen["held"]
+    assert record is not None
+    assert record.name == "carol"
+    assert unchanged
+    assert seen["still"] is not None
+    assert seen["still"].name == "carol"
+    assert json.loads(seen["after"][MAC_BYTES:])["body"]["status"] == "submitted"
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("not listening to laptop for 6 s" in line for line in said), said
+    assert any("listening to laptop again" in r.getMessage() for r in caplog.records)
+    # The forged requests never reached bob; the good ones did.
+    bob.wait_event("message", messageId="after")
+    assert not [e for e in bob.events() if str(e.get("messageId", "")).startswith("j-")]

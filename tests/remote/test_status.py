@@ -97,6 +97,7 @@ def test_without_a_gateway_it_says_so_and_shows_what_is_configured(
             "lastRecordAt": None,
             "lastRecordAgoS": None,
             "skewMs": None,
+            "pausedForS": None,
         }
     ]
 

@@ -90,3 +90,12 @@ def test_pairs_are_derived_once_and_forgotten_with_their_trust() -> None:
     assert again is not None
     assert under_team is not None
     assert again.sending.mac(DATA) == under_team.sending.mac(DATA)
+
+
+def test_a_machine_makes_no_pair_with_itself() -> None:
+    assert (
+        derive_pair(
+            account="pi-xs", me="laptop", key=LAPTOP, other="laptop", other_key=LAPTOP.public_key
+        )
+        is None
+    )

@@ -140,6 +140,18 @@ def test_the_ttl_ends_a_record_not_refreshed() -> None:
     assert len(b) == 0
 
 
+def test_a_paused_machines_records_are_held_until_it_is_read_again() -> None:
+    b = book()
+    laptop, desk = ("laptop", IID), ("desk", IID)
+    b.offer("laptop", NOW_MS, record(1), 100.0)
+    b.offer("desk", NOW_MS, record(1), 100.0)
+    later = 100.5 + TTL_S
+    assert b.expire(later, NOW_MS + 30_500, held={"laptop"}) == [desk]
+    assert b.get(laptop) == record(1)
+    # Listened to again: its records end as they would have, unless read afresh.
+    assert b.expire(later, NOW_MS + 30_500) == [laptop]
+
+
 def test_a_replayed_record_does_not_keep_its_session_alive() -> None:
     b = book()
     key = ("laptop", IID)

@@ -623,3 +623,36 @@ def test_refusals_are_counted_by_cause() -> None:
     assert diagnostics.accepted == 1
     assert len(diagnostics.recent) == 3
     assert json.dumps(list(diagnostics.recent))  # plain text lines
+
+
+def test_a_request_signed_as_older_versions_did_is_told_apart_from_a_replayed_record() -> None:
+    v = verifier()
+    maced = payload()
+    signed_request = LAPTOP.seal(maced[32:])
+    assert isinstance(check(v, signed_request), Rejected)
+    assert v.signed_as_before(signed_request, "laptop")
+    # A record is signed and public: replayed on a request subject it is no older gateway.
+    assert not v.signed_as_before(published(record()), "laptop")
+    # Signed for another machine, by another key, or too large to look at on the loop.
+    assert not v.signed_as_before(LAPTOP.seal(payload(to="desk")[32:]), "laptop")
+    assert not v.signed_as_before(STRANGER.seal(maced[32:]), "laptop")
+    assert not v.signed_as_before(LAPTOP.seal(b" " * 70_000), "laptop")
+    assert not v.signed_as_before(signed_request, "stranger")
+
+
+def test_a_machine_no_longer_trusted_while_its_payload_was_checked_is_refused() -> None:
+    """A large payload is checked in a worker thread between screening and judging; trust
+    changing meanwhile must not let it through."""
+    v = verifier()
+    screened = v.screen(payload(), origin="laptop", kinds=REQUESTS)
+    assert not isinstance(screened, Rejected)
+    signed = screened.verify()
+    v.trust = v.trust.without_machine("laptop")
+    gone = v.judge(signed, NOW, origin="laptop", kinds=REQUESTS)
+    assert isinstance(gone, Rejected)
+    assert gone.cause is Cause.UNKNOWN_MACHINE
+    # Trusted again under a new key: what the old key vouched for is still refused.
+    v.trust = v.trust.with_machine("laptop", STRANGER.public_key)
+    rekeyed = v.judge(signed, NOW, origin="laptop", kinds=REQUESTS)
+    assert isinstance(rekeyed, Rejected)
+    assert rekeyed.cause is Cause.UNKNOWN_MACHINE

@@ -366,7 +366,7 @@ def _gateway_options(gateway: argparse.ArgumentParser) -> None:
         ),
     )
     gateway.add_argument("--inbound", choices=("on", "off"), help="override remote inbound")
-    gateway.add_argument("--account", help="the NATS account envelopes are signed for")
+    gateway.add_argument("--account", help="the NATS account envelopes are signed and MACed for")
     gateway.add_argument("--tls-ca", metavar="FILE", help="CA that signed the server certificate")
     gateway.add_argument("--tls-cert", metavar="FILE", help="client certificate (mutual TLS)")
     gateway.add_argument("--tls-key", metavar="FILE", help="client certificate's key")

@@ -40,6 +40,12 @@ def _int(value: object) -> int | None:
     return value if type(value) is int else None
 
 
+def _seconds(value: object) -> float | None:
+    if type(value) is not int and type(value) is not float:
+        return None
+    return float(value) if 0 <= value < 1e9 else None
+
+
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -59,6 +65,7 @@ def _machines(facts: RemoteFacts, snapshot: dict[str, Any] | None, now_ms: int) 
                 "lastRecordAt": None,
                 "lastRecordAgoS": None,
                 "skewMs": None,
+                "pausedForS": None,
             }
             for name in facts.trust.machines
         ]
@@ -76,6 +83,7 @@ def _machines(facts: RemoteFacts, snapshot: dict[str, Any] | None, now_ms: int) 
                 "lastRecordAt": at,
                 "lastRecordAgoS": None if at is None else round(max(0, now_ms - at) / 1000, 1),
                 "skewMs": _int(entry.get("skewMs")),
+                "pausedForS": _seconds(entry.get("pausedForS")),
             }
         )
     return machines

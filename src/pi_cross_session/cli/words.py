@@ -729,6 +729,12 @@ def _skew_cell(skew: object) -> str:
     return text
 
 
+def _paused_note(left: object) -> str:
+    if not isinstance(left, float):
+        return ""
+    return f"; not listened to for {_span(left)} more (false MACs or signatures: see the errors)"
+
+
 def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(_width(row[column]) for row in rows) for column in range(len(rows[0]))]
     return [
@@ -752,7 +758,7 @@ def _machines_table(machines: Sequence[Mapping[str, Any]]) -> list[str]:
                 count(machine.get("sessions")),
                 count(machine.get("proxies")),
                 f"{_span(ago)} ago" if isinstance(ago, int | float) else "never",
-                _skew_cell(machine.get("skewMs")),
+                _skew_cell(machine.get("skewMs")) + _paused_note(machine.get("pausedForS")),
             )
         )
     return _table(rows)

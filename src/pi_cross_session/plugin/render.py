@@ -527,6 +527,19 @@ def clock_skew(machine: str, skew_ms: int, what: str) -> str:
     )
 
 
+def machine_paused(machine: str, pause_s: float) -> str:
+    """A trusted machine's requests or records keep failing their MAC or signature."""
+    name = sanitize.line(machine, 32)
+    return (
+        f"requests or records from {name} keep failing their MAC or signature although the "
+        f"deployment vouches that {name} sent them: its NATS credentials are used without its "
+        f"machine key (stolen), or its gateway is broken or too old; not listening to {name} "
+        f"for {pause_s:.0f} s (its sessions stay listed as they were). If {name} is yours, "
+        f"update it, or give it new keys ('pi-cross-session remote rotate' there); if not, "
+        f"'pi-cross-session remote revoke {name}' on the hub"
+    )
+
+
 def older_gateway(machine: str, what: str) -> str:
     """``what`` from ``machine`` was signed as versions before pairwise keys sign it."""
     name = sanitize.line(machine, 32)
@@ -1418,6 +1431,7 @@ __all__ = [
     "library_send_purpose",
     "listing",
     "listing_short",
+    "machine_paused",
     "mcp_bad_arguments",
     "mcp_instructions",
     "mcp_prompt_result",
@@ -1432,6 +1446,7 @@ __all__ = [
     "nats_problem",
     "new_fence_nonce",
     "no_jetstream",
+    "older_gateway",
     "peer_check_data",
     "peer_check_lines",
     "peer_lines",

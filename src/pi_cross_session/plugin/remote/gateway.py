@@ -6,7 +6,7 @@ Four loops in one task group (docs/remote.md):
 * **mirror** — every verified record of other machines, kept while refreshed (:mod:`.mirror`),
   each live one with a local **proxy** (a registration and a socket, :mod:`.proxy`) within the
   cap, shared fairly between the machines (:mod:`~pi_cross_session.security.remote.proxy_shares`);
-* **outbound** — a message or status query a local session sends to a proxy goes, signed, to the
+* **outbound** — a message or status query a local session sends to a proxy goes, MACed, to the
   remote machine's gateway (NATS request/reply, one attempt, ``hop_deadline_s``) and its reply
   comes back as the proxy's answer — or as no answer at all when nobody knows the outcome;
 * **inbound** — a verified request from another machine is delivered to the real session with the
@@ -90,6 +90,7 @@ from pi_cross_session.protocol.remote.envelope import (
 from pi_cross_session.protocol.remote.settings import (
     MAX_GATEWAY_CONNECTIONS,
     MAX_PROXIES,
+    OLDER_CHECK_EVERY_S,
     REMOTE_DELIVERY_DEADLINE_S,
     REMOTE_HOP_DEADLINE_S,
     REMOTE_PUBLISH_EVERY_S,
@@ -106,6 +107,7 @@ from pi_cross_session.security.io import fs
 from pi_cross_session.security.io.sender_files import PeersDirFiles
 from pi_cross_session.security.remote.identity import MachineKey
 from pi_cross_session.security.remote.pairing import Pairs
+from pi_cross_session.security.remote.pauses import PAUSING_CAUSES, MachinePauses
 from pi_cross_session.security.remote.proxy_shares import ProxyShares, Verdict
 from pi_cross_session.security.remote.records import RecordBook
 from pi_cross_session.security.remote.senders import (
@@ -134,6 +136,10 @@ CARRIED_CAPABILITIES = (CANCEL_SAFE_QUEUE, DELIVERY_RECEIPTS)
 def carried(capabilities: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """The capabilities that survive the hop, in our order."""
     return tuple(c for c in CARRIED_CAPABILITIES if c in capabilities)
+
+
+def _seconds_left(until: float | None, now: float) -> float | None:
+    return None if until is None else round(max(0.0, until - now), 1)
 
 
 def _wall_ms() -> int:
@@ -212,6 +218,7 @@ class Gateway:
         link: Link,
         *,
         wall_ms: Callable[[], int] = _wall_ms,
+        pauses: MachinePauses | None = None,
     ) -> None:
         self.locations = locations
         self.options = options
@@ -236,6 +243,7 @@ class Gateway:
             book=self._book,
             wall_ms=wall_ms,
             changed=self._reconcile,
+            refused=self._false_from,
         )
         self._shares = ProxyShares(cap=options.max_proxies, machines=len(self._mirror.origins))
         #: Sessions whose machine had its share of the cap when they came: listed as such.
@@ -274,6 +282,13 @@ class Gateway:
         )
         self._group: anyio.abc.TaskGroup | None = None
         self._requests: dict[str, Subscription] = {}
+        #: Machines whose requests or records failed their MAC or signature in a burst, on a
+        #: deployment that vouches they sent them: not listened to for a while
+        #: (security/remote/pauses.py).
+        self._pauses = pauses or MachinePauses()
+        self._pause_scopes: dict[str, anyio.CancelScope] = {}
+        #: When a false MAC of each machine was last looked at for an older version's signature.
+        self._older_checked: dict[str, float] = {}
         #: Told (one line for people) whenever what this gateway trusts changes while it runs.
         self.on_trust_changed: Callable[[str], None] = logger.info
         self.trust_changes = 0
@@ -321,6 +336,61 @@ class Gateway:
             env.request_subject(self.options.machine, origin), partial(self._on_request, origin)
         )
 
+    async def _stop_serving(self, origin: str) -> None:
+        subscription = self._requests.pop(origin, None)
+        if subscription is not None:
+            with anyio.move_on_after(2):
+                try:
+                    await subscription.unsubscribe()
+                except Exception as exc:  # the connection is gone, and the subscription with it
+                    logger.info("unsubscribing from %s: %s", origin, exc)
+
+    def _false_from(self, origin: str, cause: Cause) -> None:
+        """Count a request or record from ``origin`` that failed its MAC or signature (or its
+        room for one); pause the machine after a burst, where the deployment vouches that it
+        sent them."""
+        if not self.permissions_enforced or cause not in PAUSING_CAUSES:
+            return
+        pause_s = self._pauses.failed(origin, anyio.current_time())
+        if pause_s is not None and self._group is not None:
+            # In a task of its own: this runs inside a subscription's own handler, which
+            # unsubscribing cancels.
+            self._group.start_soon(self._pause, origin, pause_s)
+
+    async def _pause(self, origin: str, pause_s: float) -> None:
+        logger.warning("%s", render.machine_paused(origin, pause_s))
+        self._dirty = True
+        # Records first: once its requests find nobody, nothing of it is taken any more.
+        await self._mirror.pause(origin)
+        await self._stop_serving(origin)
+        with anyio.CancelScope() as scope:
+            self._pause_scopes[origin] = scope
+            await anyio.sleep(pause_s)
+        if self._pause_scopes.get(origin) is scope:
+            # Over by itself: the next pause, with nothing good first, is twice as long.
+            await self._resume(origin, afresh=False)
+
+    def _end_pause(self, origin: str, *, afresh: bool = True) -> None:
+        scope = self._pause_scopes.pop(origin, None)
+        if scope is not None:
+            scope.cancel()
+        if afresh:
+            self._pauses.forget(origin)
+        else:
+            self._pauses.ended(origin)
+
+    async def _resume(self, origin: str, *, afresh: bool = True) -> None:
+        """Listen to ``origin`` again, if a pause had stopped that."""
+        paused = origin in self._pause_scopes
+        self._end_pause(origin, afresh=afresh)
+        if not paused or origin not in self._mirror.origins:
+            return
+        if origin not in self._requests:
+            await self._serve_requests(origin)
+        await self._mirror.resume(origin)
+        self._dirty = True
+        logger.info("listening to %s again (its requests and records)", origin)
+
     async def apply_trust(self, trust: TrustConfig) -> None:
         """Trust ``trust`` from now on: follow the machines it adds (their requests and
         records), forget those it removes (their proxies close), take its inbound setting. A
@@ -333,6 +403,7 @@ class Gateway:
         after = set(self._mirror.origins)
         rekeyed = sorted(o for o in before & after if keys_before[o] != trust.machines[o])
         for origin in rekeyed:
+            await self._resume(origin)  # a new key: whatever its old one earned ends
             for key in await self._mirror.unfollow(origin):
                 self._capped.discard(key)
                 await self._reconcile(key)
@@ -341,13 +412,8 @@ class Gateway:
             await self._serve_requests(origin)
             await self._mirror.follow(origin)
         for origin in sorted(before - after):
-            subscription = self._requests.pop(origin, None)
-            if subscription is not None:
-                with anyio.move_on_after(2):
-                    try:
-                        await subscription.unsubscribe()
-                    except Exception as exc:  # the connection is gone, and the subscription
-                        logger.info("unsubscribing from %s: %s", origin, exc)
+            self._end_pause(origin)
+            await self._stop_serving(origin)
             for key in await self._mirror.unfollow(origin):
                 self._capped.discard(key)
                 await self._reconcile(key)
@@ -385,9 +451,9 @@ class Gateway:
             logger.warning(
                 "this NATS deployment does not enforce per-machine permissions: any client that "
                 "can connect may read every message, hide sessions, swallow or flood requests "
-                "(our signatures still refuse what they forge); run the deployment's server with "
-                "'pi-cross-session remote hub', or set your own up with 'pi-cross-session remote "
-                "deploy' (docs/remote.md)"
+                "(our signatures and MACs still refuse what they forge); run the deployment's "
+                "server with 'pi-cross-session remote hub', or set your own up with "
+                "'pi-cross-session remote deploy' (docs/remote.md)"
             )
 
     async def _on_earlier(self, msg: Msg) -> None:
@@ -731,7 +797,7 @@ class Gateway:
         return self._proxy_reply(proxy, request.request_id, ok=False, status=code)
 
     def _read_reply(self, payload: bytes, *, nonce: str, machine: str) -> ReplyBody | None:
-        """The reply body, when ``payload`` is ``machine``'s signed answer to ``nonce``."""
+        """The reply body, when ``payload`` is ``machine``'s MACed answer to ``nonce``."""
         verdict = self._verifier.check(
             payload, self._wall_ms(), origin=machine, kinds={Kind.REPLY}, reply_to=nonce
         )
@@ -761,10 +827,14 @@ class Gateway:
         if not isinstance(verdict, Rejected):
             return
         if verdict.cause is Cause.BAD_SIGNATURE:
-            # Looked at once until the machine is heard from as it should be: junk under its name
-            # must not cost a signature check each.
-            older = self._said.first("older", machine)
-            if older and self._verifier.signed_as_before(payload, machine):
+            # Looked at once a minute per machine at most: junk under its name must not cost a
+            # signature check each, nor hide an older gateway for good by coming first.
+            now = anyio.current_time()
+            if now - self._older_checked.get(machine, -OLDER_CHECK_EVERY_S) < OLDER_CHECK_EVERY_S:
+                return
+            self._older_checked[machine] = now
+            older = self._verifier.signed_as_before(payload, machine)
+            if older and self._said.first("older", machine):
                 logger.warning("%s", render.older_gateway(machine, what))
             return
         if verdict.cause is not Cause.CLOCK:
@@ -783,6 +853,7 @@ class Gateway:
         kinds = REQUEST_KINDS
         screened = self._verifier.screen(msg.data, origin=origin, kinds=kinds)
         if isinstance(screened, Rejected):
+            self._false_from(origin, screened.cause)
             return
         if len(screened.data) > VERIFY_ON_LOOP_BYTES:
             # Verifying a signature hashes every byte: a large payload (honest ones are rare;
@@ -793,11 +864,13 @@ class Gateway:
             signed = screened.verify()
         verdict = self._verifier.judge(signed, self._wall_ms(), origin=origin, kinds=kinds)
         if isinstance(verdict, Rejected):
+            self._false_from(origin, verdict.cause)
             self._say_why_refused(verdict, origin, "a message", msg.data)
             if verdict.answer is not None and verdict.envelope is not None:
                 await self._answer(msg, verdict.envelope, Outcome.REFUSED, verdict.answer)
             return
         envelope = verdict.envelope
+        self._pauses.heard(origin)
         if not self.options.inbound:
             # The machine refuses, not the session: said so, so that nobody blames the session.
             await self._answer(msg, envelope, Outcome.REFUSED, Code.REMOTE_INBOUND_OFF)
@@ -1059,7 +1132,9 @@ class Gateway:
 
     def _machines(self) -> list[dict[str, Any]]:
         """Each trusted machine: its sessions seen, their proxies here and those left without
-        one, when it was last heard of and how far its clock is from ours."""
+        one, when it was last heard of, how far its clock is from ours, and how long it is
+        still paused (``None``: it is listened to)."""
+        now = anyio.current_time()
         sessions: dict[str, int] = {}
         for (machine, _), _record in self._book.items():
             sessions[machine] = sessions.get(machine, 0) + 1
@@ -1075,6 +1150,7 @@ class Gateway:
                 "capped": capped.get(machine, 0),
                 "lastRecordAt": self._mirror.last_record_at.get(machine),
                 "skewMs": self._mirror.skew_ms.get(machine),
+                "pausedForS": _seconds_left(self._pauses.paused_until(machine, now), now),
             }
             for machine in self._mirror.origins
         ]

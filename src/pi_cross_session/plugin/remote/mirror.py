@@ -98,6 +98,7 @@ class Mirror:
         book: RecordBook,
         wall_ms: Callable[[], int],
         changed: Callable[[Key], Awaitable[None]],
+        refused: Callable[[str, Cause], None] = lambda origin, cause: None,
     ) -> None:
         self._machine = machine
         self._verifier = verifier
@@ -105,6 +106,10 @@ class Mirror:
         self.book = book
         self._wall_ms = wall_ms
         self._changed = changed
+        #: Told of every live record refused, with why (the gateway counts false ones).
+        self._refused = refused
+        #: Machines not listened to for a while: their records are kept as they were.
+        self.paused: set[str] = set()
         self.skew_ms: dict[str, int] = {}
         #: The newest ``at`` (the origin's clock, ms) of each machine's verified records and
         #: tombstones: when it was last heard of.
@@ -152,14 +157,30 @@ class Mirror:
         except (BucketError, UnreachableError, PermissionDeniedError) as exc:
             logger.info("reading the records of %s: %s", origin, exc)
 
-    async def unfollow(self, origin: str) -> list[Key]:
-        """Stop following a machine no longer trusted; the sessions of it that were live."""
+    async def pause(self, origin: str) -> None:
+        """Stop taking ``origin``'s records for a while, keeping those taken (see
+        security/remote/pauses.py)."""
+        self.paused.add(origin)
+        await self._unsubscribe(origin)
+
+    async def resume(self, origin: str) -> None:
+        """Take ``origin``'s records again, reading the current ones first: those that ended
+        meanwhile expire as they would have."""
+        self.paused.discard(origin)
+        await self.follow(origin)
+
+    async def _unsubscribe(self, origin: str) -> None:
         subscription = self._following.pop(origin, None)
         if subscription is not None:
             try:
                 await subscription.unsubscribe()
             except Exception as exc:  # a closed connection has no subscription left anyway
                 logger.info("unsubscribing from %s: %s", origin, exc)
+
+    async def unfollow(self, origin: str) -> list[Key]:
+        """Stop following a machine no longer trusted; the sessions of it that were live."""
+        self.paused.discard(origin)
+        await self._unsubscribe(origin)
         self.skew_ms.pop(origin, None)
         return self.book.forget(origin)
 
@@ -186,6 +207,7 @@ class Mirror:
         if not isinstance(verdict, Verified):
             if live:
                 self._maybe_skewed(origin, verdict)
+                self._refused(origin, verdict.cause)
             return
         self._said.clear(origin)
         try:
@@ -226,8 +248,11 @@ class Mirror:
             logger.info("reading %s again: %s", subject, exc)
 
     async def read_current(self) -> None:
-        """Take the bucket's current record of every trusted machine's sessions."""
+        """Take the bucket's current record of every trusted machine's sessions (but those of
+        machines paused: their pause's end reads them)."""
         for origin in self.origins:
+            if origin in self.paused:
+                continue
             try:
                 await self._read(origin, env.records_of(origin), REMOTE_RECORDS_PER_MACHINE)
             except BucketError as exc:
@@ -238,7 +263,7 @@ class Mirror:
 
     async def expire(self) -> None:
         """End the records nobody refreshed in time."""
-        for key in self.book.expire(anyio.current_time(), self._wall_ms()):
+        for key in self.book.expire(anyio.current_time(), self._wall_ms(), self.paused):
             await self._changed(key)
 
     # -- the bucket --------------------------------------------------------------------------------

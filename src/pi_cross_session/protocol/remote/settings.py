@@ -190,3 +190,16 @@ ROTATE_WINDOW_S: Final = 24 * 3600
 #: ``remote rotate`` waits this long at most for the running gateway to come back with the new
 #: keys (it stops, withdraws, connects again with the new credentials and serves).
 ROTATE_GATEWAY_WAIT_S: Final = 20.0
+#: A trusted machine whose requests or records fail their MAC or signature this many times within
+#: ``MACHINE_PAUSE_WITHIN_S``, on a deployment whose permissions vouch that it sent them (a holder
+#: of its NATS credentials without its machine key, or a broken gateway), is not listened to for
+#: a while: NATS then stops delivering its junk at all (docs/remote.md, "Pausing a machine").
+MACHINE_PAUSE_AFTER_FAILURES: Final = 8
+MACHINE_PAUSE_WITHIN_S: Final = 10.0
+#: The first pause; each next one (with nothing good from the machine between) lasts twice as
+#: long, up to ``MACHINE_PAUSE_LONGEST_S``.
+MACHINE_PAUSE_FIRST_S: Final = 30.0
+MACHINE_PAUSE_LONGEST_S: Final = 600.0
+#: How often, at most, a gateway looks whether a machine's false MACs are an older version's
+#: signatures (one signature check each time), to say which machine to update.
+OLDER_CHECK_EVERY_S: Final = 60.0

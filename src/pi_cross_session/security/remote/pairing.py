@@ -9,8 +9,11 @@ about a microsecond where a signature and its verification cost about 65 µs, an
 made two of each (docs/performance.md, "Remote plane", has the figures side by side).
 
 What it does not give, and why that is enough: a MAC proves its origin only to the other machine of
-the pair, never to a third; nothing here is shown to a third machine. A holder of one machine's
-identity key can make what that machine could (as with signatures), and nothing in another pair.
+the pair, never to a third; nothing here is shown to a third machine. And, as with any MAC the
+receiver can check, the receiver can make it too: a holder of machine B's identity key can make
+MACs B takes as coming from any machine B trusts (with signatures it could only speak as B). To
+use them it must also publish on that machine's request subject, which a deployment's permissions
+allow only that machine's NATS credentials; ``remote rotate`` on B ends it (docs/security.md).
 """
 
 from __future__ import annotations
@@ -89,7 +92,10 @@ def derive_pair(
     *, account: str, me: str, key: MachineKey, other: str, other_key: PublicKey
 ) -> Pair | None:
     """The keys between ``me`` (holding ``key``) and ``other``; ``None`` when ``other_key`` is no
-    usable key (a point of small order, whose shared secret an attacker would know)."""
+    usable key (a point of small order, whose shared secret an attacker would know), or when
+    ``other`` is ``me`` (both directions would share one key)."""
+    if other == me:
+        return None
     try:
         their_x25519 = nacl.bindings.crypto_sign_ed25519_pk_to_curve25519(other_key.raw)
         secret = nacl.bindings.crypto_scalarmult(key.exchange_private(), their_x25519)

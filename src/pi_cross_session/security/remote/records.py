@@ -20,7 +20,7 @@ milliseconds, to compare with ``at``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -146,11 +146,14 @@ class RecordBook:
         entry.seq, entry.at, entry.record, entry.seen = body.seq, max(entry.at, at_ms), body, now
         return Offer.UPDATED if was_live else Offer.NEW
 
-    def expire(self, now: float, now_ms: int) -> list[Key]:
+    def expire(self, now: float, now_ms: int, held: Collection[str] = ()) -> list[Key]:
         """End every record not refreshed for ``ttl_s`` (returned), and forget every sequence
-        that no record still inside its validity could be older than."""
+        that no record still inside its validity could be older than; the machines ``held`` (not
+        listened to for a while) keep theirs as they are until they are read again."""
         ended: list[Key] = []
         for key in list(self._entries):
+            if key[0] in held:
+                continue
             entry = self._entries[key]
             if entry.record is not None and now - entry.seen > self._ttl_s:
                 entry.record = None

@@ -45,6 +45,7 @@ from pi_cross_session.protocol.remote.settings import (
     MAX_RECORD_BYTES,
     REMOTE_DIAGNOSTICS_KEPT,
     REMOTE_RECORD_TTL_S,
+    VERIFY_ON_LOOP_BYTES,
 )
 from pi_cross_session.security.remote.identity import (
     SIGNATURE_BYTES,
@@ -57,7 +58,7 @@ from pi_cross_session.security.remote.identity import (
 from pi_cross_session.security.remote.pairing import MAC_BYTES, MacKey, Pairs
 from pi_cross_session.security.remote.replay import NonceWindow, Seen
 
-#: Default NATS account name bound into every signature.
+#: Default NATS account name bound into every signature and pairwise key.
 DEFAULT_ACCOUNT: Final = "pi-xs"
 TRUST_VERSION: Final = 1
 
@@ -164,6 +165,8 @@ class Signed:
     :meth:`Screened.verify`)."""
 
     data: bytes
+    #: The origin's key it was checked under (directly, or through the pair's key).
+    origin_key: PublicKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +177,13 @@ class Screened:
     key: PublicKey | MacKey
     signature: bytes
     data: bytes
+    origin_key: PublicKey
 
     def verify(self) -> Signed | None:
         """The signed bytes, when the signature is the key's (no state: safe in any thread)."""
-        return Signed(self.data) if self.key.verifies(self.signature, self.data) else None
+        if not self.key.verifies(self.signature, self.data):
+            return None
+        return Signed(self.data, self.origin_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,19 +295,31 @@ class Verifier:
             checker = pair.receiving
         parts = split(payload, SIGNATURE_BYTES if records_only else MAC_BYTES)
         if parts is None:
-            return self._reject(Cause.MALFORMED, f"from {origin}: shorter than a signature")
-        return Screened(checker, parts[0], parts[1])
+            return self._reject(Cause.MALFORMED, f"from {origin}: no room for a signature or MAC")
+        return Screened(checker, parts[0], parts[1], key)
 
     def signed_as_before(self, payload: bytes, origin: str) -> bool:
-        """True when ``payload``, a request or a reply whose MAC failed, is instead signed with
-        ``origin``'s key, as gateways signed them before pairwise keys: an older version of
-        ours, not a forger. Only for a payload within ``max_bytes`` (a caller asks once per
-        machine: it is one more signature check)."""
+        """True when ``payload``, a request or a reply whose MAC failed, is instead a request or
+        reply from ``origin`` to us signed with ``origin``'s key, as gateways signed them before
+        pairwise keys: an older version of ours, not a forger (a record of ``origin``'s,
+        signed and public, replayed on a request subject is not one). Only up to
+        ``VERIFY_ON_LOOP_BYTES``: it is one more signature check, on the caller's loop."""
         key = self._trust.machines.get(origin)
         parts = split(payload)
-        if key is None or parts is None or len(payload) > self._max_bytes:
+        if key is None or parts is None or len(payload) > VERIFY_ON_LOOP_BYTES:
             return False
-        return key.verifies(parts[0], parts[1])
+        if not key.verifies(parts[0], parts[1]):
+            return False
+        try:
+            envelope = decode(parts[1])
+        except EnvelopeError:
+            return False
+        return (
+            envelope.kind not in RECORD_KINDS
+            and envelope.origin == origin
+            and envelope.to == self._me
+            and envelope.account == self._trust.account
+        )
 
     def judge(
         self,
@@ -312,9 +330,13 @@ class Verifier:
         kinds: Collection[Kind],
         reply_to: str | None = None,
     ) -> Verified | Rejected:
-        """The rest of the checks, on bytes whose signature verified (``None``: it did not)."""
+        """The rest of the checks, on bytes whose signature or MAC verified (``None``: it did
+        not)."""
         if signed is None:
             return self._reject(Cause.BAD_SIGNATURE, f"from {origin}: signature or MAC is false")
+        if self._trust.machines.get(origin) != signed.origin_key:
+            # Trust changed while a large payload was checked in a worker thread.
+            return self._reject(Cause.UNKNOWN_MACHINE, f"{origin}: no longer trusted by that key")
         data = signed.data
         try:
             envelope = decode(data)
@@ -323,7 +345,7 @@ class Verifier:
         if envelope.origin != origin:
             return self._reject(Cause.ORIGIN_MISMATCH, f"from {origin}: names another origin")
         if envelope.account != self._trust.account:
-            return self._reject(Cause.WRONG_ACCOUNT, f"from {origin}: signed for another account")
+            return self._reject(Cause.WRONG_ACCOUNT, f"from {origin}: made for another account")
         record = envelope.kind in RECORD_KINDS
         wanted_to = EVERYONE if record else self._me
         if envelope.to != wanted_to:
@@ -335,7 +357,7 @@ class Verifier:
         if not now_ms - max_age_ms <= envelope.at <= now_ms + self._max_ahead_ms:
             return self._reject(
                 Cause.CLOCK,
-                f"from {origin}: signed {now_ms - envelope.at} ms before our now",
+                f"from {origin}: made {now_ms - envelope.at} ms before our now",
                 Code.EXPIRED if answerable else None,
                 envelope,
             )
@@ -344,10 +366,10 @@ class Verifier:
             self._accepted += 1
             return Verified(envelope)
         if envelope.at < self._started_at_ms:
-            # Our nonces were forgotten when we started: nothing signed before may pass.
+            # Our nonces were forgotten when we started: nothing made before may pass.
             return self._reject(
                 Cause.BEFORE_START,
-                f"from {origin}: signed before this gateway started",
+                f"from {origin}: made before this gateway started",
                 Code.EXPIRED if answerable else None,
                 envelope,
             )
