@@ -8,7 +8,6 @@ and always a worker thread for a file-judging object that cannot say (a test's s
 from __future__ import annotations
 
 import errno
-import sys
 import threading
 from pathlib import Path
 
@@ -16,8 +15,9 @@ import pytest
 
 from pi_cross_session.protocol.io.offload import Offload
 from pi_cross_session.security.io import fs
+from tests.support import platforms
 
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads mountinfo")
+linux_only = platforms.linux_only("reads mountinfo")
 
 
 def mountinfo(tmp_path: Path, *entries: tuple[str, str]) -> str:

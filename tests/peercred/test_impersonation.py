@@ -14,7 +14,6 @@ Real processes and sockets throughout: the impostor is a separate OS process
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
@@ -31,7 +30,7 @@ from pi_cross_session.security.auth import (
 )
 from pi_cross_session.security.io.sender_files import PeersDirFiles
 from tests.peercred.other_process import other_process
-from tests.support import raw_client
+from tests.support import platforms, raw_client
 from tests.support.raw_client import RawClient
 from tests.support.socket_peers import (
     PeerHandle,
@@ -45,9 +44,7 @@ from tests.support.wire_session import running_receiver
 
 pytestmark = pytest.mark.anyio
 
-linux_only = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="needs SO_PEERCRED peer credentials"
-)
+linux_only = platforms.needs_peercred
 
 
 def delivery(target: Registration, sender: Registration, text: str) -> list[dict[str, object]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -26,7 +25,7 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from pi_cross_session.security.auth import AUTH_FAILED_TEXT
 from tests.peercred.other_process import other_process
-from tests.support import raw_client
+from tests.support import platforms, raw_client
 from tests.support.processes import run_cli
 from tests.support.raw_client import RawClient
 from tests.support.socket_peers import (
@@ -42,9 +41,7 @@ from tests.support.wire_session import running_receiver
 pytestmark = pytest.mark.anyio
 
 #: Tests that need the kernel to report the connecting pid (SO_PEERCRED).
-linux_only = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="needs SO_PEERCRED peer credentials"
-)
+linux_only = platforms.needs_peercred
 
 
 def hello_and_message(

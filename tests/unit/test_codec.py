@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
 from collections.abc import Iterable
 
 import pytest
 
-from pi_cross_session.protocol import codec
 from pi_cross_session.protocol.codec import (
     BOM,
     NEED_DATA,
@@ -128,17 +125,6 @@ def test_bytearray_and_memoryview_are_accepted() -> None:
     decoder.receive_data(bytearray(b"ab"))  # type: ignore[arg-type]
     decoder.receive_data(memoryview(b"c\n"))  # type: ignore[arg-type]
     assert decoder.events() == [Frame("abc", 4), NEED_DATA]
-
-
-def test_the_codec_is_sans_io() -> None:
-    tree = ast.parse(inspect.getsource(codec))
-    imported: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module.split(".")[0])
-    assert not imported & {"socket", "time", "anyio", "asyncio", "trio", "os", "io", "selectors"}
 
 
 # -- splitting and reassembly -------------------------------------------------------------------
