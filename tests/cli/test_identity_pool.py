@@ -19,11 +19,11 @@ from pi_cross_session.plugin.cli_identity import (
     ALL_SLOTS,
     Holder,
     IdentityBusyError,
-    SlotLock,
     read_holder,
 )
 from pi_cross_session.protocol.limits import CLI_IDENTITY_POOL, CLI_SENT_IDS_KEPT
 from pi_cross_session.protocol.paths import Locations
+from pi_cross_session.security.io.fs import NotedLock
 from tests.support.processes import Inboxes, Result, cli_env, run_cli, run_with_tty_stderr
 
 Cli = Callable[..., Result]
@@ -91,10 +91,10 @@ async def test_an_invocation_takes_the_first_free_identity(locations: Locations)
 async def test_when_every_identity_stays_busy_the_wait_names_the_holders_and_ends(
     locations: Locations,
 ) -> None:
-    locks = [SlotLock(lock_path(locations, slot)) for slot in ALL_SLOTS]
+    locks = [NotedLock(lock_path(locations, slot)) for slot in ALL_SLOTS]
     for slot, lock in enumerate(locks):
         assert lock.try_acquire()
-        lock.write_note(Holder(1000 + slot, f"holder {slot}", None))
+        lock.write_note(Holder(1000 + slot, f"holder {slot}", None).to_bytes())
     record = Recorder()
     try:
         with pytest.raises(IdentityBusyError) as caught:
@@ -114,7 +114,7 @@ async def test_when_every_identity_stays_busy_the_wait_names_the_holders_and_end
 async def test_a_waiting_invocation_gets_the_identity_once_it_is_released(
     locations: Locations,
 ) -> None:
-    lock = SlotLock(lock_path(locations, 2))
+    lock = NotedLock(lock_path(locations, 2))
     assert lock.try_acquire()
     record = Recorder()
     async with anyio.create_task_group() as group:
@@ -135,10 +135,11 @@ async def test_a_waiting_invocation_gets_the_identity_once_it_is_released(
 
 HOLDER_SCRIPT = """
 import sys, time
-from pi_cross_session.plugin.cli_identity import Holder, SlotLock
-lock = SlotLock(sys.argv[1])
+from pi_cross_session.plugin.cli_identity import Holder
+from pi_cross_session.security.io.fs import NotedLock
+lock = NotedLock(sys.argv[1])
 assert lock.try_acquire()
-lock.write_note(Holder(None, "a process about to be killed", None))
+lock.write_note(Holder(None, "a process about to be killed", None).to_bytes())
 print("held", flush=True)
 time.sleep(120)
 """
@@ -157,7 +158,7 @@ def test_the_kernel_releases_the_identity_of_a_killed_holder(
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
-        mine = SlotLock(path)
+        mine = NotedLock(path)
         assert not mine.try_acquire()
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=10)
@@ -208,10 +209,10 @@ def test_a_wait_for_an_identity_shows_on_a_terminal(
 ) -> None:
     """All four identities are held: a status question says at once who holds them, shows the
     wait on its terminal while it lasts, and goes on once one is free."""
-    locks = [SlotLock(lock_path(locations, slot)) for slot in ALL_SLOTS]
+    locks = [NotedLock(lock_path(locations, slot)) for slot in ALL_SLOTS]
     for lock in locks:
         assert lock.try_acquire()
-        lock.write_note(Holder(os.getpid(), "send to someone", None))
+        lock.write_note(Holder(os.getpid(), "send to someone", None).to_bytes())
     released = False
 
     def release_once_the_wait_shows(terminal: str) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session.plugin import cli_identity
-from pi_cross_session.plugin.cli_identity import SlotLock
 from pi_cross_session.protocol.io import discovery, environment
 from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
+from pi_cross_session.security.io.fs import NotedLock
 from tests.support.file_state import exists, tree_state
 from tests.support.processes import Inboxes, Result, run_cli
 
@@ -208,7 +208,8 @@ def test_peers_does_not_wait_for_busy_identities(
     state = Path(cli_identity.state_dir(locations))
     state.mkdir(mode=0o700)
     locks = [
-        SlotLock(str(state / cli_identity.slot_files(slot).lock)) for slot in cli_identity.ALL_SLOTS
+        NotedLock(str(state / cli_identity.slot_files(slot).lock))
+        for slot in cli_identity.ALL_SLOTS
     ]
     try:
         for lock in locks:

@@ -15,13 +15,14 @@ import anyio
 import pytest
 
 from pi_cross_session.plugin import cli_identity, outbound
-from pi_cross_session.plugin.cli_identity import Holder, SlotLock
+from pi_cross_session.plugin.cli_identity import Holder
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.io import discovery
 from pi_cross_session.protocol.io.exchange import Exchanger
 from pi_cross_session.protocol.limits import RATE_CAPACITY
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io import fs
+from pi_cross_session.security.io.fs import NotedLock
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.clocks import FakeClock
 from tests.support.fake_receiver import SILENT, fake_receiver, ready
@@ -362,14 +363,14 @@ async def test_the_rate_limit_follows_the_identity_across_invocations(
     holders, and the first identity is released only once it has said so. The receiver's
     admission clock stands still, so no token grows back in between, whatever the load.
     """
-    others = [SlotLock(str(slot_lock_path(locations, slot))) for slot in (1, 2, 3)]
+    others = [NotedLock(str(slot_lock_path(locations, slot))) for slot in (1, 2, 3)]
     tally: Counter[str] = Counter()
     async with running_receiver(locations, clock=FrozenAdmissionClock()) as rx:
         rx.turns.user_turn()  # a turn runs: every admitted message waits in the queue
         try:
             for lock in others:
                 assert lock.try_acquire()
-                lock.write_note(Holder(os.getpid(), "a test holding it", None))
+                lock.write_note(Holder(os.getpid(), "a test holding it", None).to_bytes())
             async with cli_identity.holding(locations, [0]) as held:
                 burst_identity = held.identity.instance_id
                 attempts = 0

@@ -92,8 +92,10 @@ def run(
     if not servers and joined is None:
         console.problem(words.GATEWAY_NO_SERVER)
         return exits.EXIT_LOCAL
-    lock = files.GatewayLock(locations)
-    if not lock.acquire():
+    lock = files.gateway_lock(locations)
+    if lock.try_acquire():
+        lock.write_note(str(os.getpid()).encode())
+    else:
         console.problem(
             f"pi-cross-session gateway: another gateway already serves this agent dir ({lock.path})"
         )

@@ -35,7 +35,6 @@ while its process lives, and hide it.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -264,61 +263,6 @@ def read_holder(path: str) -> Holder | None:
     )
 
 
-class SlotLock:
-    """An exclusive ``flock`` on one slot's lock file, which also carries the holder's note.
-
-    The file lives in our 0700 state dir, so only our uid can create it; it is opened without
-    following a symlink and never truncated on open (waiters read the note while it is held).
-    The kernel releases the lock when the holder's process ends, however it ends.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    def try_acquire(self) -> bool:
-        """Take the lock if it is free, without waiting."""
-        if self._fd is not None:
-            raise RuntimeError("this lock is already held")
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(self.path, flags, 0o600)
-        except OSError as exc:
-            raise fs.FileOperationError(self.path, "open the lock file", exc) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        except OSError as exc:
-            os.close(fd)
-            raise fs.FileOperationError(self.path, "lock", exc) from exc
-        self._fd = fd
-        return True
-
-    def write_note(self, holder: Holder) -> None:
-        """Say who holds the lock (best effort: a note that cannot be written is only missing)."""
-        if self._fd is None:
-            return
-        try:
-            os.ftruncate(self._fd, 0)
-            os.pwrite(self._fd, holder.to_bytes(), 0)
-        except OSError:
-            pass
-
-    def release(self) -> None:
-        """Clear the note and let the lock go."""
-        fd, self._fd = self._fd, None
-        if fd is None:
-            return
-        try:
-            os.ftruncate(fd, 0)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)  # closing the descriptor releases the flock
-
-
 class WaitReporter(Protocol):
     """Told when an invocation has to wait for an identity, and how the wait goes."""
 
@@ -340,21 +284,21 @@ async def acquire_slot(
     timeout_s: float = CLI_IDENTITY_WAIT_S,
     retry_s: float = CLI_IDENTITY_RETRY_S,
     reporter: WaitReporter | None = None,
-) -> tuple[int, SlotLock]:
+) -> tuple[int, fs.NotedLock]:
     """Take the first free slot of ``slots``; if all are in use, tell ``reporter`` who holds
     them and try again until one is free or ``timeout_s`` passed (:class:`IdentityBusyError`)."""
     if not slots:
         raise ValueError("no slot to take")
     directory = state_dir(locations)
     await anyio.to_thread.run_sync(fs.ensure_private_dir, directory)
-    locks = [(slot, SlotLock(node_join(directory, slot_files(slot).lock))) for slot in slots]
+    locks = [(slot, fs.NotedLock(node_join(directory, slot_files(slot).lock))) for slot in slots]
     started = time.monotonic()
     told = False
     ticks = 0
     while True:
         for slot, lock in locks:
             if lock.try_acquire():
-                lock.write_note(Holder(os.getpid(), purpose, _now_ms()))
+                lock.write_note(Holder(os.getpid(), purpose, _now_ms()).to_bytes())
                 logger.info("took command-line identity %d (%s)", slot, purpose or "no purpose")
                 if told and reporter is not None:
                     reporter.ended(slot, time.monotonic() - started)

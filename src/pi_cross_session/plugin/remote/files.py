@@ -23,7 +23,6 @@ a key file another user could read is refused, never used.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from pi_cross_session.protocol.limits import (
 from pi_cross_session.protocol.paths import Locations, node_join
 from pi_cross_session.protocol.remote.envelope import is_machine_name
 from pi_cross_session.security.io import fs
+from pi_cross_session.security.io.fs import NotedLock
 from pi_cross_session.security.remote import nats_jwt
 from pi_cross_session.security.remote.identity import MachineKey
 from pi_cross_session.security.remote.nats_jwt import CredentialsError, Jwt, NKey, Role
@@ -416,31 +416,10 @@ def load_roster(locations: Locations, max_bytes: int) -> bytes | None:
         raise
 
 
-class GatewayLock:
-    """The one-gateway-per-agent-dir lock: an exclusive ``flock`` the kernel drops with us."""
-
-    def __init__(self, locations: Locations) -> None:
-        self.path = node_join(remote_dir(locations), LOCK_FILE)
-        self._fd: int | None = None
-
-    def acquire(self) -> bool:
-        """Take it without waiting; False when another gateway holds it."""
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(self.path, flags, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._fd = fd
-        return True
-
-    def release(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+def gateway_lock(locations: Locations) -> NotedLock:
+    """The one-gateway-per-agent-dir lock (its holder notes its pid in it: ``remote status``
+    reads it)."""
+    return NotedLock(node_join(remote_dir(locations), LOCK_FILE))
 
 
 def write_snapshot(locations: Locations, body: dict[str, Any]) -> None:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 import re
@@ -813,3 +814,64 @@ def pid_is_dead(pid: int) -> bool:
     except (OSError, OverflowError):
         return False
     return False
+
+
+class NotedLock:
+    """An exclusive ``flock`` on a file that also carries a note from its holder (who holds it,
+    since when), for those who find it taken.
+
+    The one way we lock a file by hand, for the two locks whose holders leave a note inside the
+    held file (a command-line identity's slot; the one gateway of an agent dir, whose pid
+    ``remote status`` reads only while that process has the very file open). ``filelock`` does
+    every other lock; it cannot do these: before 4.x (our floor is 3.13) a waiter opening the
+    file truncates it, erasing the note when it is wanted most, and no version offers a way to
+    write into the held file. The file is opened without following a symlink and never
+    truncated on open; the kernel drops the lock when the holder's process ends, however it ends.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free, without waiting. :class:`FileOperationError` when the
+        file cannot be opened or locked for another reason than being held."""
+        if self._fd is not None:
+            raise RuntimeError("this lock is already held")
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except OSError as exc:
+            raise FileOperationError(self.path, "open the lock file", exc) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        except OSError as exc:
+            os.close(fd)
+            raise FileOperationError(self.path, "lock", exc) from exc
+        self._fd = fd
+        return True
+
+    def write_note(self, note: bytes) -> None:
+        """Say who holds the lock (best effort: a note that cannot be written is only missing)."""
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, note, 0)
+        except OSError:
+            pass
+
+    def release(self) -> None:
+        """Clear the note and let the lock go."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            os.ftruncate(fd, 0)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
