@@ -1,4 +1,4 @@
-"""A real ACP client driving ``pi-agent-cli`` over stdio (host-pi-python.md §1.10).
+"""A real ACP client driving ``pi-agent-cli`` over stdio (its ACP mode).
 
 :class:`RecordingClient` is the client side of the connection: it records every session
 notification and answers the agent's requests. :func:`acp_agent` spawns the agent (``python -m

@@ -1,8 +1,8 @@
 """Real pi-python sessions for tests: a scripted chat model, harness builders, helper extensions.
 
-The model is langchain's ``GenericFakeChatModel`` (host-pi-python.md §1.11) with two changes: it
-accepts ``bind_tools`` and, instead of a fixed list, asks a *responder* — a plain function of the
-conversation — for each reply. A test states what the model does in each situation ("when a peer
+The model is langchain's ``GenericFakeChatModel`` with two changes: it accepts ``bind_tools``
+and, instead of a fixed list, asks a *responder* — a plain function of the conversation — for
+each reply. A test states what the model does in each situation ("when a peer
 message arrives, call ``workflow``"), so replies never depend on how many turns ran before.
 
 Tool calls are emitted OpenAI-style in ``additional_kwargs`` (with ``index``), which langchain-core
@@ -41,7 +41,8 @@ Peer = tuple[HeadlessHost, SessionRuntime]
 #: How a peer's message opens in the model's conversation.
 PEER_HEADER = "Message from another session"
 
-# The module, not the function of the same name it exports (host-pi-python.md §1.11).
+# The module, not the function of the same name it exports (pi-python resolves the chat model
+# through it).
 langchain_stream = importlib.import_module("pi_agent_core.adapters.langchain_stream")
 
 Responder = Callable[[Sequence[BaseMessage]], AIMessage]

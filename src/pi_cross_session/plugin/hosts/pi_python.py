@@ -5,8 +5,8 @@ event loop; several sessions may share one process (the ACP agent keeps one harn
 So everything lives in one :class:`PiPythonSession` per activation, and the only module state is a
 registry of live sessions keyed by session id, used by the process-exit fallback.
 
-What it wires, and why each way (the host's gaps are numbered as in ``spec/host-pi-python.md``
-§1.12):
+What it wires, and why each way ("gap N" marks a shortcoming of the host that the item works
+around; the numbers only tell the gaps apart):
 
 * **Lifecycle.** The session's :class:`~pi_cross_session.plugin.runtime.SessionRuntime` starts at
   ``session_start`` as a task on the host's loop that this object holds, and stops in the
