@@ -1,4 +1,5 @@
-"""File judgement on real files, real modes and real owners (spec §1.2, §1.4, §1.5, §2).
+"""File judgement on real files, real modes and real owners (spec §1.2, spec §1.4, spec §1.5,
+spec §2).
 
 Tests run as root on CI, and root ignores permission bits when opening, so these tests check the
 module's *judgement* of modes and owners, not kernel enforcement. Tests that chown to a foreign uid

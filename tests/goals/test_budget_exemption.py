@@ -28,7 +28,7 @@ pytestmark = pytest.mark.anyio
 
 #: Fake seconds between rounds: one rate token for the bound peer (30-token bucket, 0.5/s), so
 #: its scoped rounds are never rate limited however many there are. Rate limits do apply to
-#: scoped traffic (§2.4); this only keeps the test about the budget.
+#: scoped traffic (goal-scoped-v1 §2.4); this only keeps the test about the budget.
 ROUND_S = 1 / RATE_REFILL_PER_S
 
 

@@ -1,10 +1,10 @@
 """Pinned cases 3, 4 (its wire half) and 5 (goal-scoped-v1 §5): who counts as a goal's member.
 
 Membership is the pair (runtime instance id, session id) of the authenticated sender, as seen
-when it was bound (§1.5). A same-named stranger, a member naming another goal id, a restarted
-member (same session, new instance id) are all refused ``goal_not_authorized``; a ``goalId`` that
-is not a string is not a frame at all (``invalid_frame``); a goal id written in the text is just
-text (an unscoped message).
+when it was bound (goal-scoped-v1 §1.5). A same-named stranger, a member naming another goal id, a
+restarted member (same session, new instance id) are all refused ``goal_not_authorized``; a
+``goalId`` that is not a string is not a frame at all (``invalid_frame``); a goal id written in the
+text is just text (an unscoped message).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Pinned cases 7 (its runtime half), 8 and 9 (goal-scoped-v1 §5, §1.6): what ends a goal, and
-what happens to the messages that were waiting for it.
+"""Pinned cases 7 (its runtime half), 8 and 9 (goal-scoped-v1 §5, goal-scoped-v1 §1.6): what ends a
+goal, and what happens to the messages that were waiting for it.
 
 A queued scoped message never reaches the host once its goal ends (``complete``, ``cancel``,
 the latch, an unsafe end, reload, stop) or its sender is unbound: its row ends
@@ -283,8 +283,8 @@ async def test_case7_a_bound_peers_turn_may_complete_the_goal_but_not_cancel_it(
 async def test_a_cwd_change_ends_the_goal_and_drops_its_queued_messages(
     locations: Locations,
 ) -> None:
-    # Our choice where the reference leaves the host stuck (§1.6 "code-derived and untested"):
-    # the goal's scope no longer holds, so the goal ends rather than lingering unusable.
+    # Our choice where the reference leaves the host stuck (goal-scoped-v1 §1.6 "code-derived and
+    # untested"): the goal's scope no longer holds, so the goal ends rather than lingering unusable.
     async with running_receiver(locations) as rx, peer_session(rx, "helper") as peer:
         goal_id = await start_goal(rx, [peer])
         rx.turns.user_turn()

@@ -1,4 +1,5 @@
-"""Pinned cases 13, 14 and 15 and the sender's side of goal scope (goal-scoped-v1 §2.2, §2.4).
+"""Pinned cases 13, 14 and 15 and the sender's side of goal scope (goal-scoped-v1 §2.2,
+goal-scoped-v1 §2.4).
 
 * A scoped send is charged like any other and refunded only on a ``submitted``/``queued``
   receipt, which also confirms the (receiver instance, goal) pair; any other ending keeps the
@@ -75,7 +76,8 @@ async def test_case13_forged_goal_ids_drain_the_senders_budget_not_the_receivers
         before = accepted_connections(rx)
         last = await send(rx, forger, "attempt 257", goal_id=FORGED_GOAL)
         assert (last.ok, last.status, last.message_written) == (False, "budget_exhausted", False)
-        # Refused before any connection, not even the listing's liveness probe (spec §2.4).
+        # Refused before any connection, not even the listing's liveness probe
+        # (goal-scoped-v1 §2.4).
         assert accepted_connections(rx) - before == 0
         assert rx.host.calls == []
         snapshot = assert_accounted(rx)

@@ -1,6 +1,7 @@
-"""What ``/cross-session-status --json`` shows of goals: the goal view of spec §1.1 (``goalId``,
-``objective``, ``owner``, ``peerIds``), how the last goal ended, and the sender's confirmations.
-Read from real runtimes, through the same function the command uses, and as JSON text."""
+"""What ``/cross-session-status --json`` shows of goals: the goal view of goal-scoped-v1 §1.1
+(``goalId``, ``objective``, ``owner``, ``peerIds``), how the last goal ended, and the sender's
+confirmations. Read from real runtimes, through the same function the command uses, and as JSON
+text."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Goal grants in a real pi-python harness: how goals end, notifications, late results, restore.
 
 The same set-up as ``test_goal_tool_and_scoped_turns.py`` (a real ``AgentHarness``, our extension,
-a scripted model following plans, headless peers). Pinned here (goal-scoped-v1.md §1.6, §3 and §5):
+a scripted model following plans, headless peers). Pinned here (goal-scoped-v1 §1.6,
+goal-scoped-v1 §3 and goal-scoped-v1 §5):
 
 * case 9: an abort, an ``error`` stop and a reload each revoke the goal; the status then shows
   no goal and how the last one ended, ``/cross-session-resume`` brings nothing back, and the old

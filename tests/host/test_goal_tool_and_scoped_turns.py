@@ -3,19 +3,19 @@
 A real ``AgentHarness`` runs our extension with a scripted model that follows plans (one tool
 call per reply); peers are headless runtimes of this process. Pinned here (goal-scoped-v1.md):
 
-* §1.1–§1.3 ``peer_goal``: ``start`` only from a genuine user turn (a peer turn is blocked by the
-  gate, and refused ``goal_not_authorized`` by the tool itself when the gate is bypassed);
-  ``status`` for anyone; one goal at a time (``goal_already_active``); parameter misuse refused
-  as ``invalid_goal`` or a schema error, never a crash; ``bind`` of live peers only.
-* §5 case 4: a goal id written in a peer's text scopes nothing, and that turn cannot start a
-  workflow.
-* §5 case 6, mapped to pi-python: a bound peer's scoped turn may start a new ``workflow`` (the run
-  is journaled as the goal's) and resume only the goal's own runs; settings, the user's goal
-  tools, acting as the user, lowercase ``agent``, ``Agent`` with ``schedule`` and ``peer_goal``
-  ``start``/``bind`` stay blocked.
-* §5 case 7: a scoped turn's ``complete`` of its own goal passes the gate and executes (currently
-  an expected failure, see the test), and once the goal has ended the rest of the turn and later
-  scoped messages get nothing.
+* goal-scoped-v1 §1.1–1.3 ``peer_goal``: ``start`` only from a genuine user turn (a peer turn is
+  blocked by the gate, and refused ``goal_not_authorized`` by the tool itself when the gate is
+  bypassed); ``status`` for anyone; one goal at a time (``goal_already_active``); parameter misuse
+  refused as ``invalid_goal`` or a schema error, never a crash; ``bind`` of live peers only.
+* goal-scoped-v1 §5 case 4: a goal id written in a peer's text scopes nothing, and that turn cannot
+  start a workflow.
+* goal-scoped-v1 §5 case 6, mapped to pi-python: a bound peer's scoped turn may start a new
+  ``workflow`` (the run is journaled as the goal's) and resume only the goal's own runs; settings,
+  the user's goal tools, acting as the user, lowercase ``agent``, ``Agent`` with ``schedule`` and
+  ``peer_goal`` ``start``/``bind`` stay blocked.
+* goal-scoped-v1 §5 case 7: a scoped turn's ``complete`` of its own goal passes the gate and
+  executes (currently an expected failure, see the test), and once the goal has ended the rest of
+  the turn and later scoped messages get nothing.
 * ``/cross-session-status`` shows the active goal, its members and the confirmation count.
 
 The other pinned cases (9–12: revocation, notifications, late results, restore) are in

@@ -1,4 +1,5 @@
-"""The hostile catalogue, file side: attacks on every path the code touches (spec §1.2, §1.5, §2).
+"""The hostile catalogue, file side: attacks on every path the code touches (spec §1.2, spec §1.5,
+spec §2).
 
 The runtime dir, the peers dir, a registration file and a socket path are each replaced by a
 symlink, a file of the wrong type, a too-open mode or another owner, and registrations are forged,

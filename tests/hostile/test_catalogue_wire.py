@@ -3,7 +3,7 @@ answer the contract requires and a check that nothing was admitted that should n
 
 Every case runs against a real :class:`SessionRuntime` serving its real socket
 (:func:`tests.support.wire_session.running_receiver`), in this test's own agent dir. The spec's
-pinned cases (§10 items 2, 4, 5, 6, 7) are marked ``item N`` in their ids.
+pinned cases (spec §10 items 2, 4, 5, 6, 7) are marked ``item N`` in their ids.
 """
 
 from __future__ import annotations
@@ -768,7 +768,7 @@ async def test_a_fault_is_answered_at_once_without_waiting_for_a_newline(
 
 async def test_shutdown_closes_held_connections_without_a_byte(locations: Locations) -> None:
     """Connections still open when the session stops are closed at once, unanswered, and the
-    socket and registration are gone (spec §2 cleanup, §3.2)."""
+    socket and registration are gone (spec §2 cleanup, spec §3.2)."""
     async with receiving(locations) as (rx, ctx):
         path = ctx.target.socket_path
         registration = ctx.locations.registration_path(ctx.target.instance_id)

@@ -1,5 +1,6 @@
 """A session killed with SIGKILL leaves its files; listings hide it while its pid is taken and reap
-it (registration and socket) once the pid is gone — spec §1.5 and §10 item 20, across processes."""
+it (registration and socket) once the pid is gone —
+spec §1.5 and spec §10 item 20, across processes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The receiving endpoint over a real socket, driven with exact client bytes (spec §3.1–§3.6).
+"""The receiving endpoint over a real socket, driven with exact client bytes (spec §3.1–3.6).
 
 Every reply line is checked with :func:`check_reply` (key order, ``code == state == status``,
 ``retryable`` only for load refusals, ``peer`` exactly when ``ok``), and every test ends by proving

@@ -1,4 +1,4 @@
-"""The client side against scripted receivers (spec §3.7, §4.3, §10 items 15–17).
+"""The client side against scripted receivers (spec §3.7, spec §4.3, spec §10 items 15–17).
 
 Each fake listens at the target's real socket path (so vetting passes) and records every line it
 receives; "no message was written" is checked on the receiving socket, not only on the client's

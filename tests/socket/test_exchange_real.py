@@ -1,4 +1,5 @@
-"""The client side against a real endpoint: probe, send, status, and sender vetting (spec §2, §3.7).
+"""The client side against a real endpoint: probe, send, status, and sender vetting (spec §2,
+spec §3.7).
 
 Vetting refusals are proven to happen *before* any connection: the injected connector counts
 attempts, and the real endpoint's ``accepted`` counter must not move.
@@ -184,7 +185,7 @@ async def test_goal_scoped_message_to_a_receiver_without_goal_scope_is_unsupport
         await assert_still_serving(locations, beta.registration)
 
 
-# -- vetting: spec §2 and §10 item 8 ---------------------------------------------------------------
+# -- vetting: spec §2 and spec §10 item 8 ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("mode", [0o666, 0o660, 0o606, 0o640, 0o604], ids=oct)

@@ -56,8 +56,8 @@ _AFTER_RECEIPT: Final[dict[str, frozenset[str]]] = {
             Code.DROPPED_CANCELLED,
             Code.DROPPED_SHUTDOWN,
             Code.DROPPED_USER_RESET,
-            # Its goal ended, or its sender was unbound, before its turn came (goal-scoped-v1
-            # §2.3: a queued scoped message is checked for membership again before it runs).
+            # Its goal ended, or its sender was unbound, before its turn came (goal-scoped-v1 §2.3:
+            # a queued scoped message is checked for membership again before it runs).
             Code.DROPPED_GOAL_REVOKED,
             Code.INJECTION_FAILED,
         }

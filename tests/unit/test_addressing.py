@@ -1,4 +1,4 @@
-"""Target resolution (spec §6.2, §10 item 19), plus our self-send refusal."""
+"""Target resolution (spec §6.2, spec §10 item 19), plus our self-send refusal."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The receiver's admission state machine (spec §4.1-§4.2, §5, §10 items 9-14), one rule per test.
+"""The receiver's admission state machine (spec §4.1-4.2, spec §5, spec §10 items 9-14),
+one rule per test.
 
 Every reply goes through :func:`check_reply` (code == state == status, retryable only for load
 refusals, peer only on ok, requestId echoed). Time only moves through the fake clock.
@@ -206,7 +207,7 @@ def test_idle_capable_sender_is_submitted() -> None:
 
 
 def test_legacy_sender_to_idle_is_submitted() -> None:
-    # §10 item 9, first half: old v1 semantics are kept for a safe idle receiver.
+    # spec §10 item 9, first half: old v1 semantics are kept for a safe idle receiver.
     kit = Kit()
     assert kit.send(LEGACY).status == Code.SUBMITTED
     assert kit.host.attempts == 1
@@ -214,7 +215,7 @@ def test_legacy_sender_to_idle_is_submitted() -> None:
 
 @pytest.mark.parametrize("source", list(Provenance))
 def test_legacy_sender_to_busy_is_busy_with_no_host_call(source: Provenance) -> None:
-    # §10 item 9, second half.
+    # spec §10 item 9, second half.
     kit = busy_kit(source)
     assert kit.send(LEGACY).status == Code.BUSY
     assert kit.host.attempts == 0
@@ -244,7 +245,7 @@ def test_our_own_submission_waiting_to_start_is_busy() -> None:
 
 
 def test_a_turn_of_unknown_source_is_busy_for_a_capable_sender() -> None:
-    # §10 item 10: agent_start without a signal cannot be queued behind.
+    # spec §10 item 10: agent_start without a signal cannot be queued behind.
     kit = busy_kit(Provenance.UNKNOWN)
     assert not kit.admission.can_queue()
     assert kit.send(ALICE).status == Code.BUSY
@@ -288,7 +289,7 @@ def test_queue_holds_50(queued: int, expected: Code) -> None:
 
 
 def test_second_sender_fills_the_queue_then_queue_full() -> None:
-    # §10 item 12, second half: a second sender fills the queue to 50, then queue_full.
+    # spec §10 item 12, second half: a second sender fills the queue to 50, then queue_full.
     kit = busy_kit()
     kit.queue_from("alice", 30)
     kit.queue_from("bob", 20)
@@ -333,7 +334,7 @@ def test_the_last_unit_is_spendable(budget: int, expected: Code) -> None:
 
 
 def test_256_admissions_then_budget_exhausted_and_resume_does_not_refill() -> None:
-    # §10 item 13: a new incarnation admits 256, then budget_exhausted; nothing refills it.
+    # spec §10 item 13: a new incarnation admits 256, then budget_exhausted; nothing refills it.
     kit = Kit()
     senders = [caller(f"sender{n}") for n in range(9)]  # 9 x 30 tokens > 256
     for index in range(256):
@@ -381,7 +382,8 @@ def test_same_text_new_id_is_a_duplicate_within_30_seconds(elapsed: float, expec
 
 
 def test_a_b_a_across_settles_is_a_duplicate_and_budget_counts_only_admissions() -> None:
-    # §10 item 11 and 13: remaining budget goes 256 -> 253 -> 252 in the reference's dedup test.
+    # spec §10 item 11 and 13: remaining budget goes 256 -> 253 -> 252 in the reference's
+    # dedup test.
     kit = Kit()
     for text in ("A", "B", "C"):
         assert kit.send(ALICE, text).status == Code.SUBMITTED
@@ -422,7 +424,7 @@ def test_dedup_covers_only_the_text() -> None:
 
 
 def test_one_sender_gets_30_queued_then_rate_limited() -> None:
-    # §10 item 12, first half.
+    # spec §10 item 12, first half.
     kit = busy_kit()
     kit.queue_from("alice", 30)
     assert kit.send(ALICE).status == Code.RATE_LIMITED
@@ -737,7 +739,7 @@ def test_a_failing_flush_marks_the_entry_and_latches() -> None:
 
 
 def test_the_same_sender_sees_its_queued_message() -> None:
-    # §10 item 14.
+    # spec §10 item 14.
     kit = busy_kit()
     (message_id,) = kit.queue_from("alice", 1)
     reply = kit.query(ALICE, message_id)
@@ -794,7 +796,7 @@ def test_a_status_query_from_a_probe_is_invalid_frame() -> None:
 
 @pytest.mark.parametrize(("elapsed", "state"), [(29.5, Code.QUEUED), (30.0, Code.EXPIRED)])
 def test_a_queued_message_expires_after_30_seconds(elapsed: float, state: Code) -> None:
-    # §10 item 14, last part.
+    # spec §10 item 14, last part.
     kit = busy_kit()
     (message_id,) = kit.queue_from("alice", 1)
     kit.clock.advance(elapsed)
@@ -1038,7 +1040,7 @@ def test_a_turn_start_in_time_clears_the_grace_deadline() -> None:
 
 @pytest.mark.parametrize("ending", UNSAFE_ENDINGS)
 def test_an_unknown_turn_ending_unsafely_latches(ending: TurnEnding) -> None:
-    # §10 item 10: the turn we could not queue behind settles badly: stopped until resume.
+    # spec §10 item 10: the turn we could not queue behind settles badly: stopped until resume.
     kit = busy_kit(Provenance.UNKNOWN)
     assert settle(kit, ending) is False
     assert kit.admission.stopped
@@ -1048,7 +1050,7 @@ def test_an_unknown_turn_ending_unsafely_latches(ending: TurnEnding) -> None:
 
 
 def test_an_unknown_turn_ending_cleanly_latches() -> None:
-    # Spec §5.5–5.6 and §10 item 10: a settle we cannot vouch for (unknown source) is unsafe.
+    # Spec §5.5–5.6 and spec §10 item 10: a settle we cannot vouch for (unknown source) is unsafe.
     kit = busy_kit(Provenance.UNKNOWN)
     assert settle(kit, TurnEnding.STOP) is False
     assert kit.admission.stopped

@@ -1,4 +1,4 @@
-"""Goal-scoped admission on the receiver (goal-scoped-v1 §2.3-§2.4, protocol-v1 Appendix).
+"""Goal-scoped admission on the receiver (goal-scoped-v1 §2.3-2.4, protocol-v1 Appendix).
 
 Goal scope is off unless :class:`Admission` is given a :class:`Goals`; every rule here is checked
 with one, and the last tests check that without one a ``goalId`` changes nothing but the text key.

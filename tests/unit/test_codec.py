@@ -1,4 +1,5 @@
-"""The line framing, rule by rule (spec §3.1, §10 items 1-5), at the real cap and at small ones."""
+"""The line framing, rule by rule (spec §3.1, spec §10 items 1-5),
+at the real cap and at small ones."""
 
 from __future__ import annotations
 

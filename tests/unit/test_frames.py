@@ -1,4 +1,4 @@
-"""Frame models: every field rule of spec §3.3–§3.6, at and around each bound, in its unit."""
+"""Frame models: every field rule of spec §3.3–3.6, at and around each bound, in its unit."""
 
 from __future__ import annotations
 

@@ -666,8 +666,8 @@ class GoalGrantMachine(RuleBasedStateMachine):
             assert verdict.reason is not None
             event("call blocked" + (" (scoped turn)" if scoped else ""))
             if call.bypass:
-                # The tool checks authority again when it runs (spec §3 step 5): even past a
-                # failed gate, no peer, unknown, cancelled or scoped turn gets further.
+                # The tool checks authority again when it runs (goal-scoped-v1 §3 step 5): even
+                # past a failed gate, no peer, unknown, cancelled or scoped turn gets further.
                 event("gate bypassed")
                 self.execute_goal_call(data, arguments)
             return

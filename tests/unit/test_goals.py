@@ -1,4 +1,5 @@
-"""Goal-scoped grants (goal-scoped-v1.md §1, §2.4, §3.6-3.7), one rule per test.
+"""Goal-scoped grants (goal-scoped-v1 §1, goal-scoped-v1 §2.4, goal-scoped-v1 §3 steps 6-7),
+one rule per test.
 
 The authorization matrix is written out here row by row from the spec's table, independently of
 :data:`goals.ALLOWED`, so a wrong table in the code cannot agree with itself.
@@ -135,7 +136,7 @@ def check_row(
         assert goals.status() == before
 
 
-# -- spec §1.3, one test per row of the "who may call each action" table -------------------------
+# -- goal-scoped-v1 §1.3, one test per row of the "who may call each action" table -----------------
 
 
 @pytest.mark.parametrize("name", sorted(AUTHORITIES))
@@ -287,7 +288,7 @@ def test_a_malformed_minted_id_is_refused() -> None:
     assert goals.state is GoalState.NONE
 
 
-# -- bind / unbind and membership (spec §1.3 steps, §1.5) --------------------------------------
+# -- bind / unbind and membership (goal-scoped-v1 §1.3 steps, goal-scoped-v1 §1.5) -------------
 
 
 def test_bind_records_the_exact_pair() -> None:
@@ -425,7 +426,7 @@ def test_unbind_keeps_task_ownership() -> None:
     assert goals.owner_of(RUN) == gid
 
 
-# -- ending a goal (spec §1.6) -------------------------------------------------------------------
+# -- ending a goal (goal-scoped-v1 §1.6) -----------------------------------------------------------
 
 
 def test_bound_peer_can_complete_and_then_loses_everything() -> None:
@@ -485,7 +486,7 @@ def test_ended_ids_are_remembered_within_a_bound() -> None:
     assert goals.start("again", authority=USER_TURN).goal_id == "goal-1"
 
 
-# -- status (spec §1.1) ------------------------------------------------------------------------
+# -- status (goal-scoped-v1 §1.1) ------------------------------------------------------------------
 
 
 def test_status_shape_with_a_goal() -> None:
@@ -510,7 +511,7 @@ def test_status_snapshot_is_immutable_and_detached() -> None:
         view.goal_id = "x"  # type: ignore[misc]
 
 
-# -- task ownership evidence (spec §3 steps 6-7) -----------------------------------------------
+# -- task ownership evidence (goal-scoped-v1 §3 steps 6-7) -----------------------------------------
 
 
 def test_no_goal_no_note() -> None:
@@ -636,7 +637,7 @@ def test_eviction_prefers_ended_goals() -> None:
     assert {entry["goalId"] for entry in exported[1:]} == {new}
 
 
-# -- sender-side confirmations (spec §2.4, §5 items 13-14) -------------------------------------
+# -- sender-side confirmations (goal-scoped-v1 §2.4, goal-scoped-v1 §5 items 13-14) ------------
 
 RECEIVER = "e" * 32
 

@@ -1,4 +1,5 @@
-"""The receiver's bounded policies (spec §5 step 11, §5.1): rate, message ids, text dedup, budget.
+"""The receiver's bounded policies (spec §5 step 11, spec §5.1):
+rate, message ids, text dedup, budget.
 
 Each bound is tested at limit - 1, limit and limit + 1, once with a small keyword override and once
 with the real default from :mod:`pi_cross_session.protocol.limits`. Time is an argument, so nothing

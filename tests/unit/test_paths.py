@@ -1,4 +1,4 @@
-"""Agent dir, namespace, runtime dir and endpoint names (spec §1.1, §1.2, §2)."""
+"""Agent dir, namespace, runtime dir and endpoint names (spec §1.1, spec §1.2, spec §2)."""
 
 from __future__ import annotations
 

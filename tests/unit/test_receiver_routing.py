@@ -1,4 +1,5 @@
-"""SessionReceiver: which second frames reach admission; what a probe-only caller gets (§3.3)."""
+"""SessionReceiver: which second frames reach admission; what a probe-only caller gets
+(spec §3.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""JS-compatible text rules: UTF-16 length, well-formedness, trim, clean_line (spec §1.6, §11)."""
+"""JS-compatible text rules: UTF-16 length, well-formedness, trim, clean_line (spec §1.6,
+spec §11)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Every (state, event) pair is reached through the tracker's public API and checked against
 :data:`turns.TRANSITIONS` and against what each state means, written out here independently (which
 states hold a turn on record, which wait for our submission, what admission's phase is). Then the
-rules of spec §5.4-§5.6 and §7.3, one per test, and a random walk that keeps every invariant.
+rules of spec §5.4-5.6 and spec §7.3, one per test, and a random walk that keeps every invariant.
 """
 
 from __future__ import annotations

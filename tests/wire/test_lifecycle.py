@@ -1,4 +1,5 @@
-"""Incarnations at the wire (spec §5.6, §5.7): reload, stop, and the latches a host can trigger.
+"""Incarnations at the wire (spec §5.6, spec §5.7):
+reload, stop, and the latches a host can trigger.
 
 A reload must give a new instance id, token and socket with a fresh budget, dedup and status
 table, and the old registration and socket must be gone; a stop removes both and ends every

@@ -1,5 +1,5 @@
 """What a session publishes in its registration: status per turn (spec §1.3), start-up reaping
-(§1.5), and the summary a sender derives (§3.5)."""
+(spec §1.5), and the summary a sender derives (spec §3.5)."""
 
 from __future__ import annotations
 

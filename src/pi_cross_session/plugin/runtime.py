@@ -354,9 +354,9 @@ class SessionRuntime:
                     logger.warning("registration refresh failed: %s", sanitize.line(str(exc)))
 
     async def _flush_when_owed(self, incarnation: Incarnation) -> None:
-        """Make the queue's owed submission on the loop's next turn after a safe settle (spec
-        §5.5), not behind a registration refresh the maintenance pass may be awaiting: until it
-        is made, a newcomer meets an idle session with a queue and is told ``busy``."""
+        """Make the queue's owed submission on the loop's next turn after a safe settle (spec §5.5),
+        not behind a registration refresh the maintenance pass may be awaiting: until it is made,
+        a newcomer meets an idle session with a queue and is told ``busy``."""
         admission = incarnation.admission
         while True:
             await incarnation.flush_wake.wait()
@@ -392,8 +392,8 @@ class SessionRuntime:
     def on_turn(self, event: TurnEvent) -> None:
         """The host reports one turn event (the vocabulary is :mod:`pi_cross_session.security.
         turns`'s). The tracker applies it and tells admission what follows; the registration is
-        republished when the turn starts or ends (``busy`` from a turn's start to its end, spec
-        §1.3) or the inbox latches, and the maintenance pass runs (a safe end owes a flush)."""
+        republished when the turn starts or ends (``busy`` from a turn's start to its end,
+        spec §1.3) or the inbox latches, and the maintenance pass runs (a safe end owes a flush)."""
         self.turns.handle(event)
         if (inc := self._current) is not None:
             status: Status = "busy" if self.turns.on_record else "idle"

@@ -167,7 +167,7 @@ class PeerGoalParams(BaseModel):
     )
 
     def misuse(self) -> str | None:
-        """Why these parameters do not fit the action (spec §1.3), or ``None``."""
+        """Why these parameters do not fit the action (goal-scoped-v1 §1.3), or ``None``."""
         given = {
             name
             for name, value in (

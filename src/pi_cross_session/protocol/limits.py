@@ -272,9 +272,11 @@ MAX_MESSAGE_INPUT_BYTES: Final = MAX_FRAME_BYTES
 # -- goals (goal-scoped peer grants, docs/security.md "Goal-scoped grants") ------------------------
 #: Objective of a goal, utf16: the reference's tool schema (``maxLength`` on a JS string).
 MAX_GOAL_OBJECTIVE_UNITS: Final = 4096
-#: Peers bound to one goal at once, and items in one bind/unbind list (spec §1.7); 64 is allowed.
+#: Peers bound to one goal at once, and items in one bind/unbind list (goal-scoped-v1 §1.7); 64
+#: is allowed.
 MAX_GOAL_PEERS: Final = 64
-#: Sender-side ``<receiver instanceId>:<goalId>`` confirmations kept, oldest evicted (spec §2.4).
+#: Sender-side ``<receiver instanceId>:<goalId>`` confirmations kept, oldest evicted
+#: (goal-scoped-v1 §2.4).
 MAX_GOAL_CONFIRMATIONS: Final = 64
 #: Task-ownership evidence kept in memory. The reference keeps it unbounded in the journal; we cap
 #: the in-memory copy like every other cache and count what is evicted, so a consumer can fail

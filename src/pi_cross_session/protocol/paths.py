@@ -1,9 +1,10 @@
 """Where a session publishes itself and listens: agent dir, namespace, runtime dir, endpoint names.
 
-Every string here must equal, byte for byte, what the reference peer computes (spec §1.1, §1.2, §2):
-readers recompute a peer's socket path from their own agent dir and compare it with the registered
-one, and the namespace is a hash of the agent-dir string itself. A single differing character (a
-trailing slash, a doubled slash, a symlinked alias) makes the two sides invisible to each other.
+Every string here must equal, byte for byte, what the reference peer computes (spec §1.1, spec §1.2,
+spec §2): readers recompute a peer's socket path from their own agent dir and compare it with the
+registered one, and the namespace is a hash of the agent-dir string itself. A single differing
+character (a trailing slash, a doubled slash, a symlinked alias) makes the two sides invisible to
+each other.
 
 The module is sans-IO in the sense that matters for tests: the process environment, the home
 directory and the uid are read only by :func:`resolve_agent_dir`, :func:`resolve_home` and

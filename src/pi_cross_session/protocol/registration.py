@@ -292,7 +292,7 @@ def _describe(error: ValidationError) -> tuple[str | None, str]:
 def parse_registration(
     raw: bytes | str, *, file_stem: str, expected_socket_path: str
 ) -> Registration:
-    """Validate one registration exactly as a reader must (spec §1.3, §1.5).
+    """Validate one registration exactly as a reader must (spec §1.3, spec §1.5).
 
     ``file_stem`` is the file name without ``.json``; ``expected_socket_path`` is the path *this*
     reader computes for that instance id from its own agent dir and uid. Any failure raises
@@ -406,7 +406,8 @@ def _utf16_prefix(value: str, units: int) -> str:
 
 
 def default_name(session_id: str, session_name: str | None) -> str:
-    """The published name: the session's own name, or ``pi-`` + the id's first 8, cleaned (§1.6).
+    """The published name: the session's own name, or ``pi-`` + the id's first 8, cleaned
+    (spec §1.6).
 
     Only ``None`` falls back to the id; an empty name is cleaned to ``unnamed-session``, as the
     reference's nullish fallback does.
@@ -514,7 +515,7 @@ def display_line(peer: PublicPeer) -> str:
     Every field a peer controls (its name, cwd and session id, and the git worktree and branch
     read from its cwd) goes through :func:`~pi_cross_session.protocol.sanitize.line`: control,
     format and invisible characters are escaped, never acted on, so no field can drive the
-    terminal or start a forged line; each is cut to the display limits of §1.6.
+    terminal or start a forged line; each is cut to the display limits of spec §1.6.
     """
     if peer.git is None:
         git = f"{_SEP}git none"

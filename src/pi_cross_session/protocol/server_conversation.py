@@ -1,4 +1,4 @@
-"""The receiving side of one connection, as a pure state machine (spec §3.1–§3.3).
+"""The receiving side of one connection, as a pure state machine (spec §3.1–3.3).
 
 Like h11's ``Connection``, it knows nothing of sockets, clocks or event loops: bytes go in
 (:meth:`ServerConversation.receive_data`, ``b""`` for EOF), events come out

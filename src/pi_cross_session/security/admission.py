@@ -29,13 +29,13 @@ step  check                                         refusal
 11    new message id, new text, a rate token        ``duplicate`` / ``rate_limited``
 ====  ============================================  =========================
 
-**Goal scope** (goal-scoped-v1 §2.3-§2.4) is off unless a :class:`Goals` is given; without one a
+**Goal scope** (goal-scoped-v1 §2.3-2.4) is off unless a :class:`Goals` is given; without one a
 ``goalId`` only separates the text-dedup key. With one, an invalid envelope still answers
-``invalid_bridge`` first (§2.3 step 8); a valid envelope carrying a ``goalId`` answers
-``invalid_goal`` (step 10) before our own ``unsupported`` for bridges. Then membership (step 11,
-before ``busy``): a ``goalId`` that is not the active goal bound to this exact sender (instance id
-and session id) goes through step 11 of the table above; if it passes, the id, the text and one
-rate token are committed, no budget is spent, no row is made, and the answer is
+``invalid_bridge`` first (goal-scoped-v1 §2.3 step 8); a valid envelope carrying a ``goalId``
+answers ``invalid_goal`` (step 10) before our own ``unsupported`` for bridges. Then membership
+(step 11, before ``busy``): a ``goalId`` that is not the active goal bound to this exact sender
+(instance id and session id) goes through step 11 of the table above; if it passes, the id, the
+text and one rate token are committed, no budget is spent, no row is made, and the answer is
 ``goal_not_authorized``. A member's scoped message is neither blocked by nor charged to the
 lifetime budget; every other bound applies. :meth:`Admission.revoke_goal` ends the queued messages
 of a revoked goal as ``dropped_goal_revoked``; the latch, an unsafe end and :meth:`shutdown` revoke
@@ -265,14 +265,15 @@ class Admission:
             and goal_id is not None
             and not goals.is_member(goal_id, sender_id, sender.id)
         ):
-            # §2.3 step 11: a forged or stale goal id still costs the sender its dedup entries
-            # and a rate token (committed), but never the budget, and it makes no row.
+            # goal-scoped-v1 §2.3 step 11: a forged or stale goal id still costs the sender its
+            # dedup entries and a rate token (committed), but never the budget, and it makes no row.
             stale = self._stale(sender_id, message.message_id, text_key, now)
             if stale is not None:
                 return self._refuse(message.request_id, stale)
             self._commit_fresh(sender_id, message.message_id, text_key, now)
             return self._refuse(message.request_id, Code.GOAL_NOT_AUTHORIZED)
-        # A member's scoped message neither needs nor spends the lifetime budget (§2.4).
+        # A member's scoped message neither needs nor spends the lifetime budget
+        # (goal-scoped-v1 §2.4).
         charged = goal_id is None
         self._expire(now)  # a full queue of stale entries must not refuse a fresh message
         # While older messages wait for their flush, a new one never jumps ahead of them.

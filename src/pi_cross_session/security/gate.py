@@ -218,8 +218,8 @@ class GatePolicy:
     def grant_allows(
         self, grant: GoalGrant, tool_name: str, tool_input: Mapping[str, object] | None
     ) -> bool:
-        """True when a turn scoped to ``grant``'s goal may make this gated call (spec §3 step 2):
-        create a task, drive a task the goal owns, or complete the goal itself."""
+        """True when a turn scoped to ``grant``'s goal may make this gated call (goal-scoped-v1 §3
+        step 2): create a task, drive a task the goal owns, or complete the goal itself."""
         arguments = tool_input or {}
         if tool_name == PEER_GOAL_TOOL:
             return arguments.get("action") == "complete" and arguments.get("goalId") == (

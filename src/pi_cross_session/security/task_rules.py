@@ -75,7 +75,7 @@ DEFAULT_TASK_RULES: Final[TaskRules] = {
         result_path=("runId",),
         result_pattern=_RUN_ID_TEXT,
     ),
-    # The reference's names (spec §3 table).
+    # The reference's names (goal-scoped-v1 §3 table).
     ("Agent", None): TaskToolRule(
         TaskKind.AGENT,
         handle_arg="resume",

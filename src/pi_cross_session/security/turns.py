@@ -54,8 +54,8 @@ OFF_RECORD          a turn began before this incarnation (a reload): the host's 
 
 The transitions are :data:`TRANSITIONS`, a total table over (state, event kind): each entry names
 the next state and what the tracker does (:class:`Do`), or is ``None`` for an event that cannot
-come in that state without a bug of ours (:class:`TurnEventError`). Its rules, from spec §5.4-§5.6
-and §7.3:
+come in that state without a bug of ours (:class:`TurnEventError`). Its rules, from spec §5.4-5.6
+and spec §7.3:
 
 * a turn that starts while a message we submitted has not yet landed is a **peer** turn, whatever
   the host says (our message lands in it; user input does not claim it);

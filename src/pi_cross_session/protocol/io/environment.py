@@ -1,5 +1,5 @@
 """This process's view of where sessions meet: the agent dir its environment names, its home dir
-and its uid (spec §1.1, §2). The rules are :mod:`pi_cross_session.protocol.paths`'s, pure; this
+and its uid (spec §1.1, spec §2). The rules are :mod:`pi_cross_session.protocol.paths`'s, pure; this
 module only reads the environment, the account database and the process's uid to feed them.
 """
 

@@ -1,4 +1,5 @@
-"""Who may do what to a goal: the caller's authority and the authorization table (spec §1.3).
+"""Who may do what to a goal: the caller's authority and the authorization table
+(goal-scoped-v1 §1.3).
 
 The host adapter describes the caller as an :class:`Authority` (who started the turn, whether it
 was cancelled, which goal it names); :meth:`Goals.classify
@@ -43,7 +44,8 @@ class AuthorityKind(StrEnum):
     NOTIFICATION = "notification"
     #: A turn started by a message from another session.
     PEER_TURN = "peer_turn"
-    #: Anything we cannot vouch for (including mesh-continuation turns: not local, spec §1.3).
+    #: Anything we cannot vouch for (including mesh-continuation turns: not local,
+    #: goal-scoped-v1 §1.3).
     UNKNOWN = "unknown"
 
 
@@ -93,7 +95,7 @@ class Action(StrEnum):
 
 _LOCAL: Final = frozenset({AuthorityClass.LOCAL_USER, AuthorityClass.LOCAL_NOTIFICATION})
 
-#: The authorization table of spec §1.3: which authority classes may take each action.
+#: The authorization table of goal-scoped-v1 §1.3: which authority classes may take each action.
 ALLOWED: Final[Mapping[Action, frozenset[AuthorityClass]]] = {
     Action.START: frozenset({AuthorityClass.LOCAL_USER}),
     Action.BIND: _LOCAL,

@@ -1,4 +1,4 @@
-"""The goal of one host session: a pure state machine (goal-scoped-v1.md §1).
+"""The goal of one host session: a pure state machine (goal-scoped-v1 §1).
 
 The local user authorizes one *objective*; peers the user binds to it may then drive that goal's
 task work, and the grant dies with the goal. :class:`Goals` is the state machine of one host
@@ -7,7 +7,7 @@ runtime asks it; admission asks :meth:`Goals.is_member`; the gate asks :meth:`Go
 Who may take each action is the table of :mod:`.authority`; which goal owns each task is the
 journal of :mod:`.evidence`, which this machine keeps and feeds.
 
-State diagram (spec §1.6), as data in :data:`TRANSITIONS`::
+State diagram (goal-scoped-v1 §1.6), as data in :data:`TRANSITIONS`::
 
             start (local user only)
     NONE ─────────────────────────────▶ ACTIVE{id, objective (immutable), owner, peers}
@@ -18,8 +18,9 @@ State diagram (spec §1.6), as data in :data:`TRANSITIONS`::
          (the ended id joins ENDED: it is never active again; its task evidence stays,
           as revocation-only evidence, and a new ``start`` mints a new id)
 
-Membership is the pair (runtime instance id, session id) seen at bind time (spec §1.5): a restarted
-peer has a new instance id and a same-named session has another session id; neither is a member.
+Membership is the pair (runtime instance id, session id) seen at bind time (goal-scoped-v1 §1.5):
+a restarted peer has a new instance id and a same-named session has another session id; neither
+is a member.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ TASK_OWNERSHIP_NOTE: Final = (
 
 @dataclass(frozen=True, slots=True)
 class GoalStatus:
-    """An immutable view of the goal, in the shape the tool returns (spec §1.1)."""
+    """An immutable view of the goal, in the shape the tool returns (goal-scoped-v1 §1.1)."""
 
     goal_id: str | None
     objective: str | None = None
@@ -331,7 +332,8 @@ class Goals:
 
         The caller resolves ``peers`` against live registrations first and passes the session id
         each one had then; this method trusts that pairing and checks everything else. Tasks are
-        checked before any peer is added, so a conflict leaves membership unchanged (spec §1.3).
+        checked before any peer is added, so a conflict leaves membership unchanged
+        (goal-scoped-v1 §1.3).
         """
         self._authorize(Action.BIND, authority)
         goal = self._require_goal(Action.BIND, goal_id)

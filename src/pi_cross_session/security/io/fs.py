@@ -1,4 +1,5 @@
-"""The one place that judges files, modes, owners and symlinks (spec §1.2, §1.4, §1.5, §2).
+"""The one place that judges files, modes, owners and symlinks (spec §1.2, spec §1.4, spec §1.5,
+spec §2).
 
 Every function here is synchronous and does blocking system calls; async callers run them in a
 worker thread, or on the loop once :func:`on_local_filesystem` said the directory is local (see
