@@ -22,6 +22,14 @@ class PeerCredentials:
     gid: int | None
 
 
+def may_connect(peer: PeerCredentials | None, our_uid: int) -> bool:
+    """Whether a connection the kernel says ``peer`` opened may be served by an endpoint running
+    as ``our_uid``: only our own uid may. Where the platform reports no uid (``peer`` or its
+    ``uid`` is ``None``), the socket's 0600 mode in our 0700 directory is the only guard, and the
+    connection is served."""
+    return peer is None or peer.uid is None or peer.uid == our_uid
+
+
 #: ``struct xucred`` of macOS: ``u_int cr_version; uid_t cr_uid; short cr_ngroups;
 #: gid_t cr_groups[16]``.
 XUCRED: Final = struct.Struct("=IIh2x16I")

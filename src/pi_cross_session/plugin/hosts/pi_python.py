@@ -95,14 +95,8 @@ from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import PublicPeer
 from pi_cross_session.security import goal_turns
 from pi_cross_session.security.admission import Delivery
-from pi_cross_session.security.gate import (
-    DEFAULT_POLICY,
-    PEER_GOAL_READ_ONLY_ACTIONS,
-    Category,
-    GatePolicy,
-    block_reason,
-    decide,
-)
+from pi_cross_session.security.call_gate import fail_closed, judge_call
+from pi_cross_session.security.gate import DEFAULT_POLICY, GatePolicy
 from pi_cross_session.security.goals import Authority
 from pi_cross_session.security.provenance import Provenance
 from pi_cross_session.security.task_rules import (
@@ -668,37 +662,26 @@ class PiPythonSession:
         own_loop = _field(event, "origin") is None
         authority = self.turns.authority_for_call(own_loop=own_loop)
         try:
-            if (
-                not own_loop
-                and tool_name == tools.PEER_GOAL
-                and arguments.get("action") not in PEER_GOAL_READ_ONLY_ACTIONS
-            ):
-                # Delegated work never manages the goal: only this session's own turns may.
-                reason = block_reason(authority, tool_name, Category.TASKS)
-                return {"block": True, "reason": reason}
-            goals = self.runtime.goals
-            # The goal view of the running turn (calls between turns have none), computed anew
-            # for every call: a goal that ended earlier in this turn grants nothing any more.
-            facts = self.turns.facts
-            goal_authority = goal_turns.authority_of(facts, goals)
-            grant = None if facts is None else goal_turns.grant_for(goal_authority, goals)
-            if facts is not None and goal_turns.names_goal(goal_authority):
-                authority = replace(authority, goal_bound=True)
-            verdict = decide(authority, tool_name, arguments, policy=self.policy, grant=grant)
-            if verdict.allowed:
-                self._note_task_call(event, tool_name, arguments)
+            judgement = judge_call(
+                tool_name=tool_name,
+                arguments=arguments,
+                own_loop=own_loop,
+                authority=authority,
+                facts=self.turns.facts,
+                goals=self.runtime.goals,
+                policy=self.policy,
+            )
+            if judgement.notes_task:
+                self._note_task_call(event)
         except Exception as exc:
             self._problem("the tool-call gate", exc)
-            if authority.restricted and tool_name in self.policy.gated_names:
-                reason = block_reason(authority, tool_name, Category.OTHER)
-                return {"block": True, "reason": reason}
-            return None
-        if verdict.allowed:
+            judgement = fail_closed(authority, tool_name, self.policy)
+        if judgement.allowed:
             return None
         logger.info(
             "cross-session gate blocked %s in a %s turn", sanitize.line(tool_name), authority
         )
-        return {"block": True, "reason": verdict.reason}
+        return {"block": True, "reason": judgement.reason}
 
     def _wire_arguments(self, tool_name: str, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
         # The host validates our tools' parameters with their pydantic models and hands the hook
@@ -707,14 +690,12 @@ class PiPythonSession:
             return arguments
         return tools.PeerGoalParams.wire_arguments(arguments)
 
-    def _note_task_call(self, event: object, tool_name: str, arguments: Mapping[str, Any]) -> None:
+    def _note_task_call(self, event: object) -> None:
         # While a goal is active, what a task call creates belongs to that goal: noted (and
         # journaled) before the tool runs, attributed from its result (goal-scoped-v1 §3).
         goals = self.runtime.goals
         call_id = _field(event, "toolCallId")
-        if goals is None or goals.active_id is None or not isinstance(call_id, str):
-            return
-        if rule_for(self.policy.task_rules, tool_name, arguments) is not None:
+        if goals is not None and isinstance(call_id, str):
             goals.note_call(call_id)
 
     def _settle_task_call(self, event: object, call_id: str) -> None:

@@ -75,7 +75,7 @@ import anyio.abc
 
 from pi_cross_session.protocol.capabilities import ADVERTISED
 from pi_cross_session.protocol.conversation import NEED_DATA
-from pi_cross_session.protocol.credentials import PeerCredentials
+from pi_cross_session.protocol.credentials import PeerCredentials, may_connect
 from pi_cross_session.protocol.fairness import ReadBudget, SharedCap, SheddingPolicy, Slot
 from pi_cross_session.protocol.frames import (
     Hello,
@@ -600,7 +600,8 @@ class Endpoint(Generic[SessionT]):
             self._counters.unreadable += 1
             logger.info("peer credentials unreadable on %s: %s", self.path, exc)
             return False, None
-        if peer is not None and peer.uid is not None and peer.uid != self._uid:
+        if not may_connect(peer, self._uid):
+            assert peer is not None
             self._counters.foreign_uid += 1
             logger.warning(
                 "closed a connection to %s from uid %d (pid %s): only uid %d may connect",
