@@ -21,12 +21,14 @@ import pytest
 
 from pi_cross_session.plugin import doctor
 from pi_cross_session.plugin.doctor import Finding, Severity
-from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.limits import (
+from pi_cross_session.plugin.doctor_settings import (
     DOCTOR_EXAMPLES,
     DOCTOR_FINDINGS_PER_KIND,
     DOCTOR_SAMPLE_PAST_WINDOW,
+)
+from pi_cross_session.protocol import paths
+from pi_cross_session.protocol.io import environment
+from pi_cross_session.protocol.limits import (
     MAX_LISTED_REGISTRATIONS,
 )
 from pi_cross_session.protocol.paths import Locations

@@ -21,7 +21,10 @@ from pi_cross_session.plugin.cli_identity import (
     IdentityBusyError,
     read_holder,
 )
-from pi_cross_session.protocol.limits import CLI_IDENTITY_POOL, CLI_SENT_IDS_KEPT
+from pi_cross_session.plugin.cli_identity_settings import (
+    CLI_IDENTITY_POOL,
+    CLI_SENT_IDS_KEPT,
+)
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.security.io.fs import NotedLock
 from tests.support.processes import Inboxes, Result, cli_env, run_cli, run_with_tty_stderr

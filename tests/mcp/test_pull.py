@@ -11,8 +11,13 @@ import anyio.lowlevel
 import pytest
 
 from pi_cross_session.plugin import render
+from pi_cross_session.plugin.hosts.mcp_settings import (
+    MAX_PULL_MESSAGES,
+)
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.limits import MAX_PULL_MESSAGES, QUEUE_TTL_S
+from pi_cross_session.protocol.limits import (
+    QUEUE_TTL_S,
+)
 from pi_cross_session.protocol.paths import Locations
 from tests.mcp.kit import mcp_peer
 from tests.support.waiting import eventually

@@ -25,9 +25,15 @@ import pytest
 
 from pi_cross_session.plugin import render
 from pi_cross_session.plugin.hosts.mcp import CHANNEL_METHOD
+from pi_cross_session.plugin.hosts.mcp_settings import (
+    MAX_PULL_MESSAGES,
+)
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.limits import MAX_PULL_MESSAGES, MAX_QUEUED, RATE_CAPACITY
+from pi_cross_session.protocol.limits import (
+    MAX_QUEUED,
+    RATE_CAPACITY,
+)
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration
 from tests.support.bounds import MUST_HAPPEN_S

@@ -15,8 +15,10 @@ from typing import NoReturn
 
 from pi_cross_session import __version__
 from pi_cross_session.cli import exits
-from pi_cross_session.protocol.limits import (
+from pi_cross_session.plugin.cli_identity_settings import (
     CLI_IDENTITY_POOL,
+)
+from pi_cross_session.protocol.limits import (
     MAX_DELIVERY_WAIT_S,
     MAX_INBOX_BUSY_S,
     MAX_LISTED_REGISTRATIONS,

@@ -48,15 +48,15 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import anyio
 
-from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.frames import ID_RE, INSTANCE_ID_RE, TOKEN_RE, Sender
-from pi_cross_session.protocol.limits import (
+from pi_cross_session.plugin.cli_identity_settings import (
     CLI_HOLDER_NOTE_BYTES,
     CLI_IDENTITY_POOL,
     CLI_IDENTITY_RETRY_S,
     CLI_IDENTITY_WAIT_S,
     CLI_SENT_IDS_KEPT,
 )
+from pi_cross_session.protocol.errors import CrossSessionError
+from pi_cross_session.protocol.frames import ID_RE, INSTANCE_ID_RE, TOKEN_RE, Sender
 from pi_cross_session.protocol.paths import Locations, node_join
 from pi_cross_session.security.io import fs
 from pi_cross_session.security.tokens import new_instance_id, new_token

@@ -32,6 +32,10 @@ from enum import StrEnum
 import anyio
 
 from pi_cross_session.plugin import cli_identity, remote_state
+from pi_cross_session.plugin.doctor_settings import (
+    DOCTOR_EXAMPLES,
+    DOCTOR_FINDINGS_PER_KIND,
+)
 from pi_cross_session.plugin.doctor_survey import (
     Entry,
     Listener,
@@ -45,8 +49,6 @@ from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session.protocol.limits import (
-    DOCTOR_EXAMPLES,
-    DOCTOR_FINDINGS_PER_KIND,
     MAX_LISTED_REGISTRATIONS,
 )
 from pi_cross_session.protocol.paths import Locations

@@ -28,15 +28,17 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
+from pi_cross_session.plugin.doctor_settings import (
+    DISPLAY_PROCESS_NAME_CODE_POINTS,
+    DOCTOR_SAMPLE_PAST_WINDOW,
+    DOCTOR_SOCKETS_CHECKED,
+)
 from pi_cross_session.protocol import paths, sanitize
 from pi_cross_session.protocol.errors import CrossSessionError
 from pi_cross_session.protocol.io import environment
 from pi_cross_session.protocol.io.peercred import read_peer_credentials
 from pi_cross_session.protocol.limits import (
     DISPLAY_DIAGNOSTIC_CODE_POINTS,
-    DISPLAY_PROCESS_NAME_CODE_POINTS,
-    DOCTOR_SAMPLE_PAST_WINDOW,
-    DOCTOR_SOCKETS_CHECKED,
     MAX_LISTED_REGISTRATIONS,
     MAX_NAME_CODE_POINTS,
     MAX_PID,

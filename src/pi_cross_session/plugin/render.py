@@ -21,6 +21,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from pi_cross_session.plugin.capped import Capped
+from pi_cross_session.plugin.hosts.mcp_settings import (
+    MAX_PULL_WAIT_S,
+)
 from pi_cross_session.plugin.reports import (
     DeliveryOutcome,
     GoalView,
@@ -37,7 +40,6 @@ from pi_cross_session.protocol.limits import (
     FENCE_NONCE_BYTES,
     MAX_ID_CHARS,
     MAX_LISTED_REGISTRATIONS,
-    MAX_PULL_WAIT_S,
     MAX_STATUS_UNITS,
     MAX_SUMMARY_CODE_POINTS,
     QUEUE_TTL_S,

@@ -1,9 +1,11 @@
-"""Every numeric bound of the system, in one place, with the reason beside it.
+"""The wire's numeric bounds and the receiver's, with the reason beside each.
 
-Wire bounds are fixed by the interoperability contract (``docs/protocol.md``); changing one of
-them breaks compatibility with the reference peer. Policy bounds live here too, so that a reader can
-see everything the receiver is willing to spend at a glance; the classes that enforce them take each
-bound as a keyword-only override so tests can use small values.
+Wire bounds are fixed by the interoperability contract (``docs/spec/protocol-v1.md``); changing
+one of them breaks compatibility with the reference peer. The receiver's policy bounds live here
+too, so that a reader can see everything a session is willing to spend at a glance; the classes
+that enforce them take each bound as a keyword-only override so tests can use small values. Other
+rooms keep their own settings beside them (the remote plane, the command line's identity pool,
+``doctor``, the MCP host: docs/operations.md, "Limits").
 """
 
 from typing import Final
@@ -107,18 +109,6 @@ PROBE_GUARD_MARGIN_S: Final = 0.15
 REAP_LOCK_TIMEOUT_S: Final = 0.05
 #: How long a registration write (or an unregister) waits for the write in flight.
 WRITE_WAIT_S: Final = 5.0
-
-# -- doctor (a diagnosis stays bounded in time and output whatever fills the dirs) ----------------
-#: Registrations past the listing window that doctor reads as a sample, to say what fills the dir.
-DOCTOR_SAMPLE_PAST_WINDOW: Final = 64
-#: Findings of one kind doctor shows before it only counts the rest.
-DOCTOR_FINDINGS_PER_KIND: Final = 8
-#: Instance ids named as examples in one summary finding.
-DOCTOR_EXAMPLES: Final = 5
-#: Sockets in the runtime dir doctor asks the kernel about (one non-blocking connect each).
-DOCTOR_SOCKETS_CHECKED: Final = MAX_LISTED_REGISTRATIONS
-#: A process name (``/proc/<pid>/comm`` holds at most 15 bytes on Linux) shown in a finding.
-DISPLAY_PROCESS_NAME_CODE_POINTS: Final = 64
 
 # -- bridge envelopes (spec §8.4; recognised only to refuse them) ----------------------------------
 #: An envelope may live at most this long after it is checked.
@@ -246,21 +236,6 @@ DELIVERY_POLL_S: Final = 0.25
 QUEUE_FATE_MARGIN_S: Final = 2.0
 
 # -- the command line ------------------------------------------------------------------------------
-#: Sender identities the command line keeps per agent dir. Each is one sender to a receiver (its
-#: own rate bucket, duplicate window and status rows), and one process holds it at a time (a
-#: receiver checks the hello comes from the pid its registration names). So this many invocations
-#: can send at once, and a script gets at most this many times one sender's rate.
-CLI_IDENTITY_POOL: Final = 4
-#: How long an invocation waits for a free identity when all are in use: longer than the longest
-#: legitimate hold (a send whose --wait follows a queued message to its fate, about 40 s).
-CLI_IDENTITY_WAIT_S: Final = 60.0
-#: How often an invocation that waits for an identity tries them again.
-CLI_IDENTITY_RETRY_S: Final = 0.1
-#: Message ids each identity remembers sending, so ``status`` asks as the identity that sent the
-#: message; a receiver keeps no more rows than this for all its senders together.
-CLI_SENT_IDS_KEPT: Final = MAX_CACHE_ENTRIES
-#: Bytes read of a lock's holder note (pid, command, since when): a few dozen in practice.
-CLI_HOLDER_NOTE_BYTES: Final = 4096
 #: Longest simulated turn ``pi-cross-session inbox --busy`` takes (a tool for trying things out;
 #: a longer one only makes the queue expire).
 MAX_INBOX_BUSY_S: Final = 60.0
@@ -286,22 +261,3 @@ MAX_GOAL_EVIDENCE: Final = MAX_CACHE_ENTRIES
 MAX_ENDED_GOALS: Final = MAX_CACHE_ENTRIES
 #: Longest tool call id a goal journal note may carry (host ids are far shorter).
 MAX_CALL_ID_CHARS: Final = 512
-
-# -- the MCP host (pi-cross-session mcp) -----------------------------------------------------------
-#: Longest ``wait_pi_message`` waits for a message: the queue's time to live, since a message
-#: queued when the wait began has ended by then anyway, and MCP hosts time tool calls out at a
-#: minute or so.
-MAX_PULL_WAIT_S: Final = QUEUE_TTL_S
-#: Messages one ``read_pi_messages`` / ``wait_pi_message`` result carries, at most; the rest stay
-#: queued for the next read (a result is one block of the model's context).
-MAX_PULL_MESSAGES: Final = 10
-#: Text one result carries, utf16, before it stops taking more messages: one full-size message
-#: (the first always fits, whatever its size).
-MAX_PULL_UNITS: Final = MAX_TEXT_UNITS
-#: How long a read waits for the next queued message to be handed over: one pass of the runtime's
-#: loop in practice; the bound only keeps a read from hanging on a runtime that stopped.
-PULL_HANDOFF_STEP_S: Final = 2.0
-#: How long the server lets its inbox stop after the host closed stdin or signalled it, before
-#: removing the registration and socket the hard way (the SDK's client kills a server 2 s after
-#: closing its stdin, with SIGTERM, which is handled the same way).
-MCP_STOP_TIMEOUT_S: Final = 5.0

@@ -54,16 +54,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pi_cross_session import __version__
 from pi_cross_session.plugin import commands, render, tools
 from pi_cross_session.plugin.hosts.mcp_seat import DeliveryMode, Seat, SeatBusyError
+from pi_cross_session.plugin.hosts.mcp_settings import (
+    MAX_PULL_MESSAGES,
+    MAX_PULL_UNITS,
+    MAX_PULL_WAIT_S,
+    MCP_STOP_TIMEOUT_S,
+    PULL_HANDOFF_STEP_S,
+)
 from pi_cross_session.plugin.options import NAME_ENV, parse_name
 from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.limits import (
-    MAX_PULL_MESSAGES,
-    MAX_PULL_UNITS,
-    MAX_PULL_WAIT_S,
     MAX_QUEUED,
-    MCP_STOP_TIMEOUT_S,
-    PULL_HANDOFF_STEP_S,
 )
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.text import utf16_length
