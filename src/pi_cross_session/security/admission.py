@@ -70,7 +70,7 @@ from typing import Final
 from pi_cross_session.protocol import sanitize
 from pi_cross_session.protocol.bridge import BridgeKind, classify_bridge
 from pi_cross_session.protocol.codes import Code, refusal_text
-from pi_cross_session.protocol.frames import Message, Response, StatusQuery
+from pi_cross_session.protocol.frames import Message, ReplyTemplates, Response, StatusQuery
 from pi_cross_session.protocol.limits import (
     MAX_CACHE_ENTRIES,
     MAX_QUEUED,
@@ -196,6 +196,8 @@ class Admission:
         goals: Goals | None = None,
     ) -> None:
         self._identity = identity
+        # Receipts and refusals differ only in their ids: validated once each.
+        self._replies = ReplyTemplates()
         self._clock = clock
         self._turns = turns
         self._submit = submit
@@ -664,7 +666,7 @@ class Admission:
         self._rows.put(row, keep=due)
 
     def _ok(self, request_id: str, status: str, *, error: str | None = None) -> Response:
-        return Response.build(
+        return self._replies.build(
             request_id=request_id,
             ok=True,
             status=status,
@@ -677,9 +679,8 @@ class Admission:
         refusals[code] = refusals.get(code, 0) + 1
         return self._response(request_id, code)
 
-    @staticmethod
-    def _response(request_id: str, code: Code) -> Response:
-        return Response.build(
+    def _response(self, request_id: str, code: Code) -> Response:
+        return self._replies.build(
             request_id=request_id, ok=False, status=code, error=refusal_text(code)
         )
 

@@ -43,7 +43,7 @@ from pi_cross_session.protocol.capabilities import ADVERTISED, can_queue, can_re
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.credentials import PeerCredentials
 from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.frames import Hello, PeerIdentity, Response
+from pi_cross_session.protocol.frames import Hello, PeerIdentity, ReplyTemplates, Response
 from pi_cross_session.protocol.limits import AUTH_DIAGNOSTICS_KEPT, MAX_PINNED_SENDERS
 from pi_cross_session.protocol.paths import Locations
 from pi_cross_session.protocol.registration import Registration, parse_registration
@@ -190,6 +190,8 @@ class Authenticator:
         self._files = files
         self._pins = SenderPins(pinned_senders)
         self._capabilities = capabilities
+        # Every ``ready`` and refusal differs only in its id: validated once each.
+        self._replies = ReplyTemplates()
         # Bounded by construction: the keys are RefusalCause values, the texts a fixed-size deque.
         self._refusals: dict[str, int] = {}
         self._recent: deque[str] = deque(maxlen=diagnostics_kept)
@@ -218,14 +220,14 @@ class Authenticator:
 
     def _reply(self, request_id: str, *, ok: bool) -> Response:
         if ok:
-            return Response.build(
+            return self._replies.build(
                 request_id=request_id,
                 ok=True,
                 status=Code.READY,
                 peer=self._peer_identity,
                 capabilities=self._capabilities,
             )
-        return Response.build(
+        return self._replies.build(
             request_id=request_id,
             ok=False,
             status=Code.AUTHENTICATION_FAILED,
