@@ -10,10 +10,11 @@ import pytest
 from pi_cross_session.protocol import frames, jsonwire
 
 
-def count_parses(monkeypatch: pytest.MonkeyPatch, table: str) -> list[str]:
-    """Empty the known-frames ``table`` of ``frames`` and return the list of texts parsed as JSON
-    from now on (for the test's duration)."""
-    monkeypatch.setattr(frames, table, {})
+def count_parses(monkeypatch: pytest.MonkeyPatch, table: str | None = None) -> list[str]:
+    """The list of texts parsed as JSON from now on (for the test's duration); with ``table``,
+    that known-frames table of ``frames`` starts empty first."""
+    if table is not None:
+        monkeypatch.setattr(frames, table, {})
     seen: list[str] = []
     real = jsonwire.loads
 

@@ -15,10 +15,9 @@ from typing import Any, Final
 
 import pytest
 
-from pi_cross_session.protocol import frames
 from pi_cross_session.protocol.client_conversation import ClientConversation, Failed, Settled
 from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.frames import HelloTemplate, response_from_text
+from pi_cross_session.protocol.frames import HelloTemplate, KnownReplies, response_from_text
 from pi_cross_session.protocol.limits import MAX_KNOWN_FRAME_CHARS
 from tests.support.known_frames import count_parses
 
@@ -48,11 +47,17 @@ def ready_text(request_id: str, **extra: Any) -> str:
 
 @pytest.fixture
 def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The texts parsed as JSON from here on (the known replies start empty)."""
-    return count_parses(monkeypatch, "_KNOWN_REPLIES")
+    """The texts parsed as JSON from here on."""
+    return count_parses(monkeypatch)
 
 
-def probe(request_id: str, reply: str) -> Settled | Failed:
+@pytest.fixture
+def known() -> KnownReplies:
+    """The replies one sender judged before (they start empty)."""
+    return KnownReplies()
+
+
+def probe(request_id: str, reply: str, known: KnownReplies) -> Settled | Failed:
     """A probe conversation with hello ``request_id``, fed ``reply``: its ending."""
     hello = HelloTemplate(
         token=TOKEN,
@@ -62,7 +67,13 @@ def probe(request_id: str, reply: str) -> Settled | Failed:
         capabilities=("cancel-safe-queue-v1",),
     ).encode(request_id)
     conversation = ClientConversation(
-        hello, None, peer_id=SESSION, peer_instance_id=INSTANCE, started_at=0.0, deadline_s=1.0
+        hello,
+        None,
+        peer_id=SESSION,
+        peer_instance_id=INSTANCE,
+        started_at=0.0,
+        deadline_s=1.0,
+        known=known,
     )
     conversation.send_hello()
     conversation.receive_data(reply.encode() + b"\n")
@@ -71,11 +82,13 @@ def probe(request_id: str, reply: str) -> Settled | Failed:
     return ending
 
 
-def test_the_same_ready_with_a_new_id_is_not_parsed_again(parses: list[str]) -> None:
+def test_the_same_ready_with_a_new_id_is_not_parsed_again(
+    parses: list[str], known: KnownReplies
+) -> None:
     first, second = new_id(), new_id()
-    assert response_from_text(ready_text(first), first).request_id == first
+    assert response_from_text(ready_text(first), first, known).request_id == first
     count = len(parses)
-    again = response_from_text(ready_text(second), second)
+    again = response_from_text(ready_text(second), second, known)
     assert len(parses) == count  # taken as known
     assert again.request_id == second
     assert again.status == "ready"
@@ -84,21 +97,23 @@ def test_the_same_ready_with_a_new_id_is_not_parsed_again(parses: list[str]) -> 
     assert again == response_from_text(ready_text(second))  # what a parse gives
 
 
-def test_a_known_ready_settles_a_probe_as_a_parsed_one_does(parses: list[str]) -> None:
+def test_a_known_ready_settles_a_probe_as_a_parsed_one_does(
+    parses: list[str], known: KnownReplies
+) -> None:
     first, second = new_id(), new_id()
-    assert isinstance(probe(first, ready_text(first)), Settled)
+    assert isinstance(probe(first, ready_text(first), known), Settled)
     count = len(parses)
-    settled = probe(second, ready_text(second))
+    settled = probe(second, ready_text(second), known)
     assert len(parses) == count
     assert isinstance(settled, Settled)
     assert settled.ready.request_id == second
 
 
-def test_a_reply_that_differs_elsewhere_is_parsed(parses: list[str]) -> None:
+def test_a_reply_that_differs_elsewhere_is_parsed(parses: list[str], known: KnownReplies) -> None:
     first, second = new_id(), new_id()
-    response_from_text(ready_text(first), first)
+    response_from_text(ready_text(first), first, known)
     count = len(parses)
-    response_from_text(ready_text(second, next="query later"), second)
+    response_from_text(ready_text(second, next="query later"), second, known)
     assert len(parses) > count
 
 
@@ -110,7 +125,7 @@ def test_a_reply_that_differs_elsewhere_is_parsed(parses: list[str]) -> None:
     ],
 )
 def test_the_id_written_as_a_nested_member_is_never_taken_for_the_reply_id(
-    parses: list[str], top_level: Any
+    parses: list[str], top_level: Any, known: KnownReplies
 ) -> None:
     """The hostile receiver: its top-level id is the first hello's, written so that the only
     literal ``"requestId":"<id>"`` is a member of ``peer``; for the second hello it puts the new
@@ -124,38 +139,40 @@ def test_the_id_written_as_a_nested_member_is_never_taken_for_the_reply_id(
             '"capabilities":["cancel-safe-queue-v1"],"peer":' + peer + "}"
         )
 
-    assert isinstance(probe(first, hostile(first)), Settled)  # a valid ready for the first
+    assert isinstance(probe(first, hostile(first), known), Settled)  # a valid ready for the first
     count = len(parses)
-    ending = probe(second, hostile(second))
+    ending = probe(second, hostile(second), known)
     assert len(parses) > count  # judged by a parse ...
     assert isinstance(ending, Failed)
     assert ending.code == Code.INVALID_RECEIPT  # ... which finds the first hello's id
 
 
-def test_the_id_repeated_later_is_never_taken(parses: list[str]) -> None:
+def test_the_id_repeated_later_is_never_taken(parses: list[str], known: KnownReplies) -> None:
     """JSON keeps the last of duplicate keys: a second ``requestId`` after ours decides."""
     first, second = new_id(), new_id()
     base = ready_text(first)
     hostile = base[:-1] + f',"requestId":"{first}"' + "}"
-    assert isinstance(probe(first, hostile), Settled)
-    ending = probe(second, hostile.replace(f'"requestId":"{first}"', f'"requestId":"{second}"', 1))
+    assert isinstance(probe(first, hostile, known), Settled)
+    ending = probe(
+        second, hostile.replace(f'"requestId":"{first}"', f'"requestId":"{second}"', 1), known
+    )
     assert isinstance(ending, Failed)
     assert ending.code == Code.INVALID_RECEIPT
 
 
-def test_long_replies_are_not_kept(parses: list[str]) -> None:
+def test_long_replies_are_not_kept(parses: list[str], known: KnownReplies) -> None:
     first, second = new_id(), new_id()
     padding = "x" * MAX_KNOWN_FRAME_CHARS
-    response_from_text(ready_text(first, note=padding), first)
+    response_from_text(ready_text(first, note=padding), first, known)
     count = len(parses)
-    response_from_text(ready_text(second, note=padding), second)
+    response_from_text(ready_text(second, note=padding), second, known)
     assert len(parses) > count
-    assert frames._KNOWN_REPLIES == {}
+    assert len(known) == 0
 
 
-def test_an_invalid_reply_is_never_kept(parses: list[str]) -> None:
+def test_an_invalid_reply_is_never_kept(parses: list[str], known: KnownReplies) -> None:
     first = new_id()
     bad = ready_text(first).replace('"ok":true', '"ok":"yes"')
     with pytest.raises(Exception):  # noqa: B017,PT011 - whichever error the model raises
-        response_from_text(bad, first)
-    assert frames._KNOWN_REPLIES == {}
+        response_from_text(bad, first, known)
+    assert len(known) == 0

@@ -66,6 +66,7 @@ from pi_cross_session.protocol.errors import (
 from pi_cross_session.protocol.frames import (
     Encoded,
     Hello,
+    KnownReplies,
     Message,
     ReceivedResponse,
     StatusQuery,
@@ -198,6 +199,7 @@ class ClientConversation:
         "_final",
         "_hello_bytes",
         "_hello_id",
+        "_known",
         "_peer",
         "_ready",
         "_request",
@@ -216,7 +218,10 @@ class ClientConversation:
         started_at: float,
         deadline_s: float,
         max_frame_bytes: int = MAX_FRAME_BYTES,
+        known: KnownReplies | None = None,
     ) -> None:
+        # Replies its owner judged before (an exchanger's, over all its conversations).
+        self._known = known
         # Both frames are encoded first: one over the cap fails here, before any connection.
         if isinstance(hello, Encoded):
             if len(hello.data) > max_frame_bytes:
@@ -299,7 +304,7 @@ class ClientConversation:
         request = self._request
         expected_id = self._hello_id if awaiting_ready or request is None else request.request_id
         try:
-            reply = response_from_text(text, expected_id)
+            reply = response_from_text(text, expected_id, self._known)
         except (FrameError, FrameValidationError) as exc:
             return self._fail(Code.INVALID_RESPONSE, f"the reply is not a valid response: {exc}")
         if reply.request_id != expected_id:

@@ -685,32 +685,55 @@ def _plainly_a_response(data: object) -> bool:
     return True
 
 
-def response_from_text(text: str, request_id: str | None = None) -> ReceivedResponse:
+def response_from_text(
+    text: str, request_id: str | None = None, known: KnownReplies | None = None
+) -> ReceivedResponse:
     """The sender's way in: a reply's text → JSON → a :class:`ReceivedResponse`, judged by the
     rules of :func:`parse_response` and failing as it does (``invalid_response``).
 
-    ``request_id`` is the id the reply should carry, when the caller knows it. A reply whose text
-    is, but for that id, the text of a reply judged plainly valid before is that reply with this
-    id: the same characters around a valid id give the same JSON and the same verdicts, so it is
-    taken without being parsed again (a peer's every ``ready`` differs only in its id)."""
-    spot = None if request_id is None else _id_spot(text)
+    ``request_id`` is the id the reply should carry, when the caller knows it; with ``known``
+    (its owner's replies judged before), a reply whose text is, but for that id, the text of a
+    reply judged plainly valid before is that reply with this id: the same characters around a
+    valid id give the same JSON and the same verdicts, so it is taken without being parsed again
+    (a peer's every ``ready`` differs only in its id)."""
+    spot = None if request_id is None or known is None else _id_spot(text)
     around = spot[0] if spot is not None and spot[1] == request_id else None
-    if around is not None:
-        known = _KNOWN_REPLIES.get(around)
-        if known is not None:
-            return ReceivedResponse({**known, "requestId": request_id})
+    if around is not None and known is not None:
+        kept = known.get(around)
+        if kept is not None:
+            return ReceivedResponse({**kept, "requestId": request_id})
     data = jsonwire.loads(text)
     if _plainly_a_response(data):
-        if around is not None and data["requestId"] == request_id:
-            _remember_reply(around, data)
+        if around is not None and known is not None and data["requestId"] == request_id:
+            known.remember(around, data)
         return ReceivedResponse(data)
     model = parse_response(data)  # raises for anything invalid
     return ReceivedResponse(data, model)
 
 
-#: Replies judged plainly valid, by their text before and after ``"requestId":"<id>"`` (oldest
-#: dropped first), with their JSON; see :func:`response_from_text`.
-_KNOWN_REPLIES: dict[tuple[str, str], dict[str, Any]] = {}
+class KnownReplies:
+    """Replies one sender (an exchanger) judged plainly valid, by their text before and after
+    ``"requestId":"<id>"``, with their JSON; at most ``bound``, the oldest dropped first (see
+    :func:`response_from_text`). Owned, so what one sender learnt is never another's."""
+
+    __slots__ = ("_bound", "_kept")
+
+    def __init__(self, bound: int = MAX_FRAME_TEMPLATES) -> None:
+        self._bound = bound
+        self._kept: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, around: tuple[str, str]) -> dict[str, Any] | None:
+        """The reply known for the text ``around`` an id, if any."""
+        return self._kept.get(around)
+
+    def remember(self, around: tuple[str, str], data: dict[str, Any]) -> None:
+        """Keep ``data`` for its text around its id, if that spot is its ``requestId``."""
+        if _id_spot_holds(around, data):
+            keep_bounded(self._kept, around, dict(data), self._bound)
+
 
 #: Hellos a receiver accepted, by the bounds they were judged under and their text before and
 #: after ``"requestId":"<id>"`` (oldest dropped first); see :func:`known_hello`.
@@ -770,12 +793,6 @@ def _id_spot(text: str) -> tuple[tuple[str, str], str] | None:
     if end < 0 or ID_RE.fullmatch(request_id) is None or text.find(_ID_MEMBER, end) >= 0:
         return None
     return (text[:at], text[end + 1 :]), request_id
-
-
-def _remember_reply(around: tuple[str, str], data: dict[str, Any]) -> None:
-    """Keep ``data`` for its text around its id, if that spot is its ``requestId``."""
-    if _id_spot_holds(around, data):
-        keep_bounded(_KNOWN_REPLIES, around, dict(data), MAX_FRAME_TEMPLATES)
 
 
 def _id_spot_holds(around: tuple[str, str], data: dict[str, Any]) -> bool:

@@ -51,6 +51,7 @@ from pi_cross_session.protocol.frames import (
     WIRE_VERSION,
     Encoded,
     HelloTemplate,
+    KnownReplies,
     Message,
     ReceivedResponse,
     Response,
@@ -193,6 +194,8 @@ class Exchanger:
         self._new_request_id = new_request_id or _random_id
         # Hellos by peer and sender (oldest dropped first), see ``_hello``.
         self._hellos: dict[tuple[str, str, str, Sender | None], HelloTemplate] = {}
+        #: Replies judged before, so that a peer's every ``ready`` is not parsed again.
+        self._known_replies = KnownReplies()
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -296,6 +299,7 @@ class Exchanger:
                 started_at=loop.now(),
                 deadline_s=deadline_s,
                 max_frame_bytes=self._config.max_frame_bytes,
+                known=self._known_replies,
             )
         except FrameTooLargeError as exc:
             raise ExchangeError(Code.MESSAGE_TOO_LARGE, str(exc)) from exc
