@@ -1,5 +1,5 @@
-"""For the tests of the frames known without a parse (``frames.known_hello``,
-``frames.response_from_text``): which texts were parsed as JSON."""
+"""For the tests of the frames known without a parse (``ServerMemo.known_hello``,
+``frames.response_from_text`` with ``KnownReplies``): which texts were parsed as JSON."""
 
 from __future__ import annotations
 
@@ -10,11 +10,8 @@ import pytest
 from pi_cross_session.protocol import frames, jsonwire
 
 
-def count_parses(monkeypatch: pytest.MonkeyPatch, table: str | None = None) -> list[str]:
-    """The list of texts parsed as JSON from now on (for the test's duration); with ``table``,
-    that known-frames table of ``frames`` starts empty first."""
-    if table is not None:
-        monkeypatch.setattr(frames, table, {})
+def count_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The list of texts parsed as JSON from now on (for the test's duration)."""
     seen: list[str] = []
     real = jsonwire.loads
 

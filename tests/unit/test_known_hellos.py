@@ -1,5 +1,5 @@
 """A receiver takes a hello it accepted before, with a new id, without judging its shape or parsing
-it again (``frames.known_hello``, used by the server conversation): every hello of one sender to
+it again (``ServerMemo.known_hello``, used by the server conversation): every hello of one sender to
 one receiver differs only in its ``requestId``.
 
 What must hold is that nothing is taken that a parse would not give, and that only an accepted
@@ -16,16 +16,14 @@ import os
 import string
 from collections.abc import Callable
 from typing import Any, Final
-from unittest import mock
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol import frames
 from pi_cross_session.protocol.codes import Code
 from pi_cross_session.protocol.errors import FrameError, FrameValidationError
-from pi_cross_session.protocol.frames import Hello, PeerIdentity, Response, parse_hello
+from pi_cross_session.protocol.frames import Hello, PeerIdentity, Response, ServerMemo, parse_hello
 from pi_cross_session.protocol.limits import MAX_KNOWN_FRAME_CHARS, MAX_KNOWN_HELLOS
 from pi_cross_session.protocol.server_conversation import (
     HelloReceived,
@@ -59,10 +57,21 @@ def hello_text(request_id: str, *, token: str = TOKEN, **extra: Any) -> str:
     return json.dumps(body, separators=(",", ":"))
 
 
+#: The receiver's memo every conversation of a test shares, as an endpoint's connections do.
+MEMO: list[ServerMemo] = [ServerMemo()]
+
+
+@pytest.fixture(autouse=True)
+def memo() -> ServerMemo:
+    """A new receiver for each test: its known hellos start empty."""
+    MEMO[0] = ServerMemo()
+    return MEMO[0]
+
+
 @pytest.fixture
 def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The texts parsed as JSON from here on (the known hellos start empty)."""
-    return count_parses(monkeypatch, "_KNOWN_HELLOS")
+    """The texts parsed as JSON from here on."""
+    return count_parses(monkeypatch)
 
 
 def ready(request_id: str) -> Response:
@@ -71,7 +80,7 @@ def ready(request_id: str) -> Response:
 
 def receive(text: str, *, accept: bool = True) -> Hello:
     """A connection that receives ``text`` as its first frame, and accepts (or refuses) it."""
-    conversation = ServerConversation(opened_at=0.0)
+    conversation = ServerConversation(opened_at=0.0, memo=MEMO[0])
     conversation.receive_data(text.encode() + b"\n", 0.0)
     event = conversation.next_event()
     assert isinstance(event, HelloReceived), event
@@ -99,7 +108,7 @@ def test_a_refused_hello_is_never_known(parses: list[str]) -> None:
     count = len(parses)
     receive(hello_text(new_id(), token="b" * 64), accept=False)
     assert len(parses) > count
-    assert frames._KNOWN_HELLOS == {}
+    assert len(MEMO[0]) == 0
 
 
 @pytest.mark.parametrize(
@@ -149,7 +158,7 @@ def test_a_literal_id_that_is_not_the_hello_id_is_never_taken_for_it(
     again = receive(hostile(new_id(), top))
     assert len(parses) > count  # judged by a parse ...
     assert again.request_id == top  # ... which finds the id JSON reads
-    assert frames._KNOWN_HELLOS == {}
+    assert len(MEMO[0]) == 0
 
 
 def test_long_hellos_are_not_kept(parses: list[str]) -> None:
@@ -158,12 +167,12 @@ def test_long_hellos_are_not_kept(parses: list[str]) -> None:
     count = len(parses)
     receive(hello_text(new_id(), note=padding))
     assert len(parses) > count
-    assert frames._KNOWN_HELLOS == {}
+    assert len(MEMO[0]) == 0
 
 
 def test_an_id_that_is_not_valid_is_judged_by_a_parse(parses: list[str]) -> None:
     receive(hello_text(new_id()))
-    conversation = ServerConversation(opened_at=0.0)
+    conversation = ServerConversation(opened_at=0.0, memo=MEMO[0])
     conversation.receive_data(hello_text("not valid!").encode() + b"\n", 0.0)
     event = conversation.next_event()
     assert not isinstance(event, HelloReceived)  # refused as not a hello
@@ -174,7 +183,7 @@ def test_the_table_keeps_the_newest_hellos(parses: list[str]) -> None:
     tokens = [f"{n:064x}" for n in range(MAX_KNOWN_HELLOS + 1)]
     for token in tokens:
         receive(hello_text(new_id(), token=token))
-    assert len(frames._KNOWN_HELLOS) == MAX_KNOWN_HELLOS
+    assert len(MEMO[0]) == MAX_KNOWN_HELLOS
     count = len(parses)
     receive(hello_text(new_id(), token=tokens[-1]))  # the newest: known
     assert len(parses) == count
@@ -187,7 +196,9 @@ def test_a_hello_is_known_only_under_the_bounds_it_was_judged_by(parses: list[st
     (and refused as too costly)."""
     receive(hello_text(new_id()))
     tight = ServerConversation(
-        opened_at=0.0, bounds=ServerBounds(shape_bounds=ShapeBounds(max_containers=1))
+        opened_at=0.0,
+        bounds=ServerBounds(shape_bounds=ShapeBounds(max_containers=1)),
+        memo=MEMO[0],
     )
     tight.receive_data(hello_text(new_id()).encode() + b"\n", 0.0)
     event = tight.next_event()
@@ -227,7 +238,7 @@ ID_PLACES: Final = (
 def judged(text: str) -> Hello | None:
     """What the receiver's conversation makes of ``text`` as a first frame: the hello (then
     accepted), or ``None`` when it refuses it."""
-    conversation = ServerConversation(opened_at=0.0)
+    conversation = ServerConversation(opened_at=0.0, memo=MEMO[0])
     conversation.receive_data(text.encode() + b"\n", 0.0)
     event = conversation.next_event()
     if not isinstance(event, HelloReceived):
@@ -264,10 +275,10 @@ def test_a_hello_taken_as_known_is_what_a_parse_of_its_text_gives(data: st.DataO
         again = text.replace(first, second)
     else:
         again = text.replace(f'"requestId":"{first}"', f'"requestId":"{second}"', 1)
-    with mock.patch.dict(frames._KNOWN_HELLOS, clear=True):
-        judged(text)
-        expected = parsed(again)
-        got = judged(again)
+    MEMO[0] = ServerMemo()  # each example a new receiver
+    judged(text)
+    expected = parsed(again)
+    got = judged(again)
     assert got == expected
     if got is not None and expected is not None:
         assert got.model_fields_set == expected.model_fields_set

@@ -735,48 +735,71 @@ class KnownReplies:
             keep_bounded(self._kept, around, dict(data), self._bound)
 
 
-#: Hellos a receiver accepted, by the bounds they were judged under and their text before and
-#: after ``"requestId":"<id>"`` (oldest dropped first); see :func:`known_hello`.
-_KNOWN_HELLOS: dict[tuple[Hashable, str, str], Hello] = {}
-
 _ID_MEMBER: Final = '"requestId":"'
 
 
-def known_hello(text: str, under: Hashable) -> Hello | None:
-    """The receiver's shortcut for a first frame: when ``text`` is, but for its requestId, the
-    text of a hello accepted before under the same bounds ``under`` (:func:`remember_hello`),
-    that hello with this id; else ``None``, and the text must be judged and parsed as any other.
+class ServerMemo:
+    """What a receiver (an endpoint, over all its connections) knows from before: the hellos it
+    accepted, by the bounds they were judged under and their text before and after
+    ``"requestId":"<id>"``, and the bytes of the replies it writes again and again, by everything
+    but their id (each table bounded, the oldest dropped first). Owned, so that what one
+    endpoint accepted is never taken by another, whose bounds may be tighter."""
 
-    The same characters around a valid id parse to the same hello, and a valid id (1-128 of
-    ``[A-Za-z0-9_-]``) needs no escaping, so what a parse would find is known without one; what
-    the text would cost to parse was judged under those bounds then. The hello's claim (token,
-    target) is still judged on every hello, by the handler."""
-    spot = _id_spot(text)
-    if spot is None:
-        return None
-    (head, tail), request_id = spot
-    known = _KNOWN_HELLOS.get((under, head, tail))
-    if known is None:
-        return None
-    return _with_request_id(known, request_id)
+    __slots__ = ("_hellos", "_reply_bytes")
 
+    def __init__(self) -> None:
+        self._hellos: dict[tuple[Hashable, str, str], Hello] = {}
+        self._reply_bytes: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
 
-def remember_hello(text: str, hello: Hello, under: Hashable) -> None:
-    """``hello``, parsed from ``text`` and judged under the bounds ``under``, was accepted: know
-    the same text with another id from now on — if that spot is its ``requestId`` (see
-    :func:`_id_spot_holds`) and the text is short enough."""
-    spot = _id_spot(text)
-    if spot is None or spot[1] != hello.request_id:
-        return
-    key = (under, *spot[0])
-    if key in _KNOWN_HELLOS:
-        return
-    try:
-        data = jsonwire.loads(text)
-    except FrameError:
-        return
-    if type(data) is dict and _id_spot_holds(spot[0], data):
-        keep_bounded(_KNOWN_HELLOS, key, hello, MAX_KNOWN_HELLOS)
+    def __len__(self) -> int:
+        """Hellos known."""
+        return len(self._hellos)
+
+    def reply_bytes(self, reply: Response) -> bytes:
+        """What :func:`frame_to_bytes` gives for ``reply``, from the bytes of an earlier reply
+        that differed only in its id when there was one."""
+        data = _reply_bytes(self._reply_bytes, reply)
+        if len(data) > MAX_FRAME_BYTES:
+            raise FrameTooLargeError(
+                f"the frame would be {len(data)} bytes with its newline; the limit is "
+                f"{MAX_FRAME_BYTES}"
+            )
+        return data
+
+    def known_hello(self, text: str, under: Hashable) -> Hello | None:
+        """The receiver's shortcut for a first frame: when ``text`` is, but for its requestId, the
+        text of a hello accepted before under the same bounds ``under`` (:meth:`remember_hello`),
+        that hello with this id; else ``None``, and the text must be judged and parsed as any other.
+
+        The same characters around a valid id parse to the same hello, and a valid id (1-128 of
+        ``[A-Za-z0-9_-]``) needs no escaping, so what a parse would find is known without one; what
+        the text would cost to parse was judged under those bounds then. The hello's claim (token,
+        target) is still judged on every hello, by the handler."""
+        spot = _id_spot(text)
+        if spot is None:
+            return None
+        (head, tail), request_id = spot
+        known = self._hellos.get((under, head, tail))
+        if known is None:
+            return None
+        return _with_request_id(known, request_id)
+
+    def remember_hello(self, text: str, hello: Hello, under: Hashable) -> None:
+        """``hello``, parsed from ``text`` and judged under the bounds ``under``, was accepted: know
+        the same text with another id from now on — if that spot is its ``requestId`` (see
+        :func:`_id_spot_holds`) and the text is short enough."""
+        spot = _id_spot(text)
+        if spot is None or spot[1] != hello.request_id:
+            return
+        key = (under, *spot[0])
+        if key in self._hellos:
+            return
+        try:
+            data = jsonwire.loads(text)
+        except FrameError:
+            return
+        if type(data) is dict and _id_spot_holds(spot[0], data):
+            keep_bounded(self._hellos, key, hello, MAX_KNOWN_HELLOS)
 
 
 def _id_spot(text: str) -> tuple[tuple[str, str], str] | None:
@@ -830,25 +853,15 @@ def frame_from_text(text: str, parse: Callable[[object], _ParsedT]) -> _ParsedT:
 def frame_to_bytes(frame: AnyFrame, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> bytes:
     """The one way out: a frame → compact JSON in the reference's key order → UTF-8 and its LF,
     ready to write. Raises :class:`~pi_cross_session.protocol.errors.FrameTooLargeError` when the
-    line would exceed ``max_frame_bytes`` (checked before anything is written)."""
-    if isinstance(frame, Response):
-        data = _response_bytes(frame)
-        if len(data) > max_frame_bytes:
-            raise FrameTooLargeError(
-                f"the frame would be {len(data)} bytes with its newline; the limit is "
-                f"{max_frame_bytes}"
-            )
-        return data
+    line would exceed ``max_frame_bytes`` (checked before anything is written). A receiver
+    writes its replies through its :class:`ServerMemo` instead (:meth:`ServerMemo.reply_bytes`:
+    the same bytes, without encoding the same reply again and again)."""
     return encode_frame(jsonwire.dumps(frame.to_wire()), max_frame_bytes=max_frame_bytes)
 
 
-#: The bytes of replies around their requestId, by everything else they hold (oldest dropped
-#: first): a receiver writes the same few replies again and again, with only a new id.
-_REPLY_BYTES: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
-
-
-def _response_bytes(reply: Response) -> bytes:
-    """A reply's line, from the bytes of an earlier reply that differed only in its id."""
+def _reply_bytes(table: dict[tuple[Any, ...], tuple[bytes, bytes]], reply: Response) -> bytes:
+    """A reply's line, from the bytes ``table`` kept of an earlier reply that differed only in
+    its id (kept there when it is new)."""
     peer = reply.peer
     request_id = reply.request_id
     if (peer is not None and (type(peer) is not dict or len(peer) > _PLAIN_PEER_KEYS)) or (
@@ -867,7 +880,7 @@ def _response_bytes(reply: Response) -> bytes:
         None if peer is None else tuple(peer.items()),
     )
     try:
-        parts = _REPLY_BYTES.get(key)
+        parts = table.get(key)
     except TypeError:  # a peer holding lists or objects: written the plain way
         return encode_frame(jsonwire.dumps(reply.to_wire()), max_frame_bytes=MAX_FRAME_BYTES)
     if parts is None:
@@ -881,7 +894,7 @@ def _response_bytes(reply: Response) -> bytes:
         head, tail = before[:-1] + ',"requestId":', "," + after[1:]
         encode_frame(head + '"x"' + tail, max_frame_bytes=MAX_FRAME_BYTES)
         parts = (head.encode(), tail.encode() + b"\n")
-        keep_bounded(_REPLY_BYTES, key, parts, MAX_FRAME_TEMPLATES)
+        keep_bounded(table, key, parts, MAX_FRAME_TEMPLATES)
     # A valid requestId is 1-128 of [A-Za-z0-9_-]: its JSON is itself in quotes.
     return b"".join((parts[0], b'"', request_id.encode(), b'"', parts[1]))
 

@@ -68,13 +68,12 @@ from pi_cross_session.protocol.frames import (
     Hello,
     Message,
     Response,
+    ServerMemo,
     StatusQuery,
     frame_from_text,
     frame_to_bytes,
-    known_hello,
     parse_hello,
     parse_request,
-    remember_hello,
 )
 from pi_cross_session.protocol.limits import (
     CONNECTION_DEADLINE_S,
@@ -195,7 +194,8 @@ SERVER_TRANSITIONS: Final[Mapping[tuple[ServerState, ServerInput], ServerStep]] 
 
 #: The states in which a frame is read and judged, and how: the parser, the input a good frame
 #: is, the code of a frame too costly to parse (it is "not the expected kind"), and whether a
-#: frame known from before may be taken without a parse (hellos: see :func:`known_hello`).
+#: frame known from before may be taken without a parse (hellos: see
+#: :meth:`~pi_cross_session.protocol.frames.ServerMemo.known_hello`).
 _READING: Final[
     Mapping[ServerState, tuple[Callable[[object], object], ServerInput, Code, bool]]
 ] = {
@@ -315,14 +315,23 @@ class ServerConversation:
         "_deadline",
         "_decoder",
         "_heard_at",
+        "_memo",
         "_new_hello",
         "_ready_at",
         "_state",
         "ending",
     )
 
-    def __init__(self, *, opened_at: float, bounds: ServerBounds = DEFAULT_BOUNDS) -> None:
+    def __init__(
+        self,
+        *,
+        opened_at: float,
+        bounds: ServerBounds = DEFAULT_BOUNDS,
+        memo: ServerMemo | None = None,
+    ) -> None:
         self._bounds = bounds
+        # What the receiver knows from before, over all its connections (an endpoint's).
+        self._memo = ServerMemo() if memo is None else memo
         self._decoder = FrameDecoder(max_frame_bytes=bounds.max_frame_bytes)
         self._state = ServerState.AWAIT_HELLO
         self._connection_deadline = Deadline(
@@ -380,22 +389,22 @@ class ServerConversation:
         deadline and the idle bound start."""
         self._apply(ServerInput.SEND_READY)
         if self._new_hello is not None:
-            remember_hello(*self._new_hello, self._bounds.shape_bounds)
+            self._memo.remember_hello(*self._new_hello, self._bounds.shape_bounds)
             self._new_hello = None
         self._ready_at = self._heard_at = now
         self._deadline = self._waiting_deadline()
-        return frame_to_bytes(reply)
+        return self._memo.reply_bytes(reply)
 
     def refuse_hello(self, reply: Response) -> bytes:
         """The hello is refused: ``reply`` is the last thing written."""
         self._apply(ServerInput.SEND_REFUSAL)
         self._new_hello = None
-        return frame_to_bytes(reply)
+        return self._memo.reply_bytes(reply)
 
     def answer(self, reply: Response) -> bytes:
         """The request's reply, the last thing written (the driver then half-closes)."""
         self._apply(ServerInput.SEND_ANSWER)
-        return frame_to_bytes(reply)
+        return self._memo.reply_bytes(reply)
 
     def close_unanswered(self) -> None:
         """Nobody can say what became of the request: the connection ends without a reply (a
@@ -421,9 +430,10 @@ class ServerConversation:
     ) -> ServerEvent:
         # A hello whose text, but for its id, is that of a hello accepted before parses to that
         # hello: it was affordable and valid then, and is now.
-        if may_be_known and (hello := known_hello(text, self._bounds.shape_bounds)) is not None:
+        known = self._memo.known_hello(text, self._bounds.shape_bounds) if may_be_known else None
+        if known is not None:
             self._apply(good)
-            return HelloReceived(hello)
+            return HelloReceived(known)
         # What a frame would cost to parse is judged before it is parsed; a costly frame gets
         # the reply any frame of the wrong kind gets, and nothing is built from it.
         if not affordable(text, self._bounds.shape_bounds):

@@ -81,6 +81,7 @@ from pi_cross_session.protocol.frames import (
     Hello,
     Message,
     Response,
+    ServerMemo,
     StatusQuery,
 )
 from pi_cross_session.protocol.io import loop, memory, sockets
@@ -327,6 +328,8 @@ class Endpoint(Generic[SessionT]):
         # The effective uid is what the kernel compares file modes against, so it is the uid
         # that owns our 0700 dir and 0600 socket: the only one allowed to talk to us.
         self._uid = os.geteuid()
+        # Hellos accepted and reply bytes written before, over all this endpoint's connections.
+        self._memo = ServerMemo()
         self._bounds = ServerBounds(
             max_frame_bytes=config.max_frame_bytes,
             shape_bounds=config.shape_bounds,
@@ -620,7 +623,7 @@ class Endpoint(Generic[SessionT]):
     ) -> _Connection[SessionT]:
         """Open a connection's accounts: counted, visible to shedding, its deadline running."""
         now = loop.now()
-        conversation = ServerConversation(opened_at=now, bounds=self._bounds)
+        conversation = ServerConversation(opened_at=now, bounds=self._bounds, memo=self._memo)
         conn: _Connection[SessionT] = _Connection(
             stream=stream,
             peer=peer,
