@@ -1,7 +1,7 @@
 """Goal-scoped grants in a real pi-python harness: the ``peer_goal`` tool and the scoped turn.
 
 A real ``AgentHarness`` runs our extension with a scripted model that follows plans (one tool
-call per reply); peers are headless runtimes of this process. Pinned here (goal-scoped-v1.md):
+call per reply); peers are headless runtimes of this process. Pinned (docs/spec/goal-grants.md):
 
 * goal-scoped-v1 §1.1–1.3 ``peer_goal``: ``start`` only from a genuine user turn (a peer turn is
   blocked by the gate, and refused ``goal_not_authorized`` by the tool itself when the gate is

@@ -1,7 +1,7 @@
 """Every section the code cites exists in the repository's own specification (docs/spec/).
 
-Two forms are used, and only these: ``spec §N`` cites docs/spec/protocol-v1.md (the wire and
-discovery contract) and ``goal-scoped-v1 §N`` cites docs/spec/goal-scoped-v1.md (goal grants).
+Two forms are used, and only these: ``spec §N`` cites docs/spec/wire.md (the wire and
+discovery contract) and ``goal-scoped-v1 §N`` cites docs/spec/goal-grants.md (goal grants).
 A bare ``§N`` could be either: it fails here, as does a number neither document has.
 """
 
@@ -14,8 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = {
-    "spec": ROOT / "docs" / "spec" / "protocol-v1.md",
-    "goal-scoped-v1": ROOT / "docs" / "spec" / "goal-scoped-v1.md",
+    "spec": ROOT / "docs" / "spec" / "wire.md",
+    "goal-scoped-v1": ROOT / "docs" / "spec" / "goal-grants.md",
 }
 SECTION_SIGN = "\u00a7"  # written escaped, so that this file cites nothing itself
 CITATION = re.compile(SECTION_SIGN + r"(\d+(?:\.\d+)*)")

@@ -1,6 +1,6 @@
 """The wire's numeric bounds and the receiver's, with the reason beside each.
 
-Wire bounds are fixed by the interoperability contract (``docs/spec/protocol-v1.md``); changing
+Wire bounds are fixed by the interoperability contract (``docs/spec/wire.md``); changing
 one of them breaks compatibility with the reference peer. The receiver's policy bounds live here
 too, so that a reader can see everything a session is willing to spend at a glance; the classes
 that enforce them take each bound as a keyword-only override so tests can use small values. Other

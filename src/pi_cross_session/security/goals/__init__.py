@@ -1,4 +1,4 @@
-"""Goal-scoped peer grants (goal-scoped-v1.md), in four rooms, all pure:
+"""Goal-scoped peer grants (docs/spec/goal-grants.md), in four rooms, all pure:
 
 * :mod:`.authority` — who is asking, and the table of who may take each action;
 * :mod:`.machine` — :class:`Goals`, the state machine of one session's goal and its members;
