@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pi_cross_session.security.remote.pauses import MachinePauses
+import pytest
+
+from pi_cross_session.security.remote.pauses import MachinePauses, counts_towards_a_pause
+from pi_cross_session.security.remote.trust import Cause
 
 
 def pauses() -> MachinePauses:
@@ -66,3 +69,12 @@ def test_good_requests_between_junk_do_not_let_the_junk_go_on() -> None:
     book.failed("laptop", 2.0)
     book.heard("laptop")
     assert book.failed("laptop", 3.0) == 30.0
+
+
+@pytest.mark.parametrize("cause", list(Cause))
+@pytest.mark.parametrize("vouched", [True, False, None])
+def test_only_false_payloads_the_deployment_vouches_for_count(
+    cause: Cause, vouched: bool | None
+) -> None:
+    false = cause in {Cause.BAD_SIGNATURE, Cause.MALFORMED, Cause.TOO_LARGE}
+    assert counts_towards_a_pause(cause, vouched=vouched) is (false and vouched is True)

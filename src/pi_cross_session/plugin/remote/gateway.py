@@ -107,7 +107,7 @@ from pi_cross_session.security.io import fs
 from pi_cross_session.security.io.sender_files import PeersDirFiles
 from pi_cross_session.security.remote.identity import MachineKey
 from pi_cross_session.security.remote.pairing import Pairs
-from pi_cross_session.security.remote.pauses import PAUSING_CAUSES, MachinePauses
+from pi_cross_session.security.remote.pauses import MachinePauses, counts_towards_a_pause
 from pi_cross_session.security.remote.proxy_shares import ProxyShares, Verdict
 from pi_cross_session.security.remote.records import RecordBook
 from pi_cross_session.security.remote.senders import (
@@ -339,17 +339,13 @@ class Gateway:
     async def _stop_serving(self, origin: str) -> None:
         subscription = self._requests.pop(origin, None)
         if subscription is not None:
-            with anyio.move_on_after(2):
-                try:
-                    await subscription.unsubscribe()
-                except Exception as exc:  # the connection is gone, and the subscription with it
-                    logger.info("unsubscribing from %s: %s", origin, exc)
+            await self._link.unserve(subscription, f"{origin}'s requests")
 
     def _false_from(self, origin: str, cause: Cause) -> None:
         """Count a request or record from ``origin`` that failed its MAC or signature (or its
         room for one); pause the machine after a burst, where the deployment vouches that it
         sent them."""
-        if not self.permissions_enforced or cause not in PAUSING_CAUSES:
+        if not counts_towards_a_pause(cause, vouched=self.permissions_enforced):
             return
         pause_s = self._pauses.failed(origin, anyio.current_time())
         if pause_s is not None and self._group is not None:

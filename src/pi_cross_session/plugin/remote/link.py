@@ -637,6 +637,16 @@ class Link:
         return subscription
 
     @staticmethod
+    async def unserve(subscription: Subscription, what: str) -> None:
+        """Stop taking ``what`` (a subscription :meth:`serve` made); best effort, within 2 s: a
+        closed connection has no subscription left anyway."""
+        with anyio.move_on_after(2):
+            try:
+                await subscription.unsubscribe()
+            except Exception as exc:
+                logger.info("unsubscribing from %s: %s", what, exc)
+
+    @staticmethod
     async def respond(msg: Msg, payload: bytes) -> None:
         """Answer a request (best effort: the requester may be gone)."""
         try:

@@ -172,10 +172,7 @@ class Mirror:
     async def _unsubscribe(self, origin: str) -> None:
         subscription = self._following.pop(origin, None)
         if subscription is not None:
-            try:
-                await subscription.unsubscribe()
-            except Exception as exc:  # a closed connection has no subscription left anyway
-                logger.info("unsubscribing from %s: %s", origin, exc)
+            await self._link.unserve(subscription, f"{origin}'s records")
 
     async def unfollow(self, origin: str) -> list[Key]:
         """Stop following a machine no longer trusted; the sessions of it that were live."""

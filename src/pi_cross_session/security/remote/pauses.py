@@ -13,7 +13,7 @@ from a machine not listening (``not_listening``), and M's sessions stay listed a
 next pause, with no good request from M between, lasts twice as long, up to a bound.
 
 On a deployment without permissions anyone may publish under M's name, so a pause would let a
-stranger silence M: the caller must not count failures there.
+stranger silence M: :func:`counts_towards_a_pause` counts nothing there.
 
 Pure: the caller passes the time. State per trusted machine: at most ``after`` failure times, the
 pause's end and its length; :meth:`forget` drops a machine no longer trusted.
@@ -37,6 +37,13 @@ from pi_cross_session.security.remote.trust import Cause
 #: (false, or no room for one, or too large). Not a stale clock or a replay: those are the
 #: machine's own envelopes.
 PAUSING_CAUSES: Final = frozenset({Cause.BAD_SIGNATURE, Cause.MALFORMED, Cause.TOO_LARGE})
+
+
+def counts_towards_a_pause(cause: Cause, *, vouched: bool | None) -> bool:
+    """Whether a payload refused for ``cause`` counts against its machine: only where the
+    deployment's permissions vouch that the machine sent it (``vouched``; ``None``: not known,
+    so no), and only when it is not that machine's MAC or signature over a bounded envelope."""
+    return vouched is True and cause in PAUSING_CAUSES
 
 
 @dataclass(slots=True)
