@@ -99,3 +99,17 @@ def test_a_machine_makes_no_pair_with_itself() -> None:
         )
         is None
     )
+
+
+def test_a_holder_of_a_machines_key_can_speak_to_it_as_any_machine_it_trusts() -> None:
+    """What MACs give up against signatures (docs/security.md): buildbox's own key, with the
+    laptop's public key, makes the key buildbox checks the laptop's MACs with, so a thief of
+    buildbox's key can make MACs buildbox takes as the laptop's. Towards anyone else it can make
+    none: the desk's pair with the laptop is out of its reach (the test above)."""
+    thief = pair("buildbox", BUILDBOX, "laptop", LAPTOP)
+    forged = thief.receiving.seal(DATA)
+    buildbox = pair("buildbox", BUILDBOX, "laptop", LAPTOP)
+    assert buildbox.receiving.verifies(forged[:MAC_BYTES], DATA)
+    desk = pair("desk", DESK, "laptop", LAPTOP)
+    assert not desk.receiving.verifies(thief.sending.mac(DATA), DATA)
+    assert not desk.receiving.verifies(forged[:MAC_BYTES], DATA)

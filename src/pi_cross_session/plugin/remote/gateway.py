@@ -409,6 +409,7 @@ class Gateway:
             await self._mirror.follow(origin)
         for origin in sorted(before - after):
             self._end_pause(origin)
+            self._older_checked.pop(origin, None)
             await self._stop_serving(origin)
             for key in await self._mirror.unfollow(origin):
                 self._capped.discard(key)
