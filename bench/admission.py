@@ -59,28 +59,28 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
-from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
-from pi_cross_session.protocol.codes import refusal_text
-from pi_cross_session.protocol.frames import WIRE_VERSION, Message, Response, Sender
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import (
+from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost, serve_inbox
+from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session._internal.protocol import paths
+from pi_cross_session._internal.protocol.capabilities import CANCEL_SAFE_QUEUE
+from pi_cross_session._internal.protocol.codes import refusal_text
+from pi_cross_session._internal.protocol.frames import WIRE_VERSION, Message, Response, Sender
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Exchanger
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import (
     Registration,
     build_registration,
     parse_registration,
     serialize,
 )
-from pi_cross_session.security.admission import Admission, Clock, Delivery
-from pi_cross_session.security.auth import Caller, LocalIdentity
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.limits import LifetimeBudget
-from pi_cross_session.security.provenance import Provenance
-from pi_cross_session.security.tokens import new_instance_id, new_token
-from pi_cross_session.security.turns import (
+from pi_cross_session._internal.security.admission import Admission, Clock, Delivery
+from pi_cross_session._internal.security.auth import Caller, LocalIdentity
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.limits import LifetimeBudget
+from pi_cross_session._internal.security.provenance import Provenance
+from pi_cross_session._internal.security.tokens import new_instance_id, new_token
+from pi_cross_session._internal.security.turns import (
     TurnAborted,
     TurnEnded,
     TurnEnding,

@@ -7,11 +7,15 @@ import os
 import time
 from pathlib import Path
 
-from pi_cross_session.protocol.frames import Sender
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration, build_registration, serialize
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.tokens import new_instance_id, new_token
+from pi_cross_session._internal.protocol.frames import Sender
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import (
+    Registration,
+    build_registration,
+    serialize,
+)
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.tokens import new_instance_id, new_token
 
 
 def publish_sender(locations: Locations, session_id: str) -> tuple[Registration, Sender]:

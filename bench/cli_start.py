@@ -93,7 +93,7 @@ def main() -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
         # A send resolves (and may create) the runtime dir of this agent dir under /tmp.
-        from pi_cross_session.protocol.io import environment
+        from pi_cross_session._internal.protocol.io import environment
 
         runtime_dir = environment.resolve(env={"PI_CODING_AGENT_DIR": agent_dir}).runtime_dir
         shutil.rmtree(runtime_dir, ignore_errors=True)

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from pi_cross_session.protocol import jsonwire
-from pi_cross_session.protocol.codec import NEED_DATA, Frame, FrameDecoder
-from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
+from pi_cross_session._internal.protocol import jsonwire
+from pi_cross_session._internal.protocol.codec import NEED_DATA, Frame, FrameDecoder
+from pi_cross_session._internal.protocol.limits import MAX_FRAME_BYTES
 
 TARGET_RATIO = 2.0
 SMALL_FRAMES = 10_000

@@ -80,19 +80,19 @@ import anyio
 import anyio.abc
 
 import bench_support
-from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
-from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.frames import Hello, Message, Sender
-from pi_cross_session.protocol.io import endpoint, environment, sockets
-from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import (
+from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost, serve_inbox
+from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session._internal.protocol import paths
+from pi_cross_session._internal.protocol.frames import Hello, Message, Sender
+from pi_cross_session._internal.protocol.io import endpoint, environment, sockets
+from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Exchanger
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import (
     Registration,
     parse_registration,
 )
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.receiver import SessionReceiver
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.receiver import SessionReceiver
 
 TARGET_SEND_RATIO: Final = 3.0
 #: How long a started process may take to say it is ready.

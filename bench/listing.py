@@ -47,20 +47,20 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.io.discovery import Listing, list_peers
-from pi_cross_session.protocol.io.gitinfo import git_rev_parse, resolve_git_info
-from pi_cross_session.protocol.limits import MAX_GIT_SUBPROCESSES
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import (
+from pi_cross_session._internal.protocol import paths
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.io.discovery import Listing, list_peers
+from pi_cross_session._internal.protocol.io.gitinfo import git_rev_parse, resolve_git_info
+from pi_cross_session._internal.protocol.limits import MAX_GIT_SUBPROCESSES
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import (
     GitInfo,
     Registration,
     build_registration,
     serialize,
 )
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.tokens import new_instance_id, new_token
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.tokens import new_instance_id, new_token
 
 TARGET_RATIO = 0.3
 Resolver = Callable[[Sequence[str]], Awaitable[Mapping[str, GitInfo | None]]]

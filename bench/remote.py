@@ -78,35 +78,39 @@ import nats.errors
 from nats.aio.client import RawCredentials
 
 import bench_support
-from pi_cross_session.cli import remote_peers
-from pi_cross_session.plugin.remote import files
-from pi_cross_session.plugin.remote.bucket import BucketSpec
-from pi_cross_session.plugin.remote.deployment import Deployment, MachineCard
-from pi_cross_session.plugin.remote.link import LinkConfig
-from pi_cross_session.plugin.remote.mirror import ensure_bucket_with
-from pi_cross_session.plugin.remote.natsd import NatsServer, TlsFiles, free_port
-from pi_cross_session.plugin.remote.pki import create as create_pki
-from pi_cross_session.plugin.remote.publish import sealed_record
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.frames import Hello, Message, Response, StatusQuery
-from pi_cross_session.protocol.io import discovery, environment
-from pi_cross_session.protocol.io.endpoint import Endpoint
-from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import (
+from pi_cross_session._internal.cli import remote_peers
+from pi_cross_session._internal.plugin.remote import files
+from pi_cross_session._internal.plugin.remote.bucket import BucketSpec
+from pi_cross_session._internal.plugin.remote.deployment import Deployment, MachineCard
+from pi_cross_session._internal.plugin.remote.link import LinkConfig
+from pi_cross_session._internal.plugin.remote.mirror import ensure_bucket_with
+from pi_cross_session._internal.plugin.remote.natsd import NatsServer, TlsFiles, free_port
+from pi_cross_session._internal.plugin.remote.pki import create as create_pki
+from pi_cross_session._internal.plugin.remote.publish import sealed_record
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.frames import Hello, Message, Response, StatusQuery
+from pi_cross_session._internal.protocol.io import discovery, environment
+from pi_cross_session._internal.protocol.io.endpoint import Endpoint
+from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Exchanger
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import (
     Registration,
     build_registration,
     parse_registration,
     serialize,
 )
-from pi_cross_session.protocol.remote import envelope as env
-from pi_cross_session.security.auth import Authenticator, LocalIdentity
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.io.sender_files import PeersDirFiles
-from pi_cross_session.security.remote.identity import MachineKey, PublicKey, parse_public_key
-from pi_cross_session.security.remote.nats_jwt import NKey, Role, creds_text
-from pi_cross_session.security.remote.pairing import MAC_BYTES, derive_pair
-from pi_cross_session.security.tokens import new_instance_id, new_token
+from pi_cross_session._internal.protocol.remote import envelope as env
+from pi_cross_session._internal.security.auth import Authenticator, LocalIdentity
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.io.sender_files import PeersDirFiles
+from pi_cross_session._internal.security.remote.identity import (
+    MachineKey,
+    PublicKey,
+    parse_public_key,
+)
+from pi_cross_session._internal.security.remote.nats_jwt import NKey, Role, creds_text
+from pi_cross_session._internal.security.remote.pairing import MAC_BYTES, derive_pair
+from pi_cross_session._internal.security.tokens import new_instance_id, new_token
 
 WAIT_S = 60.0
 PER_SENDER = 25

@@ -80,17 +80,17 @@ import anyio
 
 import bench_support
 import remote
-from pi_cross_session.plugin.capped import snapshot_path
-from pi_cross_session.plugin.remote import files
-from pi_cross_session.plugin.remote.hub import publish_roster
-from pi_cross_session.plugin.remote.link import Link, LinkConfig
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.remote.settings import (
+from pi_cross_session._internal.plugin.capped import snapshot_path
+from pi_cross_session._internal.plugin.remote import files
+from pi_cross_session._internal.plugin.remote.hub import publish_roster
+from pi_cross_session._internal.plugin.remote.link import Link, LinkConfig
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.remote.settings import (
     MAX_PROXIES,
     REMOTE_PUBLISH_EVERY_S,
     REMOTE_SCAN_EVERY_S,
 )
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.security.io import fs
 
 #: How long the deployment may take to come up, or to converge after the sessions start.
 WAIT_S = 240.0

@@ -94,24 +94,24 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 import bench_support
-from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
-from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.frames import Message, Sender
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
-from pi_cross_session.protocol.limits import (
+from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost, serve_inbox
+from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session._internal.protocol import paths
+from pi_cross_session._internal.protocol.frames import Message, Sender
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Exchanger
+from pi_cross_session._internal.protocol.limits import (
     CONNECTION_DEADLINE_S,
     IDLE_AFTER_HELLO_S,
     MAX_CONNECTIONS,
 )
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import (
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import (
     Registration,
     parse_registration,
 )
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.security.io import fs
 
 THIS_FILE: Final = os.path.abspath(__file__)
 #: Target: the legitimate p99 under attack is at most this many times the p99 at rest.

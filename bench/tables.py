@@ -30,8 +30,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pi_cross_session.protocol.limits import MAX_CACHE_ENTRIES, MAX_RATE_SENDERS, RATE_CAPACITY
-from pi_cross_session.security.limits import MessageIdLedger, RateLimiter, TextDedup
+from pi_cross_session._internal.protocol.limits import (
+    MAX_CACHE_ENTRIES,
+    MAX_RATE_SENDERS,
+    RATE_CAPACITY,
+)
+from pi_cross_session._internal.security.limits import MessageIdLedger, RateLimiter, TextDedup
 
 NOW = 1_000.0
 

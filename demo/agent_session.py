@@ -52,8 +52,8 @@ from pi_agent_core.types import AgentToolResult, Model
 from pi_agent_harness import AgentHarness, MemorySessionRepo
 from pi_agent_harness.env import LocalExecutionEnv
 
-from pi_cross_session.plugin.hosts import pi_python
-from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session._internal.plugin.hosts import pi_python
+from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
 
 # The module, not the function of the same name it exports (host-pi-python.md §1.11).
 langchain_stream = importlib.import_module("pi_agent_core.adapters.langchain_stream")

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pi_cross_session.protocol.io import environment
+from pi_cross_session._internal.protocol.io import environment
 
 HERE = Path(__file__).resolve().parent
 SESSION = HERE / "agent_session.py"

@@ -20,8 +20,8 @@ from typing import IO, Any
 
 import anyio
 
-from pi_cross_session.plugin import cli_identity, outbound
-from pi_cross_session.protocol.io import environment
+from pi_cross_session._internal.plugin import cli_identity, outbound
+from pi_cross_session._internal.protocol.io import environment
 
 CLI = [sys.executable, "-m", "pi_cross_session"]
 BOLD = "\033[1m" if sys.stdout.isatty() else ""

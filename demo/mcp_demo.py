@@ -35,7 +35,7 @@ from mcp.client import ClientSession, NotificationBinding
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from pydantic import BaseModel
 
-from pi_cross_session.protocol.io import environment
+from pi_cross_session._internal.protocol.io import environment
 
 CLI = [sys.executable, "-m", "pi_cross_session"]
 HERE = Path(__file__).resolve().parent

@@ -51,12 +51,12 @@ from agents_demo import (
     transcript,
     verdict,
 )
-from pi_cross_session.plugin.remote.natsd import free_port
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import build_registration, serialize
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.tokens import new_instance_id, new_token
+from pi_cross_session._internal.plugin.remote.natsd import free_port
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import build_registration, serialize
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.tokens import new_instance_id, new_token
 
 WAIT_S = 30.0
 #: How long a command has to stop after SIGTERM (the hub stops its gateway, then its server).

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.io import environment
+from pi_cross_session._internal.protocol import paths
+from pi_cross_session._internal.protocol.io import environment
 from tests import hypothesis_profiles
 
 pytest_plugins = ["tests.confinement", "tests.scratch"]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.protocol import frames as wire
-from pi_cross_session.protocol.errors import FrameValidationError
+from pi_cross_session._internal.protocol import frames as wire
+from pi_cross_session._internal.protocol.errors import FrameValidationError
 
 MANIFEST = Path(__file__).resolve().parent / "vectors" / "frames" / "manifest.json"
 DATA: dict[str, Any] = json.loads(MANIFEST.read_text(encoding="utf-8"))

@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.protocol import jsonwire
-from pi_cross_session.protocol.codec import (
+from pi_cross_session._internal.protocol import jsonwire
+from pi_cross_session._internal.protocol.codec import (
     ConnectionClosed,
     Event,
     Fault,
     Frame,
     FrameDecoder,
 )
-from pi_cross_session.protocol.errors import FrameError
-from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
+from pi_cross_session._internal.protocol.errors import FrameError
+from pi_cross_session._internal.protocol.limits import MAX_FRAME_BYTES
 from tests.data_paths import REFERENCE
 
 HERE = Path(__file__).resolve()

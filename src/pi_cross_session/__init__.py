@@ -8,14 +8,8 @@ For a tool, three calls (see ``docs/api.md``)::
     report = await pxs.send("reviewer", "Build is green")   # an honest receipt
     await pxs.run_inbox(handle)                             # receive, one message at a time
 
-The package has three layers, imported in one direction only:
-
-* :mod:`pi_cross_session.protocol` — the wire contract (sans-IO core) and thin I/O around it;
-* :mod:`pi_cross_session.security` — who may do what, and how much;
-* :mod:`pi_cross_session.plugin` — the host extension and the session runtime;
-
-and two fronts on top: the library (:mod:`pi_cross_session.api`, whose names this package
-exports) and the command line (:mod:`pi_cross_session.cli`).
+What a program may import is this package's names and :mod:`pi_cross_session.sanitize`;
+everything else lives in :mod:`pi_cross_session._internal` and may change without notice.
 """
 
 from __future__ import annotations
@@ -40,7 +34,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from pi_cross_session.api import (
+    from pi_cross_session._internal.api import (
         CrossSessionError,
         DeliveryOutcome,
         InboxMessage,
@@ -60,7 +54,7 @@ def __getattr__(name: str) -> object:
     # pydantic's models and the runtime (docs/api.md, "Importing"). So the library loads on
     # first use of one of its names.
     if name in __all__:
-        return getattr(importlib.import_module("pi_cross_session.api"), name)
+        return getattr(importlib.import_module("pi_cross_session._internal.api"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

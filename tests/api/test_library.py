@@ -14,11 +14,11 @@ import anyio
 import pytest
 
 import pi_cross_session as pxs
-from pi_cross_session.plugin import cli_identity
-from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.plugin import cli_identity
+from pi_cross_session._internal.protocol import paths
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.waiting import eventually
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.plugin import cli_identity, doctor
-from pi_cross_session.plugin.doctor import Finding, Severity
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.plugin import cli_identity, doctor
+from pi_cross_session._internal.plugin.doctor import Finding, Severity
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.io import fs
 from tests.support.file_state import exists, listdir, mode_of, tree_state, write_text
 from tests.support.processes import Inboxes, Result
 from tests.support.socket_peers import make_registration, publish

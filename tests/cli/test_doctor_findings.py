@@ -19,20 +19,20 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.plugin import doctor
-from pi_cross_session.plugin.doctor import Finding, Severity
-from pi_cross_session.plugin.doctor_settings import (
+from pi_cross_session._internal.plugin import doctor
+from pi_cross_session._internal.plugin.doctor import Finding, Severity
+from pi_cross_session._internal.plugin.doctor_settings import (
     DOCTOR_EXAMPLES,
     DOCTOR_FINDINGS_PER_KIND,
     DOCTOR_SAMPLE_PAST_WINDOW,
 )
-from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.limits import (
+from pi_cross_session._internal.protocol import paths
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.limits import (
     MAX_LISTED_REGISTRATIONS,
 )
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.io import fs
 from tests.cli.test_doctor import dead_pid, published
 from tests.hostile import files
 from tests.support.file_state import exists, tree_state

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.file_state import exists, mode_of, tree_state
 from tests.support.processes import Inboxes, InboxProcess, Result, run_cli
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pi_cross_session.plugin.remote import files
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.plugin.remote import files
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.file_state import mode_of, tree_state
 from tests.support.processes import CLI, Result, run_cli
 
@@ -31,7 +31,7 @@ WITHOUT_THE_EXTRA = (
     "            raise ModuleNotFoundError(f'No module named {name!r}')\n"
     "        return None\n"
     "sys.meta_path.insert(0, Missing())\n"
-    "from pi_cross_session.cli import main\n"
+    "from pi_cross_session._internal.cli import main\n"
     "sys.exit(main(sys.argv[1:]))\n",
 )
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.plugin import render
-from pi_cross_session.protocol.limits import DISPLAY_DIAGNOSTIC_CODE_POINTS
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.protocol.limits import DISPLAY_DIAGNOSTIC_CODE_POINTS
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.io import fs
 from tests.support.processes import Inboxes, Result, run_cli
 
 NOBODY = 65534

@@ -19,13 +19,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pi_cross_session.protocol import sanitize
-from pi_cross_session.protocol.frames import Sender
-from pi_cross_session.protocol.io import discovery
-from pi_cross_session.protocol.io.exchange import Exchanger
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol import sanitize
+from pi_cross_session._internal.protocol.frames import Sender
+from pi_cross_session._internal.protocol.io import discovery
+from pi_cross_session._internal.protocol.io.exchange import Exchanger
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.io import fs
 from tests.support.fake_receiver import fake_receiver, ready, respond
 from tests.support.processes import Inboxes, Result, run_cli
 from tests.support.socket_peers import make_message, make_registration, publish

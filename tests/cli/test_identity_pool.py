@@ -14,19 +14,19 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pi_cross_session.plugin import cli_identity
-from pi_cross_session.plugin.cli_identity import (
+from pi_cross_session._internal.plugin import cli_identity
+from pi_cross_session._internal.plugin.cli_identity import (
     ALL_SLOTS,
     Holder,
     IdentityBusyError,
     read_holder,
 )
-from pi_cross_session.plugin.cli_identity_settings import (
+from pi_cross_session._internal.plugin.cli_identity_settings import (
     CLI_IDENTITY_POOL,
     CLI_SENT_IDS_KEPT,
 )
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.io.fs import NotedLock
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.io.fs import NotedLock
 from tests.support.processes import Inboxes, Result, cli_env, run_cli, run_with_tty_stderr
 
 Cli = Callable[..., Result]
@@ -138,8 +138,8 @@ async def test_a_waiting_invocation_gets_the_identity_once_it_is_released(
 
 HOLDER_SCRIPT = """
 import sys, time
-from pi_cross_session.plugin.cli_identity import Holder
-from pi_cross_session.security.io.fs import NotedLock
+from pi_cross_session._internal.plugin.cli_identity import Holder
+from pi_cross_session._internal.security.io.fs import NotedLock
 lock = NotedLock(sys.argv[1])
 assert lock.try_acquire()
 lock.write_note(Holder(None, "a process about to be killed", None).to_bytes())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.file_state import mode_of
 from tests.support.processes import HOLD_S, Inboxes, Result
 

@@ -2,7 +2,7 @@
 
 Exit codes are part of the interface scripts use, so ``--help`` lists them, and the README and
 docs/operations.md carry the same table word for word (checked here against the source of truth,
-:data:`pi_cross_session.cli.exits.TABLE`).
+:data:`pi_cross_session._internal.cli.exits.TABLE`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.cli import exits
+from pi_cross_session._internal.cli import exits
 from tests.support.processes import Inboxes, Result, run_cli
 
 Cli = Callable[..., Result]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.plugin import cli_identity
-from pi_cross_session.protocol.io import discovery, environment
-from pi_cross_session.protocol.io.exchange import Exchanger
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.io.fs import NotedLock
+from pi_cross_session._internal.plugin import cli_identity
+from pi_cross_session._internal.protocol.io import discovery, environment
+from pi_cross_session._internal.protocol.io.exchange import Exchanger
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.io.fs import NotedLock
 from tests.support.file_state import exists, tree_state
 from tests.support.processes import Inboxes, Result, run_cli
 

@@ -14,15 +14,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pi_cross_session.plugin import cli_identity, outbound
-from pi_cross_session.plugin.cli_identity import Holder
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.io import discovery
-from pi_cross_session.protocol.io.exchange import Exchanger
-from pi_cross_session.protocol.limits import RATE_CAPACITY
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.io.fs import NotedLock
+from pi_cross_session._internal.plugin import cli_identity, outbound
+from pi_cross_session._internal.plugin.cli_identity import Holder
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.io import discovery
+from pi_cross_session._internal.protocol.io.exchange import Exchanger
+from pi_cross_session._internal.protocol.limits import RATE_CAPACITY
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.io.fs import NotedLock
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.clocks import FakeClock
 from tests.support.fake_receiver import SILENT, fake_receiver, ready

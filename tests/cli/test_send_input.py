@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
+from pi_cross_session._internal.protocol.limits import MAX_FRAME_BYTES
 from tests.support.processes import Inboxes, Result, run_cli
 
 Cli = Callable[..., Result]

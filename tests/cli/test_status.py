@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.plugin import cli_identity
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.plugin import cli_identity
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.file_state import mode_of
 from tests.support.processes import HOLD_S, Inboxes, Result
 

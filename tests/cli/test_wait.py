@@ -14,9 +14,9 @@ from typing import TypeVar
 import anyio
 import pytest
 
-from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.capabilities import CANCEL_SAFE_QUEUE
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.processes import (
     COMMAND_TIMEOUT_S,

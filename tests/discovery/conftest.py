@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import (
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import (
     Registration,
     Status,
     build_registration,
     serialize,
 )
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.tokens import new_instance_id, new_token
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.tokens import new_instance_id, new_token
 
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")

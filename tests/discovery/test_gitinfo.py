@@ -10,14 +10,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pi_cross_session.protocol.io import gitinfo
-from pi_cross_session.protocol.io.gitinfo import (
+from pi_cross_session._internal.protocol.io import gitinfo
+from pi_cross_session._internal.protocol.io.gitinfo import (
     NeedsGit,
     git_rev_parse,
     read_git_files,
     resolve_git_info,
 )
-from pi_cross_session.protocol.registration import GitInfo, parse_git_output
+from pi_cross_session._internal.protocol.registration import GitInfo, parse_git_output
 from tests.discovery.conftest import GIT, git, make_repo, needs_git
 from tests.support.bounds import MUST_HAPPEN_S
 

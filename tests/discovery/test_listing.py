@@ -15,11 +15,11 @@ import anyio.lowlevel
 import filelock
 import pytest
 
-from pi_cross_session.protocol.io.discovery import REAP_LOCK_NAME, Listing, list_peers
-from pi_cross_session.protocol.limits import PROBE_DEADLINE_S, PROBE_GUARD_MARGIN_S
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import GitInfo, Registration, serialize
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol.io.discovery import REAP_LOCK_NAME, Listing, list_peers
+from pi_cross_session._internal.protocol.limits import PROBE_DEADLINE_S, PROBE_GUARD_MARGIN_S
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import GitInfo, Registration, serialize
+from pi_cross_session._internal.security.io import fs
 from tests.discovery.conftest import (
     dead_pid,
     exists,

@@ -19,15 +19,15 @@ from typing import Any
 import anyio
 import pytest
 
-from pi_cross_session.plugin import outbound, render
-from pi_cross_session.plugin.outbound import Outbox
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.frames import Sender
-from pi_cross_session.protocol.io.discovery import Listing, list_peers
-from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import PublicPeer, Registration
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.plugin import outbound, render
+from pi_cross_session._internal.plugin.outbound import Outbox
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.frames import Sender
+from pi_cross_session._internal.protocol.io.discovery import Listing, list_peers
+from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Exchanger
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import PublicPeer, Registration
+from pi_cross_session._internal.security.io import fs
 from tests.discovery.conftest import dead_pid, make_registration, now_ms, publish
 from tests.support.socket_peers import make_message, running_peer
 

@@ -15,18 +15,18 @@ from typing import Any
 import anyio
 import pytest
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.errors import LocalProtocolError
-from pi_cross_session.protocol.io.discovery import Registrar, RegistrarStoppedError
-from pi_cross_session.protocol.limits import HEARTBEAT_INTERVAL_S
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import (
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.errors import LocalProtocolError
+from pi_cross_session._internal.protocol.io.discovery import Registrar, RegistrarStoppedError
+from pi_cross_session._internal.protocol.limits import HEARTBEAT_INTERVAL_S
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import (
     Registration,
     Status,
     UnpublishableRegistrationError,
     serialize,
 )
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.security.io import fs
 from tests.discovery.conftest import exists, make_registration, mock_clock_backend, now_ms
 from tests.support.waiting import eventually
 

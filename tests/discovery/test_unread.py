@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.plugin import commands, render, tools
-from pi_cross_session.protocol.io.discovery import Listing, list_peers
-from pi_cross_session.protocol.io.exchange import Exchanger
-from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.plugin import commands, render, tools
+from pi_cross_session._internal.protocol.io.discovery import Listing, list_peers
+from pi_cross_session._internal.protocol.io.exchange import Exchanger
+from pi_cross_session._internal.protocol.limits import MAX_LISTED_REGISTRATIONS
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.io import fs
 from tests.hostile import files
 from tests.support.processes import run_cli
 from tests.support.wire_session import running_receiver

@@ -18,16 +18,22 @@ from typing import Any, Final
 import anyio
 import pytest
 
-from pi_cross_session.protocol.codes import Code, refusal_text
-from pi_cross_session.protocol.credentials import PeerCredentials
-from pi_cross_session.protocol.frames import Hello, Message, PeerIdentity, Response, StatusQuery
-from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig
-from pi_cross_session.protocol.limits import (
+from pi_cross_session._internal.protocol.codes import Code, refusal_text
+from pi_cross_session._internal.protocol.credentials import PeerCredentials
+from pi_cross_session._internal.protocol.frames import (
+    Hello,
+    Message,
+    PeerIdentity,
+    Response,
+    StatusQuery,
+)
+from pi_cross_session._internal.protocol.io.endpoint import Endpoint, EndpointConfig
+from pi_cross_session._internal.protocol.limits import (
     CONNECTION_DEADLINE_S,
     IDLE_AFTER_HELLO_S,
     REQUEST_DEADLINE_AFTER_READY_S,
 )
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.security.io import fs
 from tests.drivers.conftest import EXACT, read_line, read_to_eof
 from tests.support.memory_streams import MemoryByteStream, memory_stream_pair
 

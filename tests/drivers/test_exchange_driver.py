@@ -19,11 +19,11 @@ import anyio
 import anyio.abc
 import pytest
 
-from pi_cross_session.protocol.codes import SenderState
-from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
-from pi_cross_session.protocol.limits import PROBE_DEADLINE_S, SEND_DEADLINE_S
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
+from pi_cross_session._internal.protocol.codes import SenderState
+from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Exchanger
+from pi_cross_session._internal.protocol.limits import PROBE_DEADLINE_S, SEND_DEADLINE_S
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
 from tests.drivers.conftest import EXACT, clock_held, read_line
 from tests.support.exchange_seams import StalledVetting
 from tests.support.memory_streams import MemoryByteStream, memory_stream_pair

@@ -18,8 +18,8 @@ from typing import Final
 
 import pytest
 
-from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.io import environment
+from pi_cross_session._internal.protocol import paths
+from pi_cross_session._internal.protocol.io import environment
 from tests.faults.injection import FaultyFiles, install
 
 #: The uid and gid an unprivileged process runs as when the tests run as root.

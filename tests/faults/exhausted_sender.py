@@ -18,8 +18,8 @@ import sys
 
 import anyio
 
-from pi_cross_session.plugin import cli_identity, outbound, render
-from pi_cross_session.protocol.io import environment
+from pi_cross_session._internal.plugin import cli_identity, outbound, render
+from pi_cross_session._internal.protocol.io import environment
 
 
 async def main(target: str, text: str) -> None:

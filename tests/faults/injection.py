@@ -1,11 +1,11 @@
 """The file layer a running session uses, with registration writes that fail on demand.
 
 :class:`SessionRuntime` hands its :class:`Registrar` (and its endpoint, exchanger and listings) the
-module :mod:`pi_cross_session.security.io.fs` as their file operations. :class:`FaultyFiles`
-stands in for that module — :func:`install` puts it where the runtime looks it up — and delegates
-everything to it. Only registration writes are watched: each is recorded with its outcome, and
-while a fault is armed the *real* ``fs.write_registration`` runs with the one system call that
-would fail in that situation raising the ``OSError``:
+module :mod:`pi_cross_session._internal.security.io.fs` as their file operations.
+:class:`FaultyFiles` stands in for that module — :func:`install` puts it where the runtime looks it
+up — and delegates everything to it. Only registration writes are watched: each is recorded with its
+outcome, and while a fault is armed the *real* ``fs.write_registration`` runs with the one system
+call that would fail in that situation raising the ``OSError``:
 
 * ``ENOSPC`` (disk full) from ``write(2)`` of the temp file's bytes;
 * ``EACCES`` (permission denied) from ``open(2)`` creating the temp file;
@@ -13,9 +13,9 @@ would fail in that situation raising the ``OSError``:
 * ``EIO`` from ``write(2)``, for anything else.
 
 So the error reaches the registrar exactly as the file layer translates it (a
-:class:`~pi_cross_session.security.io.fs.FileOperationError` whose code is the errno name), and the
-file layer's own cleanup of its temp file runs for real. The fault is thread-local to the chosen
-write's worker thread: nothing else in the process sees it.
+:class:`~pi_cross_session._internal.security.io.fs.FileOperationError` whose code is the errno
+name), and the file layer's own cleanup of its temp file runs for real. The fault is thread-local to
+the chosen write's worker thread: nothing else in the process sees it.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from typing import Any, Final
 
 import pytest
 
-from pi_cross_session.plugin import assembly as assembly_module
-from pi_cross_session.plugin import runtime as runtime_module
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.plugin import assembly as assembly_module
+from pi_cross_session._internal.plugin import runtime as runtime_module
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.io import fs
 
 #: Which system call fails for each injected errno.
 FAILING_CALL: Final = {

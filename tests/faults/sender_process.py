@@ -26,10 +26,10 @@ import time
 import uuid
 from typing import Any
 
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.registration import build_registration, serialize
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.tokens import new_instance_id, new_token
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.registration import build_registration, serialize
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.tokens import new_instance_id, new_token
 
 #: Text length of the message whose frame is cut: the frame stays under the 1 MiB cap.
 TEXT_CHARS = 1_000_000

@@ -35,12 +35,12 @@ from typing import Any, Final
 import anyio
 import pytest
 
-from pi_cross_session.plugin import commands, render
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.limits import DESCRIPTOR_RESERVE
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration, parse_registration
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.plugin import commands, render
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.limits import DESCRIPTOR_RESERVE
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration, parse_registration
+from pi_cross_session._internal.security.io import fs
 from tests.faults.injection import FaultyFiles
 from tests.socket.test_shedding import HOLDER
 from tests.support.processes import WatchedProcess, cli_env, run_cli

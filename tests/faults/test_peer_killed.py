@@ -24,10 +24,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.limits import LIFETIME_BUDGET
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.limits import LIFETIME_BUDGET
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.processes import WatchedProcess
 from tests.support.waiting import eventually
 from tests.support.wire_session import Receiver, assert_accounted, running_receiver

@@ -27,11 +27,11 @@ import stat
 import anyio
 import pytest
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.io.discovery import list_peers
-from pi_cross_session.protocol.io.exchange import Exchanger
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.io.discovery import list_peers
+from pi_cross_session._internal.protocol.io.exchange import Exchanger
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.io import fs
 from tests.faults.injection import FaultyFiles, temp_files
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.clocks import FakeClock

@@ -35,13 +35,13 @@ import anyio
 import anyio.abc
 import pytest
 
-from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.provenance import Provenance
-from pi_cross_session.security.turns import TurnEnding, TurnStarted
+from pi_cross_session._internal.plugin.runtime import SessionRuntime
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.errors import CrossSessionError
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.provenance import Provenance
+from pi_cross_session._internal.security.turns import TurnEnding, TurnStarted
 from tests.faults.conftest import Unprivileged
 from tests.faults.injection import FaultyFiles, leaf, temp_files
 from tests.support.bounds import MUST_HAPPEN_S

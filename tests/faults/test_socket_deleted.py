@@ -16,12 +16,12 @@ import uuid
 import anyio
 import pytest
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.frames import Message
-from pi_cross_session.protocol.io.discovery import list_peers
-from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.frames import Message
+from pi_cross_session._internal.protocol.io.discovery import list_peers
+from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Exchanger
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.io import fs
 from tests.support.clocks import FakeClock
 from tests.support.socket_peers import as_sender
 from tests.support.wire_session import assert_accounted, headless_session, on_disk, running_receiver

@@ -1,8 +1,8 @@
 """The wall clock stepping back an hour under a busy receiver (NTP, a suspended VM, a user).
 
-Admission reads two clocks (:class:`~pi_cross_session.security.admission.Clock`): the wall clock
-only to judge a message's ``sentAt`` (spec §5 step 6: older than 30 s or more than 5 s ahead is
-``expired``), the monotonic clock for everything that measures time — queue TTLs, the token
+Admission reads two clocks (:class:`~pi_cross_session._internal.security.admission.Clock`): the wall
+clock only to judge a message's ``sentAt`` (spec §5 step 6: older than 30 s or more than 5 s ahead
+is ``expired``), the monotonic clock for everything that measures time — queue TTLs, the token
 bucket, the text-dedup window, the turn-start grace. So after the step:
 
 * a message stamped by a sender whose clock did not step is an hour "in the future": ``expired``;
@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.limits import (
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.limits import (
     LIFETIME_BUDGET,
     MESSAGE_MAX_FUTURE_SKEW_S,
     QUEUE_TTL_S,
     RATE_CAPACITY,
     RATE_REFILL_PER_S,
 )
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.turns import TurnEnding
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.turns import TurnEnding
 from tests.support.clocks import FakeClock
 from tests.support.wire_session import WireSender, assert_accounted, running_receiver
 

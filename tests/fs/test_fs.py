@@ -25,17 +25,17 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.io.discovery import NameWindow
-from pi_cross_session.protocol.limits import (
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.errors import CrossSessionError
+from pi_cross_session._internal.protocol.io.discovery import NameWindow
+from pi_cross_session._internal.protocol.limits import (
     MAX_LISTED_REGISTRATIONS,
     MAX_REGISTRATION_BYTES,
     REGISTRATION_READ_ATTEMPTS,
 )
-from pi_cross_session.protocol.paths import instance_id_from_filename
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.io.fs import (
+from pi_cross_session._internal.protocol.paths import instance_id_from_filename
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.io.fs import (
     DirState,
     FileOperationError,
     Reason,

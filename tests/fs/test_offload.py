@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.protocol.io.offload import Offload
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol.io.offload import Offload
+from pi_cross_session._internal.security.io import fs
 from tests.support import platforms
 
 linux_only = platforms.linux_only("reads mountinfo")

@@ -19,14 +19,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pi_cross_session.plugin.hosts.headless import HeadlessHost
-from pi_cross_session.plugin.reports import SendReport
-from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.protocol.frames import Response
-from pi_cross_session.protocol.io.exchange import ExchangeConfig
-from pi_cross_session.security.goals import USER_TURN
-from pi_cross_session.security.provenance import PeerClaim, Provenance
-from pi_cross_session.security.turns import OurMessageStarted
+from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost
+from pi_cross_session._internal.plugin.reports import SendReport
+from pi_cross_session._internal.plugin.runtime import SessionRuntime
+from pi_cross_session._internal.protocol.frames import Response
+from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig
+from pi_cross_session._internal.security.goals import USER_TURN
+from pi_cross_session._internal.security.provenance import PeerClaim, Provenance
+from pi_cross_session._internal.security.turns import OurMessageStarted
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.raw_client import RawClient

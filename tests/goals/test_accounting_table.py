@@ -4,7 +4,12 @@ only for a message that waited in the queue."""
 
 from __future__ import annotations
 
-from pi_cross_session.protocol.codes import OK_RECEIPTS, PENDING_ROW_STATES, ROW_STATES, Code
+from pi_cross_session._internal.protocol.codes import (
+    OK_RECEIPTS,
+    PENDING_ROW_STATES,
+    ROW_STATES,
+    Code,
+)
 from tests.support.wire_session import _AFTER_RECEIPT
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.plugin.render import PEER_TEXT_NOTICE
-from pi_cross_session.protocol.limits import MAX_CACHE_ENTRIES, RATE_REFILL_PER_S
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.turns import TurnEnding
+from pi_cross_session._internal.plugin.render import PEER_TEXT_NOTICE
+from pi_cross_session._internal.protocol.limits import MAX_CACHE_ENTRIES, RATE_REFILL_PER_S
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.turns import TurnEnding
 from tests.goals.kit import OBJECTIVE, Peer, peer_session, send, start_goal
 from tests.support.waiting import eventually
 from tests.support.wire_session import (

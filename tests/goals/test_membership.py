@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.plugin.render import PEER_TEXT_NOTICE
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.goals import USER_TURN
+from pi_cross_session._internal.plugin.render import PEER_TEXT_NOTICE
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.goals import USER_TURN
 from tests.goals.kit import FORGED_GOAL, goal_sender, opening_claim, peer_session, send, start_goal
 from tests.support import raw_client
 from tests.support.wire_session import assert_accounted, running_receiver

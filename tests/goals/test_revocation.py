@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.plugin.commands import HostReport, status_data
-from pi_cross_session.protocol.limits import TURN_START_GRACE_S
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.goals import (
+from pi_cross_session._internal.plugin.commands import HostReport, status_data
+from pi_cross_session._internal.protocol.limits import TURN_START_GRACE_S
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.goals import (
     USER_TURN,
     Authority,
     AuthorityKind,
@@ -25,7 +25,7 @@ from pi_cross_session.security.goals import (
     GoalErrorCode,
     RevokeReason,
 )
-from pi_cross_session.security.turns import TurnEnding
+from pi_cross_session._internal.security.turns import TurnEnding
 from tests.goals.kit import opening_claim, peer_session, row_state, send, start_goal
 from tests.support.waiting import eventually
 from tests.support.wire_session import (

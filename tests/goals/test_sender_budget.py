@@ -21,20 +21,20 @@ from typing import Any
 import anyio
 import pytest
 
-from pi_cross_session.plugin.reports import SendReport
-from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
-from pi_cross_session.protocol.capabilities import CANCEL_SAFE_QUEUE, GOAL_SCOPED_PEER
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.io.exchange import ExchangeConfig
-from pi_cross_session.protocol.limits import (
+from pi_cross_session._internal.plugin.reports import SendReport
+from pi_cross_session._internal.protocol.bridge import BRIDGE_PREFIX
+from pi_cross_session._internal.protocol.capabilities import CANCEL_SAFE_QUEUE, GOAL_SCOPED_PEER
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig
+from pi_cross_session._internal.protocol.limits import (
     MAX_GOAL_CONFIRMATIONS,
     RATE_CAPACITY,
     RATE_REFILL_PER_S,
 )
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.goals import USER_TURN, GoalConfirmations, Reservation
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.goals import USER_TURN, GoalConfirmations, Reservation
 from tests.goals.kit import (
     FORGED_GOAL,
     accepted_connections,

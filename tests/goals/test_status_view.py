@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from pi_cross_session.plugin.commands import HostReport, status, status_data
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.goals import USER_TURN
+from pi_cross_session._internal.plugin.commands import HostReport, status, status_data
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.goals import USER_TURN
 from tests.goals.kit import OBJECTIVE, peer_session, send, start_goal
 from tests.support.wire_session import assert_accounted, running_receiver
 

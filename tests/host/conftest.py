@@ -17,11 +17,11 @@ import pytest
 from pi_agent_core.extensions import ExtensionAPI
 from pi_agent_harness import AgentHarness
 
-from pi_cross_session.plugin.hosts import pi_python
-from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
-from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol.io.exchange import ExchangeConfig
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.plugin.hosts import pi_python
+from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost, serve_inbox
+from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.host.pi_harness import (
     ScriptedChat,
     langchain_stream,

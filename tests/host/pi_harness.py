@@ -28,11 +28,11 @@ from pi_agent_core.types import AgentToolResult, Model
 from pi_agent_harness import AgentHarness, MemorySessionRepo
 from pi_agent_harness.env import LocalExecutionEnv
 
-from pi_cross_session.plugin.hosts import pi_python
-from pi_cross_session.plugin.hosts.headless import HeadlessHost
-from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol.io.exchange import ExchangeConfig
-from pi_cross_session.security.goals import TaskHandle, TaskKind
+from pi_cross_session._internal.plugin.hosts import pi_python
+from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost
+from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig
+from pi_cross_session._internal.security.goals import TaskHandle, TaskKind
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.waiting import eventually
 

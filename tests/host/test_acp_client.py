@@ -13,10 +13,10 @@ import anyio
 import pytest
 from acp import text_block
 
-from pi_cross_session.plugin import cli_identity, outbound
-from pi_cross_session.plugin.reports import SendReport
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import PublicPeer
+from pi_cross_session._internal.plugin import cli_identity, outbound
+from pi_cross_session._internal.plugin.reports import SendReport
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import PublicPeer
 from tests.host.acp_agent import ACP_WAIT_S, POLL_S, AcpAgent, acp_agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

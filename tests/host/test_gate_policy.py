@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from pi_cross_session.security.gate import (
+from pi_cross_session._internal.security.gate import (
     DEFAULT_GATED_TOOLS,
     NO_TURN,
     Category,

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.plugin.hosts.pi_python import GOAL_EVIDENCE_TYPE
-from pi_cross_session.plugin.runtime import SessionRuntime
+from pi_cross_session._internal.plugin.hosts.pi_python import GOAL_EVIDENCE_TYPE
+from pi_cross_session._internal.plugin.runtime import SessionRuntime
 from tests.host.pi_harness import (
     GOAL_BOUND_TURN,
     GoalHarness,

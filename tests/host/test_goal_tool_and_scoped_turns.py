@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.hosts.pi_python import GOAL_EVIDENCE_TYPE
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.goals import LOCAL_COMMAND
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.hosts.pi_python import GOAL_EVIDENCE_TYPE
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.goals import LOCAL_COMMAND
 from tests.host.conftest import headless_peer
 from tests.host.pi_harness import (
     GOAL_BOUND_TURN,

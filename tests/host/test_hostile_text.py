@@ -29,14 +29,14 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from pi_agent_harness.types import NoticeEvent
 
-from pi_cross_session.plugin import render
-from pi_cross_session.protocol import sanitize
-from pi_cross_session.protocol.capabilities import ADVERTISED
-from pi_cross_session.protocol.frames import WIRE_VERSION, Message, Sender
-from pi_cross_session.protocol.io.exchange import Exchanger
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration, parse_registration
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.protocol import sanitize
+from pi_cross_session._internal.protocol.capabilities import ADVERTISED
+from pi_cross_session._internal.protocol.frames import WIRE_VERSION, Message, Sender
+from pi_cross_session._internal.protocol.io.exchange import Exchanger
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration, parse_registration
+from pi_cross_session._internal.security.io import fs
 from tests.host.pi_harness import (
     PEER_HEADER,
     ScriptedChat,

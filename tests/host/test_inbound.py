@@ -12,11 +12,11 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from pi_agent_core.extensions import ExtensionAPI
 
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.hosts import pi_python
-from pi_cross_session.plugin.hosts.pi_python import CUSTOM_TYPE
-from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.security.admission import Delivery
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.hosts import pi_python
+from pi_cross_session._internal.plugin.hosts.pi_python import CUSTOM_TYPE
+from pi_cross_session._internal.plugin.runtime import SessionRuntime
+from pi_cross_session._internal.security.admission import Delivery
 from tests.host.pi_harness import (
     PEER_HEADER,
     POLL_S,

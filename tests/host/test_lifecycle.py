@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.plugin.hosts import pi_python
-from pi_cross_session.plugin.hosts.headless import HeadlessHost
-from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.turns import TurnEvent, TurnStarted
+from pi_cross_session._internal.plugin.hosts import pi_python
+from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost
+from pi_cross_session._internal.plugin.runtime import SessionRuntime
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.turns import TurnEvent, TurnStarted
 from tests.host.pi_harness import (
     Recorder,
     ScriptedChat,

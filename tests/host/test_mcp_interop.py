@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from pi_cross_session.plugin import render
-from pi_cross_session.protocol.io.exchange import ExchangeConfig
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.host.conftest import PEER_PROBE_S
 from tests.host.pi_harness import ScriptedChat, call_tool, runtime_of, say, text_of
 from tests.mcp.kit import mcp_peer

@@ -16,8 +16,8 @@ from typing import Any
 import anyio
 import pytest
 
-from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.plugin.runtime import SessionRuntime
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.host.pi_harness import POLL_S, WAIT_S, Peer, reply_text, runtime_of
 
 pytestmark = pytest.mark.anyio

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pi_cross_session.plugin.options import (
+from pi_cross_session._internal.plugin.options import (
     INBOUND_ENTRY_TYPE,
     NAME_ENTRY_TYPE,
     InboundSource,

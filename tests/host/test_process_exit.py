@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.paths import Locations
 
 CHILD = """
 import asyncio, os, sys
-from pi_cross_session.plugin.hosts import pi_python
+from pi_cross_session._internal.plugin.hosts import pi_python
 from tests.host.pi_harness import new_harness, runtime_of
 
 async def main() -> None:

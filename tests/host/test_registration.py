@@ -11,8 +11,8 @@ from pi_agent_cli.config import PermissionMode
 from pi_agent_cli.permissions import needs_permission
 from pi_agent_core.extensions import ExtensionLoader
 
-from pi_cross_session.plugin import commands, tools
-from pi_cross_session.plugin.hosts import pi_python
+from pi_cross_session._internal.plugin import commands, tools
+from pi_cross_session._internal.plugin.hosts import pi_python
 from tests.host.pi_harness import reply_text, runtime_of
 
 pytestmark = pytest.mark.anyio

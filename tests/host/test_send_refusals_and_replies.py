@@ -14,8 +14,8 @@ import anyio
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from pi_cross_session.protocol.limits import RATE_CAPACITY
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.limits import RATE_CAPACITY
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.host.conftest import headless_peer
 from tests.host.pi_harness import (
     PEER_HEADER,

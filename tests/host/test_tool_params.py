@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from pi_cross_session.plugin.tools import ListPiParams, SendPiMessageParams
+from pi_cross_session._internal.plugin.tools import ListPiParams, SendPiMessageParams
 
 ASTRAL = "\U0001f600"  # one code point, two UTF-16 units
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from pi_cross_session.plugin import render
+from pi_cross_session._internal.plugin import render
 from tests.host.pi_harness import Peer, ScriptedChat, call_tool, runtime_of, say, text_of
 from tests.support.waiting import eventually
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.hostile.live import LiveReceiver, live_receiver
 
 

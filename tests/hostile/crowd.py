@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from pi_cross_session.protocol.registration import Registration
+from pi_cross_session._internal.protocol.registration import Registration
 
 #: The holder: argv = socket path, count, the first line of a probe (without its LF).
 SCRIPT: Final = r"""

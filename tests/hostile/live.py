@@ -26,12 +26,12 @@ from typing import Any, Final
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.frames import Response
-from pi_cross_session.protocol.io.endpoint import EndpointStatistics
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.limits import MessageIdLedger
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.frames import Response
+from pi_cross_session._internal.protocol.io.endpoint import EndpointStatistics
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.limits import MessageIdLedger
 from tests.hostile import files
 from tests.hostile.model import Identity, Outcome, ReceiverModel
 from tests.hostile.strategies import encode, hello_obj

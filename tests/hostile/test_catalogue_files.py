@@ -26,15 +26,18 @@ from typing import Any, Final
 import anyio
 import pytest
 
-from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.protocol.frames import Sender
-from pi_cross_session.protocol.io.discovery import Listing, NameWindow, list_peers
-from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
-from pi_cross_session.protocol.limits import MAX_LISTED_REGISTRATIONS, MAX_REGISTRATION_BYTES
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.io.fs import Reason, UnsafePathError
+from pi_cross_session._internal.plugin.runtime import SessionRuntime
+from pi_cross_session._internal.protocol.frames import Sender
+from pi_cross_session._internal.protocol.io.discovery import Listing, NameWindow, list_peers
+from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Exchanger
+from pi_cross_session._internal.protocol.limits import (
+    MAX_LISTED_REGISTRATIONS,
+    MAX_REGISTRATION_BYTES,
+)
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.io.fs import Reason, UnsafePathError
 from tests.hostile import files
 from tests.hostile.model import Identity
 from tests.hostile.strategies import hello_obj, message_obj

@@ -1,7 +1,7 @@
 """Peer strings in our logs: a log line a peer wrote into cannot be split, recoloured or forged.
 
 A log is a sink like a terminal (it is often read in one): every record that includes a string a
-peer controls formats it with :func:`~pi_cross_session.protocol.sanitize.line`.
+peer controls formats it with :func:`~pi_cross_session._internal.protocol.sanitize.line`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.protocol.io.gitinfo import resolve_git_info
+from pi_cross_session._internal.protocol.io.gitinfo import resolve_git_info
 from tests.support.hostile_text import ESC, FORGED_LINE, unsafe_in
 
 pytestmark = pytest.mark.anyio
@@ -35,7 +35,7 @@ async def test_a_peer_cwd_git_must_read_is_logged_as_one_escaped_line(
     # A cwd inside the git dir: the fast reader leaves it to git, and says why in a debug log.
     cwd = tree / ".git" / HOSTILE_DIR
     cwd.mkdir()
-    caplog.set_level(logging.DEBUG, logger="pi_cross_session.protocol.io.gitinfo")
+    caplog.set_level(logging.DEBUG, logger="pi_cross_session._internal.protocol.io.gitinfo")
     await resolve_git_info([str(cwd)])
     [record] = [r for r in caplog.records if "needs git" in r.getMessage()]
     message = record.getMessage()

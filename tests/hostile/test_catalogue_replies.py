@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.plugin import render, tools
-from pi_cross_session.plugin.reports import SendReport
-from pi_cross_session.protocol.capabilities import ADVERTISED
-from pi_cross_session.protocol.codes import Code, classify
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
+from pi_cross_session._internal.plugin import render, tools
+from pi_cross_session._internal.plugin.reports import SendReport
+from pi_cross_session._internal.protocol.capabilities import ADVERTISED
+from pi_cross_session._internal.protocol.codes import Code, classify
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
 from tests.support.fake_receiver import (
     Reply,
     Step,

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.limits import MAX_CACHE_ENTRIES, RATE_CAPACITY
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.limits import MessageIdLedger, RateLimiter, TextDedup
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.limits import MAX_CACHE_ENTRIES, RATE_CAPACITY
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.limits import MessageIdLedger, RateLimiter, TextDedup
 from tests.goals.kit import GoalWireSender, goal_sender
 from tests.hostile.talk import still_serving
 from tests.support.wire_session import Receiver, assert_accounted, running_receiver

@@ -18,10 +18,10 @@ from typing import Any, Final
 import anyio
 import pytest
 
-from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig
-from pi_cross_session.protocol.limits import MAX_CONNECTIONS
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
+from pi_cross_session._internal.protocol.io.endpoint import Endpoint, EndpointConfig
+from pi_cross_session._internal.protocol.limits import MAX_CONNECTIONS
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
 from tests.hostile import files
 from tests.hostile.live import identity
 from tests.hostile.model import BOM, BRIDGE_PREFIX, FRAME_CAP, Identity

@@ -34,9 +34,9 @@ from typing import Final
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.limits import MAX_CONNECTIONS
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.limits import MAX_CONNECTIONS
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.hostile.crowd import crowd
 from tests.hostile.live import LiveReceiver, identity, live_receiver
 from tests.hostile.model import BOM, FRAME_CAP, MAX_CONTAINERS, MAX_SEPARATORS, MAX_STRINGS

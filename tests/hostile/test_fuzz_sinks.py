@@ -32,15 +32,19 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.plugin import outbound, render, reports
-from pi_cross_session.protocol import sanitize
-from pi_cross_session.protocol.capabilities import ADVERTISED
-from pi_cross_session.protocol.frames import Sender
-from pi_cross_session.protocol.io.discovery import Listing
-from pi_cross_session.protocol.io.exchange import Exchanger
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import PublicPeer, Registration, parse_registration
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.plugin import outbound, render, reports
+from pi_cross_session._internal.protocol import sanitize
+from pi_cross_session._internal.protocol.capabilities import ADVERTISED
+from pi_cross_session._internal.protocol.frames import Sender
+from pi_cross_session._internal.protocol.io.discovery import Listing
+from pi_cross_session._internal.protocol.io.exchange import Exchanger
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import (
+    PublicPeer,
+    Registration,
+    parse_registration,
+)
+from pi_cross_session._internal.security.io import fs
 from tests.hostile import files
 from tests.hostile.test_fuzz_endpoint import EXAMPLES, fuzz_settings
 from tests.support.fake_receiver import Reply, fake_receiver, ready, response_body, response_line

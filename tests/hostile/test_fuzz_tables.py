@@ -30,9 +30,9 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.limits import MessageIdLedger, RateLimiter, TextDedup
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.limits import MessageIdLedger, RateLimiter, TextDedup
 from tests.hostile.live import converse, identity, parse_replies
 from tests.hostile.model import Identity
 from tests.hostile.strategies import CAPABILITY, encode, hello_obj, message_obj, status_obj

@@ -35,16 +35,16 @@ from typing import Any, Final
 
 import pytest
 
-from pi_cross_session.plugin import outbound, render
-from pi_cross_session.plugin.reports import SendReport
-from pi_cross_session.protocol.capabilities import DELIVERY_RECEIPTS, GOAL_SCOPED_PEER
-from pi_cross_session.protocol.frames import Sender
-from pi_cross_session.protocol.io import discovery
-from pi_cross_session.protocol.io.exchange import ExchangeConfig, Exchanger
-from pi_cross_session.protocol.limits import SEND_DEADLINE_S
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.plugin import outbound, render
+from pi_cross_session._internal.plugin.reports import SendReport
+from pi_cross_session._internal.protocol.capabilities import DELIVERY_RECEIPTS, GOAL_SCOPED_PEER
+from pi_cross_session._internal.protocol.frames import Sender
+from pi_cross_session._internal.protocol.io import discovery
+from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig, Exchanger
+from pi_cross_session._internal.protocol.limits import SEND_DEADLINE_S
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.io import fs
 from tests.support import raw_client
 from tests.support.fake_receiver import SILENT, FakeReceiver, Reply, Step, fake_receiver
 from tests.support.raw_client import RawClient

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.protocol import frames as wire
-from pi_cross_session.protocol.errors import FrameError
+from pi_cross_session._internal.protocol import frames as wire
+from pi_cross_session._internal.protocol.errors import FrameError
 from tests.data_paths import REFERENCE
 
 TRANSCRIPTS = sorted(REFERENCE.glob("*.wire.jsonl"))

@@ -1,7 +1,7 @@
 """An MCP peer in the test's own process: the real server, runtime and endpoint, driven by the
 SDK's real client over the SDK's in-memory transport.
 
-:func:`mcp_peer` runs :func:`~pi_cross_session.plugin.hosts.mcp.serve_streams` (what
+:func:`mcp_peer` runs :func:`~pi_cross_session._internal.plugin.hosts.mcp.serve_streams` (what
 ``pi-cross-session mcp`` runs on stdin and stdout) on a fake clock and connects a
 :class:`mcp.client.ClientSession` to it, with a binding that records every channel notification.
 Senders are ``WireSender``s (tests/support/wire_session.py): published registrations that speak
@@ -23,10 +23,15 @@ from mcp.client import ClientSession, NotificationBinding
 from mcp.shared.memory import create_client_server_memory_streams
 from pydantic import BaseModel
 
-from pi_cross_session.plugin.hosts.mcp import CHANNEL_METHOD, McpHost, McpOptions, serve_streams
-from pi_cross_session.plugin.hosts.mcp_seat import DeliveryMode
-from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.plugin.hosts.mcp import (
+    CHANNEL_METHOD,
+    McpHost,
+    McpOptions,
+    serve_streams,
+)
+from pi_cross_session._internal.plugin.hosts.mcp_seat import DeliveryMode
+from pi_cross_session._internal.plugin.runtime import SessionRuntime
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.clocks import FakeClock
 from tests.support.waiting import eventually
 from tests.support.wire_session import Ledger, SessionViews, runtime_options

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.protocol.io import environment
+from pi_cross_session._internal.protocol.io import environment
 
 CLAUDE = os.environ.get("PI_XS_CLAUDE") or shutil.which("claude")
 pytestmark = pytest.mark.skipif(CLAUDE is None, reason="no Claude Code binary here")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.plugin.hosts.mcp_seat import DeliveryMode
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.plugin.hosts.mcp_seat import DeliveryMode
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.interop.test_reference_conversations import (
     DEFAULT_PHASE,
     IDLE_AFTER_HELLO_S,

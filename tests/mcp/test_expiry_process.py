@@ -13,8 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pi_cross_session.cli import exits
-from pi_cross_session.plugin import render
+from pi_cross_session._internal.cli import exits
+from pi_cross_session._internal.plugin import render
 from tests.mcp.test_process import mcp_process
 from tests.support.processes import (
     CLI,

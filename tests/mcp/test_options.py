@@ -18,10 +18,10 @@ import pytest
 from mcp.client import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from pi_cross_session.plugin import tools
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.registration import Registration
+from pi_cross_session._internal.plugin import tools
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.registration import Registration
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.raw_client import CAPABILITIES
 from tests.support.socket_peers import published_sender

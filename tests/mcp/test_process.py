@@ -21,12 +21,12 @@ from mcp.client import ClientSession, NotificationBinding
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.hosts.mcp import CHANNEL_METHOD
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.hosts.mcp import CHANNEL_METHOD
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
 from tests.mcp.kit import ChannelParams
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.processes import CLI

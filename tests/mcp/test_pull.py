@@ -10,15 +10,15 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.hosts.mcp_settings import (
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.hosts.mcp_settings import (
     MAX_PULL_MESSAGES,
 )
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.limits import (
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.limits import (
     QUEUE_TTL_S,
 )
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.mcp.kit import mcp_peer
 from tests.support.waiting import eventually
 from tests.support.wire_session import LEGACY, assert_accounted

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.hosts.mcp_seat import DeliveryMode
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.hosts.mcp_seat import DeliveryMode
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.mcp.kit import mcp_peer
 from tests.support.waiting import eventually
 from tests.support.wire_session import assert_accounted

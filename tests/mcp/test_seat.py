@@ -9,13 +9,13 @@ import anyio
 import pytest
 from mcp.shared.message import SessionMessage
 
-from pi_cross_session.plugin.hosts.mcp import McpHost, McpOptions
-from pi_cross_session.plugin.hosts.mcp_seat import DeliveryMode, Seat, SeatBusyError
-from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.admission import Delivery
-from pi_cross_session.security.turns import (
+from pi_cross_session._internal.plugin.hosts.mcp import McpHost, McpOptions
+from pi_cross_session._internal.plugin.hosts.mcp_seat import DeliveryMode, Seat, SeatBusyError
+from pi_cross_session._internal.plugin.runtime import SessionRuntime
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.admission import Delivery
+from pi_cross_session._internal.security.turns import (
     ModelReplied,
     OurMessageStarted,
     TurnEnded,

@@ -23,19 +23,19 @@ import anyio.abc
 import mcp_types as types
 import pytest
 
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.hosts.mcp import CHANNEL_METHOD
-from pi_cross_session.plugin.hosts.mcp_settings import (
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.hosts.mcp import CHANNEL_METHOD
+from pi_cross_session._internal.plugin.hosts.mcp_settings import (
     MAX_PULL_MESSAGES,
 )
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.limits import (
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.limits import (
     MAX_QUEUED,
     RATE_CAPACITY,
 )
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.raw_client import CAPABILITIES
 from tests.support.socket_peers import published_sender

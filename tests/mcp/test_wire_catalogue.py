@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.plugin.hosts.mcp_seat import DeliveryMode
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.plugin.hosts.mcp_seat import DeliveryMode
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.hostile.live import identity
 from tests.hostile.model import Identity
 from tests.hostile.strategies import hello_obj

@@ -20,7 +20,7 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from pi_cross_session.protocol import frames
+from pi_cross_session._internal.protocol import frames
 from tests.support.raw_client import parse_reply
 
 SCRIPT: Final = str(Path(__file__).with_name("connect_client.py"))

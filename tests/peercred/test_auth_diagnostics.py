@@ -10,12 +10,12 @@ import os
 
 import pytest
 
-from pi_cross_session.protocol.credentials import PeerCredentials
-from pi_cross_session.protocol.frames import Hello
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.auth import AUTH_FAILED_TEXT, Authenticator, LocalIdentity
-from pi_cross_session.security.io.sender_files import PeersDirFiles
+from pi_cross_session._internal.protocol.credentials import PeerCredentials
+from pi_cross_session._internal.protocol.frames import Hello
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.auth import AUTH_FAILED_TEXT, Authenticator, LocalIdentity
+from pi_cross_session._internal.security.io.sender_files import PeersDirFiles
 from tests.support import raw_client
 from tests.support.socket_peers import make_registration, published_sender
 

@@ -17,18 +17,18 @@ import os
 
 import pytest
 
-from pi_cross_session.plugin import commands
-from pi_cross_session.protocol.credentials import PeerCredentials
-from pi_cross_session.protocol.frames import Hello
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.auth import (
+from pi_cross_session._internal.plugin import commands
+from pi_cross_session._internal.protocol.credentials import PeerCredentials
+from pi_cross_session._internal.protocol.frames import Hello
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.auth import (
     AUTH_FAILED_TEXT,
     Authenticator,
     LocalIdentity,
     SenderPins,
 )
-from pi_cross_session.security.io.sender_files import PeersDirFiles
+from pi_cross_session._internal.security.io.sender_files import PeersDirFiles
 from tests.peercred.other_process import other_process
 from tests.support import platforms, raw_client
 from tests.support.raw_client import RawClient

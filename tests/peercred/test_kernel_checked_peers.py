@@ -17,13 +17,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pi_cross_session.plugin import commands
-from pi_cross_session.protocol.credentials import PeerCredentials
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.io.peercred import read_peer_credentials
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.auth import AUTH_FAILED_TEXT
+from pi_cross_session._internal.plugin import commands
+from pi_cross_session._internal.protocol.credentials import PeerCredentials
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.io.peercred import read_peer_credentials
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.auth import AUTH_FAILED_TEXT
 from tests.peercred.other_process import other_process
 from tests.support import platforms, raw_client
 from tests.support.processes import run_cli

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.file_state import exists
 from tests.support.processes import PeerProcess, PeerProcesses
 

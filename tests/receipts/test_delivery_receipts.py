@@ -21,19 +21,19 @@ import anyio
 import pytest
 from pydantic import ValidationError
 
-from pi_cross_session.cli import main
-from pi_cross_session.plugin import commands, render, reports
-from pi_cross_session.plugin.tools import SendPiMessageParams
-from pi_cross_session.protocol.capabilities import (
+from pi_cross_session._internal.cli import main
+from pi_cross_session._internal.plugin import commands, render, reports
+from pi_cross_session._internal.plugin.tools import SendPiMessageParams
+from pi_cross_session._internal.protocol.capabilities import (
     ADVERTISED,
     CANCEL_SAFE_QUEUE,
     DELIVERY_RECEIPTS,
     GOAL_SCOPED_PEER,
 )
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.provenance import Provenance
-from pi_cross_session.security.turns import OurMessageStarted, TurnStarted
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.provenance import Provenance
+from pi_cross_session._internal.security.turns import OurMessageStarted, TurnStarted
 from tests.support.clocks import FakeClock
 from tests.support.socket_peers import running_peer
 from tests.support.waiting import eventually

@@ -22,11 +22,11 @@ from typing import Any
 import anyio
 import pytest
 
-from pi_cross_session.cli import exits
-from pi_cross_session.plugin.remote import files
-from pi_cross_session.protocol.codes import OK_RECEIPTS
-from pi_cross_session.protocol.remote import envelope as env
-from pi_cross_session.security.remote.pairing import MAC_BYTES
+from pi_cross_session._internal.cli import exits
+from pi_cross_session._internal.plugin.remote import files
+from pi_cross_session._internal.protocol.codes import OK_RECEIPTS
+from pi_cross_session._internal.protocol.remote import envelope as env
+from pi_cross_session._internal.security.remote.pairing import MAC_BYTES
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.remote import Fleet, Machine, RawMachine, Tap, connect_as, fleet_at
 from tests.support.waiting import eventually
@@ -244,9 +244,9 @@ def test_nothing_from_nats_is_parsed_before_its_origin_is_verified(
     """The gateway runs in this process so its parses can be counted: junk on a request subject
     of an unknown origin, junk with a forged signature under a trusted origin, on request and on
     record subjects, costly-shaped or not, is never parsed; the one signed request is."""
-    from pi_cross_session.plugin.remote.gateway import Gateway, GatewayOptions
-    from pi_cross_session.plugin.remote.link import Link, LinkConfig
-    from pi_cross_session.protocol.remote import envelope as envelope_module
+    from pi_cross_session._internal.plugin.remote.gateway import Gateway, GatewayOptions
+    from pi_cross_session._internal.plugin.remote.link import Link, LinkConfig
+    from pi_cross_session._internal.protocol.remote import envelope as envelope_module
 
     fleet = open_fleet
     fleet.start_server()
@@ -376,11 +376,11 @@ def test_a_machine_whose_requests_and_records_keep_failing_is_paused_then_heard_
     from nats.errors import NoRespondersError
     from nats.errors import TimeoutError as NatsTimeout
 
-    from pi_cross_session.plugin.remote.gateway import Gateway, GatewayOptions
-    from pi_cross_session.plugin.remote.link import Link, LinkConfig
-    from pi_cross_session.security.remote.pauses import MachinePauses
+    from pi_cross_session._internal.plugin.remote.gateway import Gateway, GatewayOptions
+    from pi_cross_session._internal.plugin.remote.link import Link, LinkConfig
+    from pi_cross_session._internal.security.remote.pauses import MachinePauses
 
-    caplog.set_level(logging.INFO, logger="pi_cross_session.plugin.remote.gateway")
+    caplog.set_level(logging.INFO, logger="pi_cross_session._internal.plugin.remote.gateway")
     fleet.start_server()
     buildbox = fleet.machine("buildbox")
     laptop = RawMachine("laptop", fleet=fleet)

@@ -9,10 +9,10 @@ import time
 
 import anyio
 
-from pi_cross_session.protocol.codes import OK_RECEIPTS, Code
-from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
-from pi_cross_session.protocol.registration import parse_registration
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol.codes import OK_RECEIPTS, Code
+from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Exchanger
+from pi_cross_session._internal.protocol.registration import parse_registration
+from pi_cross_session._internal.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.remote import Fleet
 from tests.support.socket_peers import as_sender, make_message, published_sender

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import anyio
 
-from pi_cross_session.cli import exits
-from pi_cross_session.protocol.remote.envelope import request_subject
-from pi_cross_session.security.remote.pairing import MAC_BYTES
+from pi_cross_session._internal.cli import exits
+from pi_cross_session._internal.protocol.remote.envelope import request_subject
+from pi_cross_session._internal.security.remote.pairing import MAC_BYTES
 from tests.support.remote import Fleet, Machine, RawMachine, Tap, raw_request, reply_of
 
 
@@ -309,9 +309,9 @@ def test_a_killed_local_gateway_leaves_proxies_that_listings_reap_and_sends_call
     """SIGKILL gives the gateway no chance to remove its proxies' files: they stay, naming a dead
     pid, with sockets nobody listens on. A listing must neither show them nor wait on them, and a
     send must end at once with an answer that says the peer is not there."""
-    from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
-    from pi_cross_session.protocol.registration import parse_registration
-    from pi_cross_session.security.io import fs
+    from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Exchanger
+    from pi_cross_session._internal.protocol.registration import parse_registration
+    from pi_cross_session._internal.security.io import fs
     from tests.support.socket_peers import make_registration
 
     laptop, _buildbox, local_gateway, proxy = fleet.bob_behind_a_proxy()
@@ -329,7 +329,7 @@ def test_a_killed_local_gateway_leaves_proxies_that_listings_reap_and_sends_call
     sender = make_registration(laptop.locations, "sender")
 
     async def send() -> ExchangeError:
-        from pi_cross_session.protocol.frames import Message, Sender
+        from pi_cross_session._internal.protocol.frames import Message, Sender
 
         message = Message.model_validate(
             {

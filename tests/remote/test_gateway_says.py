@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.plugin.remote import pki
-from pi_cross_session.plugin.remote.natsd import TlsFiles, free_port
+from pi_cross_session._internal.plugin.remote import pki
+from pi_cross_session._internal.plugin.remote.natsd import TlsFiles, free_port
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.remote import READY_LINE, Fleet, GatewayProcess, fleet_at
 

@@ -25,7 +25,7 @@ from typing import Any, Final
 import anyio
 import pytest
 
-from pi_cross_session.cli import exits
+from pi_cross_session._internal.cli import exits
 from tests.support import netns
 from tests.support.netns import Host, HostProcess, Network, Run, Spawn, Step
 from tests.support.waiting import eventually

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.plugin.remote.natsd import free_port
-from pi_cross_session.security.remote.nats_jwt import NKey, Role
+from pi_cross_session._internal.plugin.remote.natsd import free_port
+from pi_cross_session._internal.security.remote.nats_jwt import NKey, Role
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.hub_hosts import JOIN_LINE, Host, hub_hosts, join_words, wait_listed
 

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.plugin.remote import files
-from pi_cross_session.plugin.remote.link import NatsProblem
-from pi_cross_session.plugin.remote.natsd import free_port
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.remote.join import Refusal
-from pi_cross_session.protocol.remote.rotate import ROTATE, RotateAsk, signed_bytes
+from pi_cross_session._internal.plugin.remote import files
+from pi_cross_session._internal.plugin.remote.link import NatsProblem
+from pi_cross_session._internal.plugin.remote.natsd import free_port
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.remote.join import Refusal
+from pi_cross_session._internal.protocol.remote.rotate import ROTATE, RotateAsk, signed_bytes
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.hub_hosts import HubHost, hub_hosts, join_words, wait_listed
 from tests.support.key_rotation import credentials_refusal, hub_answer, wait_printed

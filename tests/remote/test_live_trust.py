@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
-from pi_cross_session.plugin.remote import files
-from pi_cross_session.protocol.remote.settings import REMOTE_RECORD_TTL_S
+from pi_cross_session._internal.plugin.remote import files
+from pi_cross_session._internal.protocol.remote.settings import REMOTE_RECORD_TTL_S
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.remote import Fleet
 

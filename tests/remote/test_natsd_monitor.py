@@ -7,7 +7,7 @@ import json
 import urllib.request
 from pathlib import Path
 
-from pi_cross_session.plugin.remote.natsd import NatsServer, free_port, server_config
+from pi_cross_session._internal.plugin.remote.natsd import NatsServer, free_port, server_config
 
 
 def test_no_monitoring_port_unless_asked_for(tmp_path: Path) -> None:

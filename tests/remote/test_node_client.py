@@ -10,10 +10,10 @@ from typing import Any
 
 import anyio
 
-from pi_cross_session.protocol import frames
-from pi_cross_session.protocol.io.exchange import ExchangeError, Exchanger
-from pi_cross_session.protocol.registration import Registration, parse_registration
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol import frames
+from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Exchanger
+from pi_cross_session._internal.protocol.registration import Registration, parse_registration
+from pi_cross_session._internal.security.io import fs
 from tests.support import raw_client
 from tests.support.raw_client import REPLY_KEYS, RawClient, line
 from tests.support.remote import Fleet, Machine

@@ -18,12 +18,12 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
-from pi_cross_session.plugin.remote import files
-from pi_cross_session.protocol.codes import OK_RECEIPTS
-from pi_cross_session.protocol.io.exchange import Exchanger
-from pi_cross_session.protocol.registration import Registration, parse_registration
-from pi_cross_session.protocol.remote import envelope as env
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.plugin.remote import files
+from pi_cross_session._internal.protocol.codes import OK_RECEIPTS
+from pi_cross_session._internal.protocol.io.exchange import Exchanger
+from pi_cross_session._internal.protocol.registration import Registration, parse_registration
+from pi_cross_session._internal.protocol.remote import envelope as env
+from pi_cross_session._internal.security.io import fs
 from tests.support.remote import Fleet, Machine, Tap, connect_as
 from tests.support.socket_peers import as_sender, make_message, published_sender
 

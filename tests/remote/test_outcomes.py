@@ -19,12 +19,12 @@ import time
 import anyio
 import pytest
 
-from pi_cross_session import api
-from pi_cross_session.cli import exits, remote_peers
-from pi_cross_session.cli.console import Console
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.reports import SendReport
-from pi_cross_session.protocol.remote.settings import REMOTE_SNAPSHOT_REFRESH_S
+from pi_cross_session._internal import api
+from pi_cross_session._internal.cli import exits, remote_peers
+from pi_cross_session._internal.cli.console import Console
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.reports import SendReport
+from pi_cross_session._internal.protocol.remote.settings import REMOTE_SNAPSHOT_REFRESH_S
 from tests.support.remote import Fleet, Machine
 from tests.support.waiting import eventually
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pi_cross_session.cli import exits
-from pi_cross_session.protocol.remote.envelope import request_subject
+from pi_cross_session._internal.cli import exits
+from pi_cross_session._internal.protocol.remote.envelope import request_subject
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.processes import Result
 from tests.support.remote import Fleet, Machine, Tap

@@ -16,11 +16,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pi_cross_session.cli import exits
-from pi_cross_session.protocol.codes import OK_RECEIPTS
-from pi_cross_session.protocol.limits import LIFETIME_BUDGET, RATE_CAPACITY
-from pi_cross_session.protocol.remote.envelope import request_subject
-from pi_cross_session.security.remote.pairing import MAC_BYTES
+from pi_cross_session._internal.cli import exits
+from pi_cross_session._internal.protocol.codes import OK_RECEIPTS
+from pi_cross_session._internal.protocol.limits import LIFETIME_BUDGET, RATE_CAPACITY
+from pi_cross_session._internal.protocol.remote.envelope import request_subject
+from pi_cross_session._internal.security.remote.pairing import MAC_BYTES
 from tests.support.processes import InboxProcess
 from tests.support.remote import Fleet, Machine, RawMachine, fleet_at, raw_request, reply_of
 

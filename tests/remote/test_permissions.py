@@ -1,7 +1,8 @@
 """Who may do what on a deployment's NATS (docs/remote.md, "Who may do what"): each row of
-:mod:`pi_cross_session.security.remote.permissions`, tried over a real nats-server by a machine
-holding its own valid credentials, is refused by the server, while the same act by the machine it
-belongs to works (so no test passes because nothing works at all). Revocation cuts a machine off
+:mod:`pi_cross_session._internal.security.remote.permissions`, tried over a real nats-server by a
+machine holding its own valid credentials, is refused by the server, while the same act by the
+machine it belongs to works (so no test passes because nothing works at all). Revocation cuts a
+machine off
 within seconds, and a gateway reports a send NATS refused as ``permission_denied``, at once."""
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ import nats.errors
 import pytest
 from nats.aio.client import Client, RawCredentials
 
-from pi_cross_session.cli import exits
-from pi_cross_session.plugin.remote import files
-from pi_cross_session.plugin.remote.bucket import BucketSpec, problems
-from pi_cross_session.plugin.remote.link import Link, LinkConfig
-from pi_cross_session.protocol.codes import OK_RECEIPTS
-from pi_cross_session.protocol.io.exchange import Exchanger
-from pi_cross_session.protocol.registration import Registration, parse_registration
-from pi_cross_session.protocol.remote.envelope import (
+from pi_cross_session._internal.cli import exits
+from pi_cross_session._internal.plugin.remote import files
+from pi_cross_session._internal.plugin.remote.bucket import BucketSpec, problems
+from pi_cross_session._internal.plugin.remote.link import Link, LinkConfig
+from pi_cross_session._internal.protocol.codes import OK_RECEIPTS
+from pi_cross_session._internal.protocol.io.exchange import Exchanger
+from pi_cross_session._internal.protocol.registration import Registration, parse_registration
+from pi_cross_session._internal.protocol.remote.envelope import (
     KV_STREAM,
     inbox_prefix,
     record_subject,
@@ -34,10 +35,10 @@ from pi_cross_session.protocol.remote.envelope import (
     requests_from,
     requests_to,
 )
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.remote import nats_jwt
-from pi_cross_session.security.remote.nats_jwt import NKey, Permissions, Role
-from pi_cross_session.security.remote.permissions import (
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.remote import nats_jwt
+from pi_cross_session._internal.security.remote.nats_jwt import NKey, Permissions, Role
+from pi_cross_session._internal.security.remote.permissions import (
     BUCKET_INFO_SUBJECT,
     BUCKET_READ_SUBJECT,
     machine_permissions,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from pi_cross_session.cli import exits
+from pi_cross_session._internal.cli import exits
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.remote import Fleet
 

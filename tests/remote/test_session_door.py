@@ -16,11 +16,11 @@ from pathlib import Path
 
 import anyio
 
-from pi_cross_session.protocol.limits import (
+from pi_cross_session._internal.protocol.limits import (
     MAX_CONNECTIONS,
 )
-from pi_cross_session.protocol.remote.envelope import request_subject
-from pi_cross_session.protocol.remote.settings import (
+from pi_cross_session._internal.protocol.remote.envelope import request_subject
+from pi_cross_session._internal.protocol.remote.settings import (
     REMOTE_DELIVERIES_PER_SESSION,
     REMOTE_DELIVERY_DEADLINE_S,
     REMOTE_IN_FLIGHT_PER_MACHINE,

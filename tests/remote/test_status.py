@@ -13,12 +13,12 @@ from typing import Any
 
 import anyio
 
-from pi_cross_session.plugin import remote_state
-from pi_cross_session.plugin.capped import snapshot_path
-from pi_cross_session.plugin.remote import pki
-from pi_cross_session.plugin.remote.natsd import TlsFiles
-from pi_cross_session.protocol.remote import envelope as env
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.plugin import remote_state
+from pi_cross_session._internal.plugin.capped import snapshot_path
+from pi_cross_session._internal.plugin.remote import pki
+from pi_cross_session._internal.plugin.remote.natsd import TlsFiles
+from pi_cross_session._internal.protocol.remote import envelope as env
+from pi_cross_session._internal.security.io import fs
 from tests.support.hostile_text import ATTACKS, FORGED_LINE, unsafe_in
 from tests.support.processes import run_cli
 from tests.support.remote import Fleet, Machine, RawMachine

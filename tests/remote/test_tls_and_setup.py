@@ -6,8 +6,8 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from pi_cross_session.cli import exits
-from pi_cross_session.plugin.remote.natsd import TlsFiles
+from pi_cross_session._internal.cli import exits
+from pi_cross_session._internal.plugin.remote.natsd import TlsFiles
 from tests.support.remote import Fleet
 
 

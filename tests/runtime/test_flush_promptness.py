@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.io.discovery import Registrar
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.io.discovery import Registrar
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.wire_session import eventually, running_receiver
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
-from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol.io.exchange import ExchangeConfig
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost, serve_inbox
+from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.waiting import eventually
 

@@ -17,11 +17,11 @@ import anyio
 import anyio.abc
 import pytest
 
-from pi_cross_session.protocol.io.exchange import ExchangeConfig
-from pi_cross_session.protocol.limits import PROBE_DEADLINE_S, PROBE_GUARD_MARGIN_S
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig
+from pi_cross_session._internal.protocol.limits import PROBE_DEADLINE_S, PROBE_GUARD_MARGIN_S
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.fake_receiver import ready
 from tests.support.socket_peers import make_registration, publish

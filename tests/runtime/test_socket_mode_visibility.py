@@ -7,7 +7,7 @@ import os
 import anyio
 import pytest
 
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.runtime.test_headless_pair import session
 
 pytestmark = pytest.mark.anyio

@@ -26,9 +26,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from pi_cross_session.protocol.io import sockets
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.io import sockets
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.socket.test_shedding import holder, probe_ok, wait_open
 from tests.support.raw_client import RawClient
 from tests.support.socket_peers import PeerHandle, running_peer

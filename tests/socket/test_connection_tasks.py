@@ -10,10 +10,10 @@ from contextlib import AsyncExitStack
 import anyio
 import pytest
 
-from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig, InboundHandler
-from pi_cross_session.protocol.limits import MAX_IDLE_CONNECTION_TASKS
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol.io.endpoint import Endpoint, EndpointConfig, InboundHandler
+from pi_cross_session._internal.protocol.limits import MAX_IDLE_CONNECTION_TASKS
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.io import fs
 from tests.support import raw_client
 from tests.support.memory_inbox import MemoryInbox
 from tests.support.raw_client import RawClient

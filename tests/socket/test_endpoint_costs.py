@@ -23,10 +23,10 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from pi_cross_session.protocol.io import memory
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.io import memory
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.limits import MAX_FRAME_BYTES
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.socket.test_shedding import probe_ok
 from tests.support.raw_client import RawClient
 from tests.support.socket_peers import settled_peer

@@ -15,9 +15,9 @@ from contextlib import AsyncExitStack
 import anyio
 import pytest
 
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.limits import MAX_CONNECTIONS, MAX_FRAME_BYTES
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.limits import MAX_CONNECTIONS, MAX_FRAME_BYTES
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.raw_client import BOM, RawClient, exchange_raw, hello, line, message_body
 from tests.support.socket_peers import assert_still_serving, published_sender, settled_peer
 

@@ -14,8 +14,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from pi_cross_session.protocol.capabilities import ADVERTISED
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.capabilities import ADVERTISED
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.data_paths import REFERENCE
 from tests.support.raw_client import (
     BOM,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
 from tests.support.raw_client import exchange_raw, line, message_body
 from tests.support.socket_peers import (
     assert_still_serving,

@@ -13,17 +13,17 @@ from typing import Any
 import anyio
 import pytest
 
-from pi_cross_session.protocol.codes import SenderState
-from pi_cross_session.protocol.frames import Message
-from pi_cross_session.protocol.io.exchange import (
+from pi_cross_session._internal.protocol.codes import SenderState
+from pi_cross_session._internal.protocol.frames import Message
+from pi_cross_session._internal.protocol.io.exchange import (
     ExchangeConfig,
     ExchangeError,
     Exchanger,
     Receipt,
 )
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.io import fs
 from tests.support.exchange_seams import StalledVetting
 from tests.support.fake_receiver import (
     ABSENT,

@@ -13,13 +13,18 @@ import socket
 import anyio
 import pytest
 
-from pi_cross_session.protocol.capabilities import ADVERTISED, CANCEL_SAFE_QUEUE
-from pi_cross_session.protocol.codes import SenderState
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.io.exchange import ExchangeConfig, ExchangeError, Exchanger, Receipt
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol.capabilities import ADVERTISED, CANCEL_SAFE_QUEUE
+from pi_cross_session._internal.protocol.codes import SenderState
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.io.exchange import (
+    ExchangeConfig,
+    ExchangeError,
+    Exchanger,
+    Receipt,
+)
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.io import fs
 from tests.support.exchange_seams import CountingConnect, RecordingVetting, StalledVetting
 from tests.support.socket_peers import (
     PeerHandle,

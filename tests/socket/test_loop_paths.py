@@ -20,9 +20,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from pi_cross_session.protocol.io import loop, sockets
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol.io import loop, sockets
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
 
 pytestmark = pytest.mark.anyio

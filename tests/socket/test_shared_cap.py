@@ -10,8 +10,8 @@ from contextlib import AsyncExitStack
 import anyio
 import pytest
 
-from pi_cross_session.protocol.fairness import SharedCap
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.fairness import SharedCap
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.raw_client import RawClient

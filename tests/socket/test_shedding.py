@@ -28,8 +28,8 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.raw_client import RawClient

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.protocol.io.exchange import ExchangeError, Receipt
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Receipt
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.socket_peers import make_message, running_peer
 
 pytestmark = pytest.mark.anyio

@@ -1,6 +1,7 @@
-"""A test bench for :class:`~pi_cross_session.security.admission.Admission`: a clock that only moves
-when told to, a host that records (or refuses) submissions, the session's turn tracker (which the
-kit's ``turn_*`` methods feed as a host adapter would), and factories for callers and messages.
+"""A test bench for :class:`~pi_cross_session._internal.security.admission.Admission`: a clock that
+only moves when told to, a host that records (or refuses) submissions, the session's turn tracker
+(which the kit's ``turn_*`` methods feed as a host adapter would), and factories for callers and
+messages.
 
 Nothing here sleeps or touches a socket; every deadline is crossed by :meth:`FakeClock.advance`.
 """
@@ -13,24 +14,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
-from pi_cross_session.protocol.capabilities import ADVERTISED, CANCEL_SAFE_QUEUE
-from pi_cross_session.protocol.codes import RETRYABLE, Code
-from pi_cross_session.protocol.frames import Message, Response, StatusQuery
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.registration import Registration, build_registration
-from pi_cross_session.security.admission import Admission, Delivery, Row
-from pi_cross_session.security.auth import Caller, LocalIdentity
-from pi_cross_session.security.goals import LOCAL_COMMAND, Goals, Member, Scope
-from pi_cross_session.security.limits import (
+from pi_cross_session._internal.protocol import paths
+from pi_cross_session._internal.protocol.bridge import BRIDGE_PREFIX
+from pi_cross_session._internal.protocol.capabilities import ADVERTISED, CANCEL_SAFE_QUEUE
+from pi_cross_session._internal.protocol.codes import RETRYABLE, Code
+from pi_cross_session._internal.protocol.frames import Message, Response, StatusQuery
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.registration import Registration, build_registration
+from pi_cross_session._internal.security.admission import Admission, Delivery, Row
+from pi_cross_session._internal.security.auth import Caller, LocalIdentity
+from pi_cross_session._internal.security.goals import LOCAL_COMMAND, Goals, Member, Scope
+from pi_cross_session._internal.security.limits import (
     LifetimeBudget,
     MessageIdLedger,
     RateLimiter,
     TextDedup,
 )
-from pi_cross_session.security.provenance import PeerClaim, Provenance
-from pi_cross_session.security.turns import (
+from pi_cross_session._internal.security.provenance import PeerClaim, Provenance
+from pi_cross_session._internal.security.turns import (
     OurMessageStarted,
     Settle,
     TurnAbandoned,

@@ -1,14 +1,14 @@
 """The fork server's own process: the command line imported once, forked for every command.
 
 Run as ``python cli_zygote.py SOCKET`` by :mod:`tests.support.forked`, never by a test directly.
-It imports ``pi_cross_session.cli`` and every command module, prints ``ready``, and then, for each
-connection on ``SOCKET`` (one request: arguments, environment, working directory, and the three
-standard descriptors passed with ``SCM_RIGHTS``):
+It imports ``pi_cross_session._internal.cli`` and every command module, prints ``ready``, and then,
+for each connection on ``SOCKET`` (one request: arguments, environment, working directory, and the
+three standard descriptors passed with ``SCM_RIGHTS``):
 
 1. forks a *monitor*, which forks the *command*: a process that puts the passed descriptors on 0, 1
    and 2, closes every other descriptor, takes the request's environment, directory and arguments,
-   and runs :func:`pi_cross_session.cli.main` the way ``python -m pi_cross_session`` does (the
-   ``SystemExit`` it raises ends the process through the interpreter's normal exit: ``atexit``,
+   and runs :func:`pi_cross_session._internal.cli.main` the way ``python -m pi_cross_session`` does
+   (the ``SystemExit`` it raises ends the process through the interpreter's normal exit: ``atexit``,
    flushed streams, joined threads);
 2. the monitor writes the command's pid on the connection, waits for it, writes its wait status,
    and exits;
@@ -159,12 +159,12 @@ def _stdio(fd: int, mode: str, like: TextIO, *, unbuffered: bool) -> TextIO:
 if __name__ == "__main__":
     # As under ``-m``: the working directory first on the path, not this script's directory.
     sys.path[0] = os.getcwd()
-    import pi_cross_session.cli as cli
+    import pi_cross_session._internal.cli as cli
 
     # Every command's module (the command line's own table of them), so that no command pays
     # for an import after the fork.
     for name in cli._RUNNERS.values():
-        importlib.import_module(f"pi_cross_session.cli.{name}")
+        importlib.import_module(f"pi_cross_session._internal.cli.{name}")
     # What the imports made is kept out of every collection: a command's garbage collections
     # and its exit would otherwise touch, and so copy, every page of the imported heap (a forked
     # ``--version`` cost 128 ms of CPU without this, 39 ms with it).

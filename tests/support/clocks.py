@@ -1,7 +1,8 @@
 """A fake clock for tests: wall time and monotonic time that move only when the test says so.
 
-The package takes its time from an injected :class:`~pi_cross_session.security.admission.Clock`;
-tests hand it :attr:`FakeClock.clock`, so every deadline and window is crossed by
+The package takes its time from an injected
+:class:`~pi_cross_session._internal.security.admission.Clock`; tests hand it
+:attr:`FakeClock.clock`, so every deadline and window is crossed by
 :meth:`FakeClock.advance`, never by sleeping.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from pi_cross_session.security.admission import Clock
+from pi_cross_session._internal.security.admission import Clock
 
 #: An arbitrary, fixed epoch (2023-11-14) so replies and rows are reproducible.
 START_WALL_MS: Final = 1_700_000_000_000

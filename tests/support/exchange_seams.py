@@ -7,7 +7,7 @@ import threading
 import anyio
 import anyio.abc
 
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
 
 #: How long :meth:`StalledVetting.finish` waits for the released call to return.

@@ -21,9 +21,9 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.socket_peers import make_registration, publish
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pi_cross_session.protocol import paths
+from pi_cross_session._internal.protocol import paths
 
 
 def exists(path: str | os.PathLike[str]) -> bool:

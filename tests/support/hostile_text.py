@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 from typing import Any, Final
 
-from pi_cross_session.protocol import sanitize
+from pi_cross_session._internal.protocol import sanitize
 
 ESC: Final = "\x1b"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import anyio
 
-from pi_cross_session.protocol.io import environment
+from pi_cross_session._internal.protocol.io import environment
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.processes import CLI, InboxProcess, WatchedProcess, cli_env, run_cli
 from tests.support.waiting import eventually

@@ -10,9 +10,14 @@ from pathlib import Path
 
 import anyio
 
-from pi_cross_session.plugin.remote.link import ConnectError, Link, LinkConfig, NatsProblem
-from pi_cross_session.protocol.remote.join import Refusal
-from pi_cross_session.protocol.remote.rotate import (
+from pi_cross_session._internal.plugin.remote.link import (
+    ConnectError,
+    Link,
+    LinkConfig,
+    NatsProblem,
+)
+from pi_cross_session._internal.protocol.remote.join import Refusal
+from pi_cross_session._internal.protocol.remote.rotate import (
     RotateAnswer,
     RotateAsk,
     read_rotate_answer,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.protocol import frames, jsonwire
+from pi_cross_session._internal.protocol import frames, jsonwire
 
 
 def count_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:

@@ -4,7 +4,8 @@ The endpoint tests need a handler that is not the full admission pipeline, so th
 check is the endpoint alone. This one answers probes, refuses messages on probe-only connections,
 refuses blank texts and repeated message ids, and keeps every admitted message with a state a
 status query can read; after ``LIFETIME_BUDGET`` admissions it refuses with ``budget_exhausted``.
-Production sessions always run :class:`~pi_cross_session.security.receiver.SessionReceiver`.
+Production sessions always run
+:class:`~pi_cross_session._internal.security.receiver.SessionReceiver`.
 """
 
 from __future__ import annotations
@@ -12,17 +13,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pi_cross_session.protocol.codes import Code, refusal_text
-from pi_cross_session.protocol.credentials import PeerCredentials
-from pi_cross_session.protocol.frames import (
+from pi_cross_session._internal.protocol.codes import Code, refusal_text
+from pi_cross_session._internal.protocol.credentials import PeerCredentials
+from pi_cross_session._internal.protocol.frames import (
     UNKNOWN_REQUEST_ID,
     Hello,
     Message,
     Response,
     StatusQuery,
 )
-from pi_cross_session.protocol.limits import LIFETIME_BUDGET
-from pi_cross_session.security.auth import Authenticator, Caller
+from pi_cross_session._internal.protocol.limits import LIFETIME_BUDGET
+from pi_cross_session._internal.security.auth import Authenticator, Caller
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +41,8 @@ class InboxEntry:
 
 
 class MemoryInbox:
-    """An :class:`~pi_cross_session.protocol.io.endpoint.InboundHandler` keeping messages in
+    """An :class:`~pi_cross_session._internal.protocol.io.endpoint.InboundHandler` keeping messages
+    in
     memory."""
 
     def __init__(

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from pi_cross_session.protocol.paths import RUNTIME_PARENT
+from pi_cross_session._internal.protocol.paths import RUNTIME_PARENT
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.processes import WatchedProcess
 

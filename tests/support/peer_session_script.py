@@ -34,9 +34,9 @@ from typing import Any
 
 import anyio
 
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.hosts.headless import HeadlessHost, HostEvent, serve_inbox
-from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost, HostEvent, serve_inbox
+from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
 
 
 def emit(event: str, **data: Any) -> None:

@@ -34,7 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Final
 
-from pi_cross_session.protocol.io import environment
+from pi_cross_session._internal.protocol.io import environment
 from tests.support.socket_peers import make_registration, publish
 
 #: The one capability the reference advertises; ours (goal scope, delivery receipts) are absent.

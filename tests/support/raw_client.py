@@ -17,8 +17,8 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
-from pi_cross_session.protocol import frames
-from pi_cross_session.protocol.registration import Registration
+from pi_cross_session._internal.protocol import frames
+from pi_cross_session._internal.protocol.registration import Registration
 from tests.support.bounds import MUST_HAPPEN_S
 
 #: Keys every reply carries, in the order the reference emits them (spec §3.4).

@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-from pi_cross_session.plugin.remote.natsd import NatsServer
-from pi_cross_session.protocol.io import environment
+from pi_cross_session._internal.plugin.remote.natsd import NatsServer
+from pi_cross_session._internal.protocol.io import environment
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.processes import CLI, InboxProcess, Result, WatchedProcess, cli_env, run_cli
 
@@ -83,7 +83,7 @@ class Machine:
         self.gateway: GatewayProcess | None = None
         # In process: a command-line start costs a second or two on a loaded machine, and
         # ``remote init``/``trust`` have tests of their own.
-        from pi_cross_session.plugin.remote import files
+        from pi_cross_session._internal.plugin.remote import files
 
         identity = files.init_identity(self.locations, name)
         files.save_trust(self.locations, files.load_trust(self.locations).with_inbound(True))
@@ -97,8 +97,8 @@ class Machine:
         return run_cli(self.agent_dir, *args, cwd=self.workdir, timeout=timeout)
 
     def trust(self, *others: Machine | RawMachine) -> None:
-        from pi_cross_session.plugin.remote import files
-        from pi_cross_session.security.remote.identity import parse_public_key
+        from pi_cross_session._internal.plugin.remote import files
+        from pi_cross_session._internal.security.remote.identity import parse_public_key
 
         trust = files.load_trust(self.locations)
         for other in others:
@@ -171,7 +171,7 @@ class Fleet:
     """Machines and NATS servers of one test; :meth:`close` ends every process."""
 
     def __init__(self, root: Path, *, open_deployment: bool = False) -> None:
-        from pi_cross_session.plugin.remote.deployment import Deployment
+        from pi_cross_session._internal.plugin.remote.deployment import Deployment
 
         self.root = root
         self.servers: list[NatsServer] = []
@@ -189,7 +189,7 @@ class Fleet:
 
     def admit(self, card: str, name: str) -> str:
         """Admit a machine into the deployment; its user JWT."""
-        from pi_cross_session.plugin.remote.deployment import MachineCard
+        from pi_cross_session._internal.plugin.remote.deployment import MachineCard
 
         assert self.deployment is not None
         now = int(time.time())
@@ -229,7 +229,7 @@ class Fleet:
 
     def start_cluster(self, size: int = 3) -> list[NatsServer]:
         """``size`` routed servers, started, with the bucket replicated on all of them."""
-        from pi_cross_session.plugin.remote.natsd import free_port
+        from pi_cross_session._internal.plugin.remote.natsd import free_port
 
         ports = [free_port() for _ in range(size)]
         nodes = [
@@ -257,9 +257,9 @@ class Fleet:
         an open server, the first gateway makes it)."""
         if self.deployment is None:
             return
-        from pi_cross_session.plugin.remote.bucket import BucketSpec
-        from pi_cross_session.plugin.remote.link import LinkConfig
-        from pi_cross_session.plugin.remote.mirror import ensure_bucket_with
+        from pi_cross_session._internal.plugin.remote.bucket import BucketSpec
+        from pi_cross_session._internal.plugin.remote.link import LinkConfig
+        from pi_cross_session._internal.plugin.remote.mirror import ensure_bucket_with
 
         config = LinkConfig(
             servers=tuple(urls),
@@ -337,8 +337,8 @@ class RawMachine:
     (the clock, the nonce, a replay) and see the one reply the gateway gives."""
 
     def __init__(self, name: str, *, account: str = "pi-xs", fleet: Fleet | None = None) -> None:
-        from pi_cross_session.security.remote.identity import MachineKey
-        from pi_cross_session.security.remote.nats_jwt import NKey, Role, creds_text
+        from pi_cross_session._internal.security.remote.identity import MachineKey
+        from pi_cross_session._internal.security.remote.nats_jwt import NKey, Role, creds_text
 
         self.name = name
         self.account = account
@@ -370,7 +370,7 @@ class RawMachine:
         """A signed ``send`` envelope, and its nonce."""
         import secrets
 
-        from pi_cross_session.protocol.remote import envelope as env
+        from pi_cross_session._internal.protocol.remote import envelope as env
 
         # The machine's own clock, skewed or not, stamps both the envelope and the message.
         now = time.time_ns() // 1_000_000 if at_ms is None else at_ms
@@ -401,8 +401,8 @@ class RawMachine:
     def sealed_for(self, to: str, data: bytes) -> bytes:
         """``data`` behind the MAC of this machine's pair with the fleet's machine ``to``, as a
         gateway sends a request (a machine the fleet does not have: a MAC nobody takes)."""
-        from pi_cross_session.security.remote.identity import MachineKey, parse_public_key
-        from pi_cross_session.security.remote.pairing import derive_pair
+        from pi_cross_session._internal.security.remote.identity import MachineKey, parse_public_key
+        from pi_cross_session._internal.security.remote.pairing import derive_pair
 
         known = [m for m in (self.fleet.machines if self.fleet else []) if m.name == to]
         to_key = (
@@ -417,8 +417,8 @@ class RawMachine:
     def record(self, instance_id: str, name: str, *, seq: int, at_ms: int | None = None) -> bytes:
         """A signed record of a live session ``name`` of this machine (for its key in the
         bucket)."""
-        from pi_cross_session.plugin.remote.publish import sealed_record
-        from pi_cross_session.protocol.remote import envelope as env
+        from pi_cross_session._internal.plugin.remote.publish import sealed_record
+        from pi_cross_session._internal.protocol.remote import envelope as env
 
         now = time.time_ns() // 1_000_000 if at_ms is None else at_ms
         body = env.PeerRecord(
@@ -443,7 +443,7 @@ async def connect_as(url: str, creds: str | None, *, machine: str | None = None)
     import nats
     from nats.aio.client import RawCredentials
 
-    from pi_cross_session.protocol.remote.envelope import inbox_prefix
+    from pi_cross_session._internal.protocol.remote.envelope import inbox_prefix
 
     options: dict[str, Any] = {}
     if creds is not None:
@@ -474,8 +474,8 @@ def reply_of(data: bytes | None) -> tuple[str, str] | None:
     """``(outcome, status)`` of a reply (its MAC not checked: the test only reads it)."""
     if data is None:
         return None
-    from pi_cross_session.protocol.remote import envelope as env
-    from pi_cross_session.security.remote.pairing import MAC_BYTES
+    from pi_cross_session._internal.protocol.remote import envelope as env
+    from pi_cross_session._internal.security.remote.pairing import MAC_BYTES
 
     body = env.decode(data[MAC_BYTES:]).read_body()
     assert isinstance(body, env.ReplyBody)

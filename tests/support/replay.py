@@ -7,8 +7,8 @@
   recorded identity is replaced, nothing else is touched, so a rewritten frame keeps the recorded
   shape, order and (identities having the same lengths) size.
 * :class:`ReplayHost` and :func:`live_receiver` are the receiving side: a real
-  :class:`~pi_cross_session.plugin.runtime.SessionRuntime` (real endpoint, authentication and
-  admission) on a host the test drives by hand — user turns, peer turns, releases — with a wall
+  :class:`~pi_cross_session._internal.plugin.runtime.SessionRuntime` (real endpoint, authentication
+  and admission) on a host the test drives by hand — user turns, peer turns, releases — with a wall
   clock pinned to the recording's time, so the recorded ``sentAt`` values are "now".
 * :func:`reply_shape` and :func:`normalized` reduce frames to what must agree between the reference
   and us (status words, flags, key order, field presence), leaving out what is ours (texts) or
@@ -28,13 +28,13 @@ from typing import Any, Final
 
 import anyio
 
-from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol.io.endpoint import EndpointConfig
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.admission import Clock, Delivery, Snapshot
-from pi_cross_session.security.provenance import Provenance
-from pi_cross_session.security.turns import (
+from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.admission import Clock, Delivery, Snapshot
+from pi_cross_session._internal.security.provenance import Provenance
+from pi_cross_session._internal.security.turns import (
     OurMessageStarted,
     TurnEnded,
     TurnEnding,
@@ -244,7 +244,8 @@ def normalized(frame: Mapping[str, Any], identities: Identities) -> dict[str, An
 
 @dataclass
 class ReplayHost:
-    """A :class:`~pi_cross_session.plugin.host.HostPort` whose turns the test runs by hand."""
+    """A :class:`~pi_cross_session._internal.plugin.host.HostPort` whose turns the test runs by
+    hand."""
 
     session: str
     name: str = "replay-receiver"

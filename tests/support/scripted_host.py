@@ -1,11 +1,11 @@
 """A host session whose turns the test drives by hand, for runtime tests over real sockets.
 
-:class:`ScriptedHost` implements :class:`~pi_cross_session.plugin.host.HostPort` and nothing more:
-it records every ``submit`` call (successful or not) and every notice, says idle or busy as the test
-sets it, and raises from ``submit`` when told to. It never reports anything to the runtime by
-itself: the test does that with :class:`Turns`, which pairs each host event with the runtime call a
-real host adapter would make (so ``is_idle()`` and the runtime's view of the turn never disagree
-unless a test makes them disagree on purpose).
+:class:`ScriptedHost` implements :class:`~pi_cross_session._internal.plugin.host.HostPort` and
+nothing more: it records every ``submit`` call (successful or not) and every notice, says idle or
+busy as the test sets it, and raises from ``submit`` when told to. It never reports anything to the
+runtime by itself: the test does that with :class:`Turns`, which pairs each host event with the
+runtime call a real host adapter would make (so ``is_idle()`` and the runtime's view of the turn
+never disagree unless a test makes them disagree on purpose).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.security.admission import Delivery
-from pi_cross_session.security.provenance import Provenance
-from pi_cross_session.security.turns import (
+from pi_cross_session._internal.plugin.runtime import SessionRuntime
+from pi_cross_session._internal.security.admission import Delivery
+from pi_cross_session._internal.security.provenance import Provenance
+from pi_cross_session._internal.security.turns import (
     OurMessageStarted,
     TurnAborted,
     TurnEnded,
@@ -37,7 +37,7 @@ class Submission:
 
 @dataclass
 class ScriptedHost:
-    """A :class:`~pi_cross_session.plugin.host.HostPort` double driven by the test."""
+    """A :class:`~pi_cross_session._internal.plugin.host.HostPort` double driven by the test."""
 
     name: str | None = "receiver"
     cwd: str = "/home/dev/scripted"

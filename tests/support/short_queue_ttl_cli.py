@@ -21,10 +21,10 @@ SHORT_QUEUE_TTL_S: Final = 4.0
 
 
 def main() -> int:
-    from pi_cross_session.protocol import limits
+    from pi_cross_session._internal.protocol import limits
 
     limits.QUEUE_TTL_S = SHORT_QUEUE_TTL_S  # type: ignore[misc]
-    from pi_cross_session.cli import main as cli_main
+    from pi_cross_session._internal.cli import main as cli_main
 
     return cli_main()
 

@@ -1,4 +1,5 @@
-"""Every sink of :mod:`pi_cross_session.plugin.render`, fed one set of peer-controlled strings.
+"""Every sink of :mod:`pi_cross_session._internal.plugin.render`, fed one set of peer-controlled
+strings.
 
 :func:`every_sink` builds the objects a peer's strings reach (its registration and public view, a
 delivery, a status row, a send report, peer-check texts, a goal) from one :class:`PeerStrings`, and
@@ -22,18 +23,24 @@ import os
 from dataclasses import dataclass
 from typing import Final
 
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.reports import GoalView, PeerChecks, SendReport
-from pi_cross_session.protocol import sanitize
-from pi_cross_session.protocol.registration import (
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.reports import GoalView, PeerChecks, SendReport
+from pi_cross_session._internal.protocol import sanitize
+from pi_cross_session._internal.protocol.registration import (
     GitInfo,
     PublicPeer,
     Registration,
     parse_registration,
 )
-from pi_cross_session.security.admission import Delivery, Phase, ResumeOutcome, Row, Snapshot
-from pi_cross_session.security.auth import AuthDiagnostics
-from pi_cross_session.security.goals import GoalStatus, Scope
+from pi_cross_session._internal.security.admission import (
+    Delivery,
+    Phase,
+    ResumeOutcome,
+    Row,
+    Snapshot,
+)
+from pi_cross_session._internal.security.auth import AuthDiagnostics
+from pi_cross_session._internal.security.goals import GoalStatus, Scope
 from tests.support.hostile_text import unsafe_in
 
 INSTANCE_ID: Final = "0123456789abcdef0123456789abcdef"

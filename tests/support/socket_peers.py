@@ -27,22 +27,25 @@ from dataclasses import dataclass
 
 import anyio
 
-from pi_cross_session.protocol.capabilities import ADVERTISED
-from pi_cross_session.protocol.fairness import SharedCap
-from pi_cross_session.protocol.frames import Message, Sender
-from pi_cross_session.protocol.io.endpoint import Endpoint, EndpointConfig
-from pi_cross_session.protocol.io.exchange import Exchanger
-from pi_cross_session.protocol.io.peercred import PeerCredentialsReader, read_peer_credentials
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import (
+from pi_cross_session._internal.protocol.capabilities import ADVERTISED
+from pi_cross_session._internal.protocol.fairness import SharedCap
+from pi_cross_session._internal.protocol.frames import Message, Sender
+from pi_cross_session._internal.protocol.io.endpoint import Endpoint, EndpointConfig
+from pi_cross_session._internal.protocol.io.exchange import Exchanger
+from pi_cross_session._internal.protocol.io.peercred import (
+    PeerCredentialsReader,
+    read_peer_credentials,
+)
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import (
     Registration,
     build_registration,
     serialize,
 )
-from pi_cross_session.security.auth import Authenticator, LocalIdentity
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.io.sender_files import PeersDirFiles
-from pi_cross_session.security.tokens import new_instance_id, new_token
+from pi_cross_session._internal.security.auth import Authenticator, LocalIdentity
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.io.sender_files import PeersDirFiles
+from pi_cross_session._internal.security.tokens import new_instance_id, new_token
 from tests.support.memory_inbox import MemoryInbox
 from tests.support.waiting import wait_until_idle
 

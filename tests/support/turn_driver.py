@@ -3,7 +3,7 @@
 Tests of the gate and of the goal view need turns whose opening says exactly this or that. They
 describe them with the calls of the old provenance ledger (``start``, ``observe``,
 ``close_opening``, ``cancel``, ``end``), and :class:`TurnDriver` reports each one to a real
-:class:`~pi_cross_session.security.turns.TurnTracker` the way a host adapter would:
+:class:`~pi_cross_session._internal.security.turns.TurnTracker` the way a host adapter would:
 
 * ``start(peer=True)`` is a turn the host knows a peer started (``TurnStarted(PEER)``);
 * ``observe(PEER, claim=c)`` is our message entering the conversation
@@ -22,14 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pi_cross_session.security.goals import TaskHandle
-from pi_cross_session.security.provenance import (
+from pi_cross_session._internal.security.goals import TaskHandle
+from pi_cross_session._internal.security.provenance import (
     PeerClaim,
     Provenance,
     TurnAuthority,
     TurnFacts,
 )
-from pi_cross_session.security.turns import (
+from pi_cross_session._internal.security.turns import (
     ModelReplied,
     OurMessageStarted,
     Settle,

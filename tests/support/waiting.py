@@ -12,7 +12,7 @@ from typing import Final
 
 import anyio
 
-from pi_cross_session.protocol.io.endpoint import Endpoint
+from pi_cross_session._internal.protocol.io.endpoint import Endpoint
 from tests.support.bounds import MUST_HAPPEN_S
 
 #: How often a condition is looked at again.

@@ -24,14 +24,14 @@ from typing import Any, Final
 
 import anyio
 
-from pi_cross_session.plugin.hosts.headless import HeadlessHost, serve_inbox
-from pi_cross_session.plugin.runtime import RuntimeOptions, SessionRuntime
-from pi_cross_session.protocol.codes import ROW_STATES, Code
-from pi_cross_session.protocol.frames import Response
-from pi_cross_session.protocol.io.exchange import ExchangeConfig
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
-from pi_cross_session.security.admission import Row, Snapshot
+from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost, serve_inbox
+from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session._internal.protocol.codes import ROW_STATES, Code
+from pi_cross_session._internal.protocol.frames import Response
+from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from pi_cross_session._internal.security.admission import Row, Snapshot
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.clocks import FakeClock

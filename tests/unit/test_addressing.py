@@ -9,13 +9,13 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol import limits, paths
-from pi_cross_session.protocol.addressing import AddressError, resolve_target
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.registration import PublicPeer
-from pi_cross_session.protocol.text import clean_name
+from pi_cross_session._internal.protocol import limits, paths
+from pi_cross_session._internal.protocol.addressing import AddressError, resolve_target
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.errors import CrossSessionError
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.registration import PublicPeer
+from pi_cross_session._internal.protocol.text import clean_name
 
 FIXTURE = environment.resolve(env={paths.AGENT_DIR_ENV: "/tmp/xs-fixture/agent"}, uid=0)
 EMOJI = "\U0001f600"

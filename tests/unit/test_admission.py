@@ -11,18 +11,18 @@ from collections.abc import Callable
 
 import pytest
 
-from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
-from pi_cross_session.protocol.codes import ROW_STATES, Code
-from pi_cross_session.security.admission import (
+from pi_cross_session._internal.protocol.bridge import BRIDGE_PREFIX
+from pi_cross_session._internal.protocol.codes import ROW_STATES, Code
+from pi_cross_session._internal.security.admission import (
     FINAL_STATES,
     Delivery,
     LatchReason,
     Phase,
     ResumeOutcome,
 )
-from pi_cross_session.security.limits import MessageIdLedger, RateLimiter, TextDedup
-from pi_cross_session.security.provenance import Provenance
-from pi_cross_session.security.turns import TurnEnding
+from pi_cross_session._internal.security.limits import MessageIdLedger, RateLimiter, TextDedup
+from pi_cross_session._internal.security.provenance import Provenance
+from pi_cross_session._internal.security.turns import TurnEnding
 from tests.support.admission_kit import (
     RECEIVER,
     Kit,

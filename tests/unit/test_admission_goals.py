@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.security.admission import Delivery
-from pi_cross_session.security.goals import LOCAL_COMMAND, RevokeReason
-from pi_cross_session.security.limits import RateLimiter
-from pi_cross_session.security.provenance import PeerClaim, Provenance
-from pi_cross_session.security.turns import TurnEnding
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.security.admission import Delivery
+from pi_cross_session._internal.security.goals import LOCAL_COMMAND, RevokeReason
+from pi_cross_session._internal.security.limits import RateLimiter
+from pi_cross_session._internal.security.provenance import PeerClaim, Provenance
+from pi_cross_session._internal.security.turns import TurnEnding
 from tests.support.admission_kit import Kit, bridge_text, caller, goals_with, registration
 
 GOAL = "goal-1"

@@ -26,10 +26,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from pi_cross_session.protocol.bridge import BRIDGE_PREFIX
-from pi_cross_session.protocol.codes import ROW_STATES, Code
-from pi_cross_session.protocol.frames import Response
-from pi_cross_session.security.admission import (
+from pi_cross_session._internal.protocol.bridge import BRIDGE_PREFIX
+from pi_cross_session._internal.protocol.codes import ROW_STATES, Code
+from pi_cross_session._internal.protocol.frames import Response
+from pi_cross_session._internal.security.admission import (
     FINAL_STATES,
     Admission,
     Delivery,
@@ -37,9 +37,9 @@ from pi_cross_session.security.admission import (
     Row,
     Snapshot,
 )
-from pi_cross_session.security.auth import Caller
-from pi_cross_session.security.provenance import Provenance
-from pi_cross_session.security.turns import ModelReplied, TurnEnding
+from pi_cross_session._internal.security.auth import Caller
+from pi_cross_session._internal.security.provenance import Provenance
+from pi_cross_session._internal.security.turns import ModelReplied, TurnEnding
 from tests.hypothesis_profiles import scaled
 from tests.support.admission_kit import (
     Kit,

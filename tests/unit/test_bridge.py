@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol.bridge import BRIDGE_PREFIX, BridgeKind, classify_bridge
-from pi_cross_session.protocol.limits import (
+from pi_cross_session._internal.protocol.bridge import BRIDGE_PREFIX, BridgeKind, classify_bridge
+from pi_cross_session._internal.protocol.limits import (
     BRIDGE_MAX_BUDGET,
     BRIDGE_MAX_HOPS,
     BRIDGE_MAX_TTL_MS,

@@ -11,10 +11,17 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.security.call_gate import CallJudgement, fail_closed, judge_call
-from pi_cross_session.security.gate import DEFAULT_POLICY
-from pi_cross_session.security.goals import USER_TURN, Goals, Member, Scope, TaskHandle, TaskKind
-from pi_cross_session.security.provenance import (
+from pi_cross_session._internal.security.call_gate import CallJudgement, fail_closed, judge_call
+from pi_cross_session._internal.security.gate import DEFAULT_POLICY
+from pi_cross_session._internal.security.goals import (
+    USER_TURN,
+    Goals,
+    Member,
+    Scope,
+    TaskHandle,
+    TaskKind,
+)
+from pi_cross_session._internal.security.provenance import (
     PeerClaim,
     Provenance,
     TurnAuthority,

@@ -8,11 +8,11 @@ import json
 import os
 from pathlib import Path
 
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.capped import capped_sessions, snapshot_path
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.capped import capped_sessions, snapshot_path
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.io import fs
 
 
 def _locations(tmp_path: Path) -> Locations:

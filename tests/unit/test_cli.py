@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session import __version__
-from pi_cross_session.cli import main
+from pi_cross_session._internal.cli import main
 
 INSTANCE = "2d06c66b2c0fbee2d957b41c6c78cad0"
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol.client_conversation import (
+from pi_cross_session._internal.protocol.client_conversation import (
     CLIENT_TRANSITIONS,
     ClientConversation,
     ClientInput,
@@ -24,9 +24,9 @@ from pi_cross_session.protocol.client_conversation import (
     Settled,
     client_transition,
 )
-from pi_cross_session.protocol.conversation import NEED_DATA, PAUSED
-from pi_cross_session.protocol.errors import FrameTooLargeError, LocalProtocolError
-from pi_cross_session.protocol.frames import Hello, Message, StatusQuery
+from pi_cross_session._internal.protocol.conversation import NEED_DATA, PAUSED
+from pi_cross_session._internal.protocol.errors import FrameTooLargeError, LocalProtocolError
+from pi_cross_session._internal.protocol.frames import Hello, Message, StatusQuery
 from tests.hypothesis_profiles import scaled
 
 TOKEN: Final = "a" * 64

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from pi_cross_session.protocol.codec import (
+from pi_cross_session._internal.protocol.codec import (
     BOM,
     NEED_DATA,
     ConnectionClosed,
@@ -18,9 +18,9 @@ from pi_cross_session.protocol.codec import (
     FrameDecoder,
     encode_frame,
 )
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.errors import FrameTooLargeError, LocalProtocolError
-from pi_cross_session.protocol.limits import MAX_FRAME_BYTES
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.errors import FrameTooLargeError, LocalProtocolError
+from pi_cross_session._internal.protocol.limits import MAX_FRAME_BYTES
 
 CAP = MAX_FRAME_BYTES
 KIB64 = 65_536

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol.codec import (
+from pi_cross_session._internal.protocol.codec import (
     BOM,
     NEED_DATA,
     ConnectionClosed,
@@ -24,8 +24,8 @@ from pi_cross_session.protocol.codec import (
     FrameDecoder,
     encode_frame,
 )
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.errors import FrameTooLargeError, LocalProtocolError
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.errors import FrameTooLargeError, LocalProtocolError
 from tests.hypothesis_profiles import scaled
 
 SETTINGS = settings(max_examples=scaled(100))

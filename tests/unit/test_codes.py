@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.protocol import capabilities as caps
-from pi_cross_session.protocol.codes import (
+from pi_cross_session._internal.protocol import capabilities as caps
+from pi_cross_session._internal.protocol.codes import (
     NEXT_INSPECT,
     NEXT_RECEIPT_UNKNOWN,
     NEXT_RETRY_LATER,
@@ -23,7 +23,7 @@ from pi_cross_session.protocol.codes import (
     status_answer,
     wire_next,
 )
-from pi_cross_session.protocol.limits import MAX_NEXT_UNITS, MAX_STATUS_UNITS
+from pi_cross_session._internal.protocol.limits import MAX_NEXT_UNITS, MAX_STATUS_UNITS
 
 
 def test_only_load_refusals_are_retryable() -> None:

@@ -16,22 +16,22 @@ from typing import Final
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol.client_conversation import (
+from pi_cross_session._internal.protocol.client_conversation import (
     ClientConversation,
     Failed,
     ReadyReceived,
     Settled,
 )
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.conversation import ENDED, NEED_DATA, PAUSED
-from pi_cross_session.protocol.frames import (
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.conversation import ENDED, NEED_DATA, PAUSED
+from pi_cross_session._internal.protocol.frames import (
     Hello,
     Message,
     PeerIdentity,
     Response,
     StatusQuery,
 )
-from pi_cross_session.protocol.server_conversation import (
+from pi_cross_session._internal.protocol.server_conversation import (
     Ending,
     HelloReceived,
     RequestReceived,

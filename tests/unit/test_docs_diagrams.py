@@ -11,8 +11,8 @@ from typing import Final
 
 import pytest
 
-from pi_cross_session.protocol.client_conversation import CLIENT_TRANSITIONS
-from pi_cross_session.protocol.server_conversation import SERVER_TRANSITIONS
+from pi_cross_session._internal.protocol.client_conversation import CLIENT_TRANSITIONS
+from pi_cross_session._internal.protocol.server_conversation import SERVER_TRANSITIONS
 from tests.data_paths import REPO_ROOT
 
 DOCS: Final = REPO_ROOT / "docs"

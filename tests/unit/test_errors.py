@@ -13,10 +13,10 @@ import pkgutil
 import re
 from dataclasses import dataclass
 
-import pi_cross_session
-from pi_cross_session.protocol import errors
-from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.security.goals import GoalError, GoalErrorCode
+from pi_cross_session import _internal
+from pi_cross_session._internal.protocol import errors
+from pi_cross_session._internal.protocol.errors import CrossSessionError
+from pi_cross_session._internal.security.goals import GoalError, GoalErrorCode
 
 _NAME = re.compile(r"[A-Z]\w*")
 _MODULE = re.compile(r"([a-z_]+(?:\.[a-z_]+)+):")
@@ -58,7 +58,8 @@ def drawn_tree() -> dict[str, Drawn]:
 def real_classes() -> dict[str, type[BaseException]]:
     """Every public exception class defined in the package, by name."""
     found: dict[str, type[BaseException]] = {}
-    for info in pkgutil.walk_packages(pi_cross_session.__path__, "pi_cross_session."):
+    # The public face defines no class of its own; everything lives in the internal package.
+    for info in pkgutil.walk_packages(_internal.__path__, "pi_cross_session._internal."):
         if info.name.endswith("__main__"):
             continue
         module = importlib.import_module(info.name)
@@ -82,7 +83,7 @@ def test_each_class_is_drawn_under_its_module_and_its_parent() -> None:
     real = real_classes()
     for name, drawn in drawn_tree().items():
         cls = real[name]
-        assert cls.__module__ == f"pi_cross_session.{drawn.module}", name
+        assert cls.__module__ == f"pi_cross_session._internal.{drawn.module}", name
         (base,) = cls.__bases__
         if drawn.parent is None:
             assert cls is CrossSessionError

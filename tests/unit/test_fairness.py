@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol import limits
-from pi_cross_session.protocol.fairness import ReadBudget, SheddingPolicy, Slot
+from pi_cross_session._internal.protocol import limits
+from pi_cross_session._internal.protocol.fairness import ReadBudget, SheddingPolicy, Slot
 
 T0 = 100.0
 AFTER = limits.SHED_AFTER_S

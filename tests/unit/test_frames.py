@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.protocol import frames as wire
-from pi_cross_session.protocol.capabilities import ADVERTISED
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.errors import FrameError, FrameValidationError
-from pi_cross_session.protocol.limits import (
+from pi_cross_session._internal.protocol import frames as wire
+from pi_cross_session._internal.protocol.capabilities import ADVERTISED
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.errors import FrameError, FrameValidationError
+from pi_cross_session._internal.protocol.limits import (
     MAX_SAFE_INTEGER,
     MAX_SESSION_ID_UNITS,
     MAX_TEXT_UNITS,

@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol import frames as wire
-from pi_cross_session.protocol.errors import FrameError, FrameValidationError
-from pi_cross_session.protocol.limits import MAX_SAFE_INTEGER
+from pi_cross_session._internal.protocol import frames as wire
+from pi_cross_session._internal.protocol.errors import FrameError, FrameValidationError
+from pi_cross_session._internal.protocol.limits import MAX_SAFE_INTEGER
 from tests.hypothesis_profiles import scaled
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40)

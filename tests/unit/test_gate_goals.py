@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from pi_cross_session.security.gate import (
+from pi_cross_session._internal.security.gate import (
     ALLOW,
     Category,
     GatePolicy,
@@ -21,9 +21,9 @@ from pi_cross_session.security.gate import (
     block_reason,
     decide,
 )
-from pi_cross_session.security.goals import TaskHandle, TaskKind
-from pi_cross_session.security.provenance import PeerClaim, TurnFacts
-from pi_cross_session.security.task_rules import DEFAULT_TASK_RULES, TaskToolRule
+from pi_cross_session._internal.security.goals import TaskHandle, TaskKind
+from pi_cross_session._internal.security.provenance import PeerClaim, TurnFacts
+from pi_cross_session._internal.security.task_rules import DEFAULT_TASK_RULES, TaskToolRule
 from tests.support.turn_driver import TurnDriver
 
 GOAL = "goal-1"

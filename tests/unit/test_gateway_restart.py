@@ -14,9 +14,9 @@ import anyio
 import anyio.abc
 import pytest
 
-from pi_cross_session.cli import gateway_cmd
-from pi_cross_session.cli.console import Console
-from pi_cross_session.protocol.io import environment
+from pi_cross_session._internal.cli import gateway_cmd
+from pi_cross_session._internal.cli.console import Console
+from pi_cross_session._internal.protocol.io import environment
 
 
 class FakeLink:

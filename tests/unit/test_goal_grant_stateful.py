@@ -39,9 +39,9 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from pi_cross_session.security import goal_turns
-from pi_cross_session.security.gate import GatePolicy, decide
-from pi_cross_session.security.goals import (
+from pi_cross_session._internal.security import goal_turns
+from pi_cross_session._internal.security.gate import GatePolicy, decide
+from pi_cross_session._internal.security.goals import (
     LOCAL_COMMAND,
     Authority,
     AuthorityClass,
@@ -56,8 +56,17 @@ from pi_cross_session.security.goals import (
     TaskOwnership,
     ownership_entry,
 )
-from pi_cross_session.security.provenance import PeerClaim, Provenance, TurnAuthority, TurnFacts
-from pi_cross_session.security.task_rules import created_handle, notification_handles, rule_for
+from pi_cross_session._internal.security.provenance import (
+    PeerClaim,
+    Provenance,
+    TurnAuthority,
+    TurnFacts,
+)
+from pi_cross_session._internal.security.task_rules import (
+    created_handle,
+    notification_handles,
+    rule_for,
+)
 from tests.hypothesis_profiles import scaled
 from tests.support.turn_driver import TurnDriver
 

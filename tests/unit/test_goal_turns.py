@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from pi_cross_session.security.goal_turns import (
+from pi_cross_session._internal.security.goal_turns import (
     UNKNOWN_GOAL,
     authority_of,
     grant_for,
     names_goal,
 )
-from pi_cross_session.security.goals import (
+from pi_cross_session._internal.security.goals import (
     USER_TURN,
     Authority,
     AuthorityClass,
@@ -32,7 +32,7 @@ from pi_cross_session.security.goals import (
     TaskHandle,
     TaskKind,
 )
-from pi_cross_session.security.provenance import PeerClaim, Provenance, TurnFacts
+from pi_cross_session._internal.security.provenance import PeerClaim, Provenance, TurnFacts
 from tests.support.turn_driver import TurnDriver
 
 OWNER = Scope(session_id="session-owner", instance_id="f" * 32, cwd="/home/dev/project")

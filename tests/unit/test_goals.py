@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol import limits
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.security.goals import (
+from pi_cross_session._internal.protocol import limits
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.security.goals import (
     ALLOWED,
     LOCAL_COMMAND,
     NO_GOAL,

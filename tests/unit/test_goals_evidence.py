@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pi_cross_session.protocol import limits
-from pi_cross_session.security.goal_turns import UNKNOWN_GOAL, authority_of
-from pi_cross_session.security.goals import (
+from pi_cross_session._internal.protocol import limits
+from pi_cross_session._internal.security.goal_turns import UNKNOWN_GOAL, authority_of
+from pi_cross_session._internal.security.goals import (
     USER_TURN,
     Authority,
     AuthorityClass,
@@ -40,7 +40,7 @@ from pi_cross_session.security.goals import (
     call_entry,
     ownership_entry,
 )
-from pi_cross_session.security.provenance import Provenance, TurnFacts
+from pi_cross_session._internal.security.provenance import Provenance, TurnFacts
 
 OWNER = Scope(session_id="session-owner", instance_id="f" * 32, cwd="/home/dev/project")
 ALICE = Member("a" * 32, "session-alice")

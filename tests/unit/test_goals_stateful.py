@@ -16,8 +16,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.security.goals import (
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.security.goals import (
     LOCAL_COMMAND,
     USER_TURN,
     Authority,

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from pi_cross_session.protocol.remote.envelope import is_machine_name
-from pi_cross_session.protocol.remote.join import (
+from pi_cross_session._internal.protocol.remote.envelope import is_machine_name
+from pi_cross_session._internal.protocol.remote.join import (
     CA_CONTEXT,
     JOIN_INBOX_PREFIX,
     JOIN_SUBJECT,
@@ -38,7 +38,7 @@ from pi_cross_session.protocol.remote.join import (
     read_answer,
     read_ask,
 )
-from pi_cross_session.security.remote.nats_jwt import NKey, Role
+from pi_cross_session._internal.security.remote.nats_jwt import NKey, Role
 from tests.hypothesis_profiles import scaled
 
 INVITATION = NKey.generate(Role.ACCOUNT)

@@ -21,17 +21,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.errors import FrameError, FrameValidationError
-from pi_cross_session.protocol.frames import Hello, PeerIdentity, Response, ServerMemo, parse_hello
-from pi_cross_session.protocol.limits import MAX_KNOWN_FRAME_CHARS, MAX_KNOWN_HELLOS
-from pi_cross_session.protocol.server_conversation import (
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.errors import FrameError, FrameValidationError
+from pi_cross_session._internal.protocol.frames import (
+    Hello,
+    PeerIdentity,
+    Response,
+    ServerMemo,
+    parse_hello,
+)
+from pi_cross_session._internal.protocol.limits import MAX_KNOWN_FRAME_CHARS, MAX_KNOWN_HELLOS
+from pi_cross_session._internal.protocol.server_conversation import (
     HelloReceived,
     Rejected,
     ServerBounds,
     ServerConversation,
 )
-from pi_cross_session.protocol.shape import ShapeBounds, affordable
+from pi_cross_session._internal.protocol.shape import ShapeBounds, affordable
 from tests.support.known_frames import count_parses
 
 SESSION: Final = "receiver"

@@ -15,10 +15,18 @@ from typing import Any, Final
 
 import pytest
 
-from pi_cross_session.protocol.client_conversation import ClientConversation, Failed, Settled
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.frames import HelloTemplate, KnownReplies, response_from_text
-from pi_cross_session.protocol.limits import MAX_KNOWN_FRAME_CHARS
+from pi_cross_session._internal.protocol.client_conversation import (
+    ClientConversation,
+    Failed,
+    Settled,
+)
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.frames import (
+    HelloTemplate,
+    KnownReplies,
+    response_from_text,
+)
+from pi_cross_session._internal.protocol.limits import MAX_KNOWN_FRAME_CHARS
 from tests.support.known_frames import count_parses
 
 SESSION: Final = "receiver"

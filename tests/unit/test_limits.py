@@ -2,8 +2,8 @@
 rate, message ids, text dedup, budget.
 
 Each bound is tested at limit - 1, limit and limit + 1, once with a small keyword override and once
-with the real default from :mod:`pi_cross_session.protocol.limits`. Time is an argument, so nothing
-here waits.
+with the real default from :mod:`pi_cross_session._internal.protocol.limits`. Time is an argument,
+so nothing here waits.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol import limits
-from pi_cross_session.security.limits import (
+from pi_cross_session._internal.protocol import limits
+from pi_cross_session._internal.security.limits import (
     LifetimeBudget,
     MessageIdLedger,
     RateLimiter,

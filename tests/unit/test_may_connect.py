@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.protocol.credentials import PeerCredentials, may_connect
+from pi_cross_session._internal.protocol.credentials import PeerCredentials, may_connect
 
 OURS = 1000
 

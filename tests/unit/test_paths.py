@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol import paths
-from pi_cross_session.protocol.io import environment
+from pi_cross_session._internal.protocol import paths
+from pi_cross_session._internal.protocol.io import environment
 
 FIXTURE_AGENT_DIR = "/tmp/xs-fixture/agent"
 INSTANCE = "2d06c66b2c0fbee2d957b41c6c78cad0"

@@ -8,8 +8,8 @@ import errno
 import anyio
 import pytest
 
-from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.pressure import Backoff, failure_name, shortage
+from pi_cross_session._internal.protocol.errors import CrossSessionError
+from pi_cross_session._internal.protocol.pressure import Backoff, failure_name, shortage
 
 
 def raised_from(outer: BaseException, inner: BaseException) -> BaseException:

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.credentials import PeerCredentials
-from pi_cross_session.protocol.frames import Hello, Message, Response, StatusQuery
-from pi_cross_session.security.admission import Admission
-from pi_cross_session.security.auth import Authenticator, Caller
-from pi_cross_session.security.io.sender_files import PeersDirFiles
-from pi_cross_session.security.provenance import Provenance
-from pi_cross_session.security.receiver import SessionReceiver
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.credentials import PeerCredentials
+from pi_cross_session._internal.protocol.frames import Hello, Message, Response, StatusQuery
+from pi_cross_session._internal.security.admission import Admission
+from pi_cross_session._internal.security.auth import Authenticator, Caller
+from pi_cross_session._internal.security.io.sender_files import PeersDirFiles
+from pi_cross_session._internal.security.provenance import Provenance
+from pi_cross_session._internal.security.receiver import SessionReceiver
 from tests.support.admission_kit import (
     FIXTURE_LOCATIONS,
     RECEIVER,

@@ -12,11 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from pi_cross_session.protocol import jsonwire, limits, paths
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.errors import CrossSessionError, LocalProtocolError
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.registration import (
+from pi_cross_session._internal.protocol import jsonwire, limits, paths
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.errors import CrossSessionError, LocalProtocolError
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.registration import (
     GitInfo,
     InvalidRegistrationError,
     PublicPeer,
@@ -31,7 +31,7 @@ from pi_cross_session.protocol.registration import (
     parse_registration,
     serialize,
 )
-from pi_cross_session.protocol.text import clean_name
+from pi_cross_session._internal.protocol.text import clean_name
 from tests.data_paths import REFERENCE
 from tests.support.hostile_text import ATTACKS, assert_safe_line
 

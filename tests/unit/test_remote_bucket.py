@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session.plugin.remote.bucket import BucketSpec, problems
-from pi_cross_session.protocol.remote.envelope import KV_STREAM, RECORD_PREFIX
-from pi_cross_session.protocol.remote.settings import MAX_RECORD_BYTES
+from pi_cross_session._internal.plugin.remote.bucket import BucketSpec, problems
+from pi_cross_session._internal.protocol.remote.envelope import KV_STREAM, RECORD_PREFIX
+from pi_cross_session._internal.protocol.remote.settings import MAX_RECORD_BYTES
 
 SECOND_NS = 1_000_000_000
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.plugin.remote import pki
-from pi_cross_session.plugin.remote.deployment import (
+from pi_cross_session._internal.plugin.remote import pki
+from pi_cross_session._internal.plugin.remote.deployment import (
     ACCOUNT_NAME,
     DEFAULT_CLUSTER_LISTEN,
     MAX_SERVERS,
@@ -22,19 +22,22 @@ from pi_cross_session.plugin.remote.deployment import (
     MemberServer,
     host_port,
 )
-from pi_cross_session.protocol.errors import CrossSessionError
-from pi_cross_session.protocol.remote.join import (
+from pi_cross_session._internal.protocol.errors import CrossSessionError
+from pi_cross_session._internal.protocol.remote.join import (
     JOIN_INBOX_PREFIX,
     JOIN_SUBJECT,
     JoinAsk,
     ServeAsk,
     proof_bytes,
 )
-from pi_cross_session.security.remote import nats_jwt
-from pi_cross_session.security.remote.identity import MachineKey, PublicKey
-from pi_cross_session.security.remote.nats_jwt import Jwt, NKey, Role
-from pi_cross_session.security.remote.permissions import join_permissions, machine_permissions
-from pi_cross_session.security.remote.roster import open_roster
+from pi_cross_session._internal.security.remote import nats_jwt
+from pi_cross_session._internal.security.remote.identity import MachineKey, PublicKey
+from pi_cross_session._internal.security.remote.nats_jwt import Jwt, NKey, Role
+from pi_cross_session._internal.security.remote.permissions import (
+    join_permissions,
+    machine_permissions,
+)
+from pi_cross_session._internal.security.remote.roster import open_roster
 from tests.support.auth_part import auth_parts
 from tests.support.file_state import mode_of
 

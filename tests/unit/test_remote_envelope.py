@@ -8,15 +8,15 @@ from collections.abc import Callable
 import pytest
 from pydantic import ValidationError
 
-from pi_cross_session.protocol.limits import (
+from pi_cross_session._internal.protocol.limits import (
     MAX_CAPABILITIES,
     MAX_CAPABILITY_UNITS,
     MAX_NAME_CODE_POINTS,
     MAX_SAFE_INTEGER,
     MAX_SESSION_ID_UNITS,
 )
-from pi_cross_session.protocol.remote import envelope as env
-from pi_cross_session.protocol.remote.envelope import (
+from pi_cross_session._internal.protocol.remote import envelope as env
+from pi_cross_session._internal.protocol.remote.envelope import (
     EVERYONE,
     EnvelopeError,
     Kind,
@@ -28,12 +28,12 @@ from pi_cross_session.protocol.remote.envelope import (
     SendBody,
     Tombstone,
 )
-from pi_cross_session.protocol.remote.settings import (
+from pi_cross_session._internal.protocol.remote.settings import (
     MAX_MACHINE_NAME_CHARS,
     MAX_RECORD_BYTES,
     REMOTE_RECORD_CWD_CHARS,
 )
-from pi_cross_session.security.remote.identity import SIGNATURE_BYTES
+from pi_cross_session._internal.security.remote.identity import SIGNATURE_BYTES
 from tests.support.nats_subjects import subject_matches
 
 NONCE = "0" * 31 + "1"

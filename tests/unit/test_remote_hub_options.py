@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.cli.parser import build_parser
+from pi_cross_session._internal.cli.parser import build_parser
 
 
 def parsed(*words: str) -> object:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from pi_cross_session.plugin.remote import identities
-from pi_cross_session.protocol.limits import MAX_NAME_CODE_POINTS, MAX_SESSION_ID_UNITS
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import parse_registration
-from pi_cross_session.protocol.text import utf16_length
+from pi_cross_session._internal.plugin.remote import identities
+from pi_cross_session._internal.protocol.limits import MAX_NAME_CODE_POINTS, MAX_SESSION_ID_UNITS
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import parse_registration
+from pi_cross_session._internal.protocol.text import utf16_length
 
 
 def build(locations: Locations, **overrides: object) -> identities.Registration:

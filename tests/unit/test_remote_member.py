@@ -10,18 +10,23 @@ from typing import Any, cast
 
 import pytest
 
-from pi_cross_session.plugin.remote import member, pki
-from pi_cross_session.plugin.remote.deployment import (
+from pi_cross_session._internal.plugin.remote import member, pki
+from pi_cross_session._internal.plugin.remote.deployment import (
     AdmissionRefusedError,
     Deployment,
     DeploymentError,
 )
-from pi_cross_session.plugin.remote.hub import Admissions
-from pi_cross_session.protocol.remote.join import JoinAsk, ServeAsk, ServeGrant, proof_bytes
-from pi_cross_session.security.io import fs
-from pi_cross_session.security.remote import nats_jwt
-from pi_cross_session.security.remote.identity import MachineKey
-from pi_cross_session.security.remote.nats_jwt import NKey, Role
+from pi_cross_session._internal.plugin.remote.hub import Admissions
+from pi_cross_session._internal.protocol.remote.join import (
+    JoinAsk,
+    ServeAsk,
+    ServeGrant,
+    proof_bytes,
+)
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.remote import nats_jwt
+from pi_cross_session._internal.security.remote.identity import MachineKey
+from pi_cross_session._internal.security.remote.nats_jwt import NKey, Role
 from tests.support.auth_part import auth_parts
 from tests.support.file_state import mode_of
 

@@ -13,9 +13,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from nats.aio.client import Client, RawCredentials
 
-from pi_cross_session.security.remote import nats_jwt
-from pi_cross_session.security.remote.identity import PublicKey
-from pi_cross_session.security.remote.nats_jwt import (
+from pi_cross_session._internal.security.remote import nats_jwt
+from pi_cross_session._internal.security.remote.identity import PublicKey
+from pi_cross_session._internal.security.remote.nats_jwt import (
     CLAIMS_VERSION,
     CredentialsError,
     NKey,

@@ -10,14 +10,14 @@ import ssl
 import nats.errors
 import pytest
 
-from pi_cross_session.cli import exits, words
-from pi_cross_session.cli.send_cmd import exit_code
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.remote.link import NatsProblem, nats_problem
-from pi_cross_session.plugin.reports import SendReport
-from pi_cross_session.protocol.codes import Code, SenderState, classify
-from pi_cross_session.protocol.registration import PublicPeer
-from pi_cross_session.protocol.remote.envelope import machine_of_name
+from pi_cross_session._internal.cli import exits, words
+from pi_cross_session._internal.cli.send_cmd import exit_code
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.remote.link import NatsProblem, nats_problem
+from pi_cross_session._internal.plugin.reports import SendReport
+from pi_cross_session._internal.protocol.codes import Code, SenderState, classify
+from pi_cross_session._internal.protocol.registration import PublicPeer
+from pi_cross_session._internal.protocol.remote.envelope import machine_of_name
 
 
 def _peer(name: str) -> PublicPeer:

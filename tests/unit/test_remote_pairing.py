@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.security.remote.identity import MachineKey, PublicKey
-from pi_cross_session.security.remote.pairing import MAC_BYTES, Pair, Pairs, derive_pair
+from pi_cross_session._internal.security.remote.identity import MachineKey, PublicKey
+from pi_cross_session._internal.security.remote.pairing import MAC_BYTES, Pair, Pairs, derive_pair
 
 LAPTOP = MachineKey.generate()
 BUILDBOX = MachineKey.generate()

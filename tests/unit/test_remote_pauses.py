@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.security.remote.pauses import MachinePauses, counts_towards_a_pause
-from pi_cross_session.security.remote.trust import Cause
+from pi_cross_session._internal.security.remote.pauses import MachinePauses, counts_towards_a_pause
+from pi_cross_session._internal.security.remote.trust import Cause
 
 
 def pauses() -> MachinePauses:

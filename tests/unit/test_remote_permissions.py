@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.protocol.remote import envelope as env
-from pi_cross_session.protocol.remote.envelope import KV_STREAM
-from pi_cross_session.security.remote.permissions import (
+from pi_cross_session._internal.protocol.remote import envelope as env
+from pi_cross_session._internal.protocol.remote.envelope import KV_STREAM
+from pi_cross_session._internal.security.remote.permissions import (
     BUCKET_INFO_SUBJECT,
     BUCKET_READ_SUBJECT,
     machine_permissions,

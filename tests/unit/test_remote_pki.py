@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from pi_cross_session.plugin.remote import pki
+from pi_cross_session._internal.plugin.remote import pki
 
 
 @pytest.fixture

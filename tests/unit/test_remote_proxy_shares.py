@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.security.remote.proxy_shares import Decision, ProxyShares, Verdict
+from pi_cross_session._internal.security.remote.proxy_shares import Decision, ProxyShares, Verdict
 from tests.hypothesis_profiles import scaled
 
 

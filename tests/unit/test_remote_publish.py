@@ -6,10 +6,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.plugin.remote.publish import next_seq, record_of
-from pi_cross_session.protocol.limits import MAX_SAFE_INTEGER
-from pi_cross_session.protocol.remote.envelope import PeerRecord
-from pi_cross_session.protocol.remote.settings import REMOTE_RECORD_CWD_CHARS
+from pi_cross_session._internal.plugin.remote.publish import next_seq, record_of
+from pi_cross_session._internal.protocol.limits import MAX_SAFE_INTEGER
+from pi_cross_session._internal.protocol.remote.envelope import PeerRecord
+from pi_cross_session._internal.protocol.remote.settings import REMOTE_RECORD_CWD_CHARS
 from tests.hypothesis_profiles import scaled
 from tests.support.admission_kit import registration
 

@@ -10,8 +10,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from pi_cross_session.protocol.remote.envelope import PeerRecord, Tombstone
-from pi_cross_session.security.remote.records import Key, Offer, RecordBook
+from pi_cross_session._internal.protocol.remote.envelope import PeerRecord, Tombstone
+from pi_cross_session._internal.security.remote.records import Key, Offer, RecordBook
 from tests.hypothesis_profiles import scaled
 
 NOW_MS = 1_700_000_000_000

@@ -13,15 +13,15 @@ from pathlib import Path
 import filelock
 import pytest
 
-from pi_cross_session.cli import exits, remote_rotate
-from pi_cross_session.cli.console import Console
-from pi_cross_session.plugin.remote import files, rotation, upkeep
-from pi_cross_session.plugin.remote.deployment import Deployment, MachineCard
-from pi_cross_session.plugin.remote.link import ConnectError, NatsProblem
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.remote.join import ROSTER_SUBJECT, JoinError, Refusal
-from pi_cross_session.protocol.remote.rotate import (
+from pi_cross_session._internal.cli import exits, remote_rotate
+from pi_cross_session._internal.cli.console import Console
+from pi_cross_session._internal.plugin.remote import files, rotation, upkeep
+from pi_cross_session._internal.plugin.remote.deployment import Deployment, MachineCard
+from pi_cross_session._internal.plugin.remote.link import ConnectError, NatsProblem
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.remote.join import ROSTER_SUBJECT, JoinError, Refusal
+from pi_cross_session._internal.protocol.remote.rotate import (
     CONFIRM,
     ROTATE,
     ROTATE_CONTEXT,
@@ -35,13 +35,16 @@ from pi_cross_session.protocol.remote.rotate import (
     rotate_subject,
     signed_bytes,
 )
-from pi_cross_session.protocol.remote.settings import ROTATE_KEYS_PER_WINDOW, ROTATE_WINDOW_S
-from pi_cross_session.security.remote import nats_jwt
-from pi_cross_session.security.remote.identity import MachineKey, PublicKey
-from pi_cross_session.security.remote.nats_jwt import NKey, Role
-from pi_cross_session.security.remote.permissions import machine_permissions
-from pi_cross_session.security.remote.roster import open_roster
-from pi_cross_session.security.remote.rotation import (
+from pi_cross_session._internal.protocol.remote.settings import (
+    ROTATE_KEYS_PER_WINDOW,
+    ROTATE_WINDOW_S,
+)
+from pi_cross_session._internal.security.remote import nats_jwt
+from pi_cross_session._internal.security.remote.identity import MachineKey, PublicKey
+from pi_cross_session._internal.security.remote.nats_jwt import NKey, Role
+from pi_cross_session._internal.security.remote.permissions import machine_permissions
+from pi_cross_session._internal.security.remote.roster import open_roster
+from pi_cross_session._internal.security.remote.rotation import (
     BAD_CARD,
     BAD_SIGNATURE,
     HUB_ERROR,

@@ -11,21 +11,25 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session.cli import words
-from pi_cross_session.plugin.remote import files, rotation
-from pi_cross_session.plugin.remote.deployment import Deployment, DeploymentError, MachineCard
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.remote.rotate import (
+from pi_cross_session._internal.cli import words
+from pi_cross_session._internal.plugin.remote import files, rotation
+from pi_cross_session._internal.plugin.remote.deployment import (
+    Deployment,
+    DeploymentError,
+    MachineCard,
+)
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.remote.rotate import (
     CONFIRM,
     ROTATE,
     RotateAsk,
     Step,
     signed_bytes,
 )
-from pi_cross_session.security.remote import nats_jwt
-from pi_cross_session.security.remote.identity import MachineKey
-from pi_cross_session.security.remote.nats_jwt import NKey, Role
+from pi_cross_session._internal.security.remote import nats_jwt
+from pi_cross_session._internal.security.remote.identity import MachineKey
+from pi_cross_session._internal.security.remote.nats_jwt import NKey, Role
 
 ACCOUNT = NKey.generate(Role.ACCOUNT)
 KEY_FILES = ("machine.key", "machine.json", "nats-user.nk", "nats-user.jwt")

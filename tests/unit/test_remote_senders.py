@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.paths import is_instance_id
-from pi_cross_session.security.remote.replay import NonceWindow, Seen
-from pi_cross_session.security.remote.senders import (
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.paths import is_instance_id
+from pi_cross_session._internal.security.remote.replay import NonceWindow, Seen
+from pi_cross_session._internal.security.remote.senders import (
     Claim,
     MachineFlow,
     SenderTable,
@@ -74,8 +74,8 @@ def test_a_session_door_admits_its_open_slots_and_its_line_then_refuses() -> Non
 
 
 def test_the_real_session_door_leaves_room_at_the_session_for_others() -> None:
-    from pi_cross_session.protocol import limits
-    from pi_cross_session.protocol.remote import settings
+    from pi_cross_session._internal.protocol import limits
+    from pi_cross_session._internal.protocol.remote import settings
 
     assert settings.REMOTE_DELIVERIES_PER_SESSION < limits.MAX_CONNECTIONS
     # Waiting, then the delivery's own deadline, still answers within the sender's hop.

@@ -11,19 +11,19 @@ import sys
 import time
 from pathlib import Path
 
-from pi_cross_session.plugin import remote_state
-from pi_cross_session.plugin.capped import snapshot_path
-from pi_cross_session.plugin.remote import files
-from pi_cross_session.plugin.remote.problems import RecentProblems
-from pi_cross_session.plugin.remote_state import GatewayState
-from pi_cross_session.protocol.io import environment
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.remote.settings import (
+from pi_cross_session._internal.plugin import remote_state
+from pi_cross_session._internal.plugin.capped import snapshot_path
+from pi_cross_session._internal.plugin.remote import files
+from pi_cross_session._internal.plugin.remote.problems import RecentProblems
+from pi_cross_session._internal.plugin.remote_state import GatewayState
+from pi_cross_session._internal.protocol.io import environment
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.remote.settings import (
     REMOTE_PROBLEM_CHARS,
     REMOTE_PROBLEMS_KEPT,
     REMOTE_SNAPSHOT_STALE_S,
 )
-from pi_cross_session.security.io import fs
+from pi_cross_session._internal.security.io import fs
 
 #: A process that takes the gateway's lock as the gateway does (flock, its pid in the file), says
 #: so, and holds it until its stdin closes.
@@ -117,15 +117,19 @@ def test_the_ring_of_recent_problems_is_bounded_and_sees_only_the_remote_plane()
     problems = RecentProblems()
     problems.attach()
     try:
-        remote = logging.getLogger("pi_cross_session.plugin.remote.link")
+        remote = logging.getLogger("pi_cross_session._internal.plugin.remote.link")
         remote.info("not a problem")
         for index in range(REMOTE_PROBLEMS_KEPT + 5):
             remote.warning("lost %d", index)
         remote.error("x" * (REMOTE_PROBLEM_CHARS * 2))
-        logging.getLogger("pi_cross_session.plugin.runtime").warning("not the remote plane")
+        logging.getLogger("pi_cross_session._internal.plugin.runtime").warning(
+            "not the remote plane"
+        )
     finally:
         problems.detach()
-    logging.getLogger("pi_cross_session.plugin.remote.link").warning("after it was detached")
+    logging.getLogger("pi_cross_session._internal.plugin.remote.link").warning(
+        "after it was detached"
+    )
     kept = problems.to_json()
     assert len(kept) == REMOTE_PROBLEMS_KEPT
     assert problems.seen == REMOTE_PROBLEMS_KEPT + 6

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pi_cross_session.cli import words
+from pi_cross_session._internal.cli import words
 
 NOW_MS = 1_800_000_000_000
 

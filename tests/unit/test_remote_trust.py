@@ -7,10 +7,10 @@ from collections.abc import Callable, Collection
 
 import pytest
 
-from pi_cross_session.protocol import jsonwire
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.remote import envelope as env
-from pi_cross_session.protocol.remote.envelope import (
+from pi_cross_session._internal.protocol import jsonwire
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.remote import envelope as env
+from pi_cross_session._internal.protocol.remote.envelope import (
     EVERYONE,
     Body,
     Kind,
@@ -22,18 +22,18 @@ from pi_cross_session.protocol.remote.envelope import (
     SendBody,
     Tombstone,
 )
-from pi_cross_session.protocol.remote.settings import MAX_RECORD_BYTES
-from pi_cross_session.security.remote import trust as trust_module
-from pi_cross_session.security.remote.identity import (
+from pi_cross_session._internal.protocol.remote.settings import MAX_RECORD_BYTES
+from pi_cross_session._internal.security.remote import trust as trust_module
+from pi_cross_session._internal.security.remote.identity import (
     MachineKey,
     MachineKeyError,
     PublicKey,
     parse_public_key,
     split,
 )
-from pi_cross_session.security.remote.pairing import MacKey, Pairs, derive_pair
-from pi_cross_session.security.remote.replay import NonceWindow
-from pi_cross_session.security.remote.trust import (
+from pi_cross_session._internal.security.remote.pairing import MacKey, Pairs, derive_pair
+from pi_cross_session._internal.security.remote.replay import NonceWindow
+from pi_cross_session._internal.security.remote.trust import (
     Cause,
     Rejected,
     TrustConfig,

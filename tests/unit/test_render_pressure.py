@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.reports import PeerChecks, Pressure
-from pi_cross_session.security.auth import AuthDiagnostics
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.reports import PeerChecks, Pressure
+from pi_cross_session._internal.security.auth import AuthDiagnostics
 
 QUIET = AuthDiagnostics(refusals=MappingProxyType({}), recent=())
 

@@ -12,11 +12,11 @@ import re
 
 import pytest
 
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.reports import SendReport
-from pi_cross_session.protocol import sanitize
-from pi_cross_session.security.admission import Delivery
-from pi_cross_session.security.goals import GoalStatus, Scope
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.reports import SendReport
+from pi_cross_session._internal.protocol import sanitize
+from pi_cross_session._internal.security.admission import Delivery
+from pi_cross_session._internal.security.goals import GoalStatus, Scope
 from tests.support.hostile_text import ALL_ATTACKS, ATTACKS, ESC, FORGED_LINE, HOSTILE_STATUS
 from tests.support.sinks import (
     INSTANCE_ID,

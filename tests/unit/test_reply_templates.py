@@ -6,8 +6,8 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.protocol.frames import PeerIdentity, ReplyTemplates, Response
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.frames import PeerIdentity, ReplyTemplates, Response
 
 PEER = PeerIdentity(id="session-a", instance_id="a" * 32, pid=4242)
 

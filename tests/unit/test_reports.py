@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 
-from pi_cross_session.plugin import render
-from pi_cross_session.plugin.reports import DeliveryOutcome, SendOutcome, SendReport
-from pi_cross_session.protocol.codes import FINAL_ROW_STATES, OK_RECEIPTS, Code, SenderState
+from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.reports import DeliveryOutcome, SendOutcome, SendReport
+from pi_cross_session._internal.protocol.codes import (
+    FINAL_ROW_STATES,
+    OK_RECEIPTS,
+    Code,
+    SenderState,
+)
 
 
 def test_a_send_outcome_is_a_receipt_or_a_sender_state() -> None:

@@ -11,9 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.security.remote import roster as roster_module
-from pi_cross_session.security.remote.identity import MachineKey, PublicKey, public_key_text
-from pi_cross_session.security.remote.roster import (
+from pi_cross_session._internal.security.remote import roster as roster_module
+from pi_cross_session._internal.security.remote.identity import (
+    MachineKey,
+    PublicKey,
+    public_key_text,
+)
+from pi_cross_session._internal.security.remote.roster import (
     MAX_ROSTER_BYTES,
     ROSTER_TYPE,
     ROSTER_VERSION,
@@ -22,7 +26,7 @@ from pi_cross_session.security.remote.roster import (
     merged_trust,
     open_roster,
 )
-from pi_cross_session.security.remote.trust import TrustConfig
+from pi_cross_session._internal.security.remote.trust import TrustConfig
 from tests.hypothesis_profiles import scaled
 from tests.support.call_counts import count_calls
 

@@ -11,9 +11,13 @@ import itertools
 
 import pytest
 
-from pi_cross_session.protocol.codes import FINAL_ROW_STATES, PENDING_ROW_STATES, ROW_STATES
-from pi_cross_session.protocol.errors import LocalProtocolError
-from pi_cross_session.security.rows import (
+from pi_cross_session._internal.protocol.codes import (
+    FINAL_ROW_STATES,
+    PENDING_ROW_STATES,
+    ROW_STATES,
+)
+from pi_cross_session._internal.protocol.errors import LocalProtocolError
+from pi_cross_session._internal.security.rows import (
     FINAL_STATES,
     PENDING_STATES,
     TRANSITIONS,

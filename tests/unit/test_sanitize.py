@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol import sanitize
+from pi_cross_session._internal.protocol import sanitize
 from tests.support.hostile_text import ATTACKS, ESC, unsafe_in
 
 unsafe_text = st.text(

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol.codes import Code, refusal_text
-from pi_cross_session.protocol.conversation import ENDED, NEED_DATA, PAUSED
-from pi_cross_session.protocol.errors import LocalProtocolError
-from pi_cross_session.protocol.frames import PeerIdentity, Response
-from pi_cross_session.protocol.server_conversation import (
+from pi_cross_session._internal.protocol.codes import Code, refusal_text
+from pi_cross_session._internal.protocol.conversation import ENDED, NEED_DATA, PAUSED
+from pi_cross_session._internal.protocol.errors import LocalProtocolError
+from pi_cross_session._internal.protocol.frames import PeerIdentity, Response
+from pi_cross_session._internal.protocol.server_conversation import (
     SERVER_TRANSITIONS,
     Ending,
     HelloReceived,
@@ -32,7 +32,7 @@ from pi_cross_session.protocol.server_conversation import (
     ServerState,
     server_transition,
 )
-from pi_cross_session.protocol.shape import ShapeBounds
+from pi_cross_session._internal.protocol.shape import ShapeBounds
 from tests.hypothesis_profiles import scaled
 
 TOKEN: Final = "a" * 64

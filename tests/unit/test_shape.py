@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol import limits
-from pi_cross_session.protocol.shape import (
+from pi_cross_session._internal.protocol import limits
+from pi_cross_session._internal.protocol.shape import (
     RECEIVER_BOUNDS,
     FrameShape,
     ShapeBounds,

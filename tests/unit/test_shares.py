@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.security.shares import SenderShares
+from pi_cross_session._internal.security.shares import SenderShares
 from tests.hypothesis_profiles import scaled
 
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol import limits
-from pi_cross_session.protocol.codes import Code
-from pi_cross_session.security.goals import GoalConfirmations
-from pi_cross_session.security.limits import MessageIdLedger, RateLimiter, TextDedup
-from pi_cross_session.security.provenance import Provenance
-from pi_cross_session.security.turns import TurnEnding
+from pi_cross_session._internal.protocol import limits
+from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.security.goals import GoalConfirmations
+from pi_cross_session._internal.security.limits import MessageIdLedger, RateLimiter, TextDedup
+from pi_cross_session._internal.security.provenance import Provenance
+from pi_cross_session._internal.security.turns import TurnEnding
 from tests.hypothesis_profiles import scaled
 from tests.support.admission_kit import Kit, caller, goals_with, registration
 

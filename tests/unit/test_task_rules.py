@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from pi_cross_session.security.goals import TaskHandle, TaskKind
-from pi_cross_session.security.task_rules import (
+from pi_cross_session._internal.security.goals import TaskHandle, TaskKind
+from pi_cross_session._internal.security.task_rules import (
     DEFAULT_TASK_RULES,
     TaskRules,
     TaskToolRule,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol.text import (
+from pi_cross_session._internal.protocol.text import (
     JS_WHITESPACE,
     UNNAMED_SESSION,
     clean_line,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session.security.tokens import new_instance_id, new_token, tokens_match
+from pi_cross_session._internal.security.tokens import new_instance_id, new_token, tokens_match
 
 TOKEN = "0123456789abcdef" * 4
 HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -15,10 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pi_cross_session.protocol.errors import LocalProtocolError
-from pi_cross_session.security.goals import TaskHandle, TaskKind
-from pi_cross_session.security.provenance import NO_TURN, PeerClaim, Provenance, TurnAuthority
-from pi_cross_session.security.turns import (
+from pi_cross_session._internal.protocol.errors import LocalProtocolError
+from pi_cross_session._internal.security.goals import TaskHandle, TaskKind
+from pi_cross_session._internal.security.provenance import (
+    NO_TURN,
+    PeerClaim,
+    Provenance,
+    TurnAuthority,
+)
+from pi_cross_session._internal.security.turns import (
     TRANSITIONS,
     EventKind,
     ModelReplied,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.protocol.paths import Locations
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.support.wire_session import Receiver, WireSender, assert_accounted, running_receiver
 
 pytestmark = pytest.mark.anyio

@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 import pytest
 
-from pi_cross_session.plugin.render import PEER_TEXT_NOTICE
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.admission import Phase
-from pi_cross_session.security.provenance import Provenance
-from pi_cross_session.security.turns import TurnEnded, TurnEnding, TurnOpened
+from pi_cross_session._internal.plugin.render import PEER_TEXT_NOTICE
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.admission import Phase
+from pi_cross_session._internal.security.provenance import Provenance
+from pi_cross_session._internal.security.turns import TurnEnded, TurnEnding, TurnOpened
 from tests.support.waiting import eventually
 from tests.support.wire_session import LEGACY, Receiver, assert_accounted, running_receiver
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.admission import Phase
-from pi_cross_session.security.turns import TurnEnding
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.admission import Phase
+from pi_cross_session._internal.security.turns import TurnEnding
 from tests.support import raw_client
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.scripted_host import ScriptedHost

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.plugin.runtime import SessionRuntime
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.provenance import Provenance
-from pi_cross_session.security.turns import TurnEnding
+from pi_cross_session._internal.plugin.runtime import SessionRuntime
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.provenance import Provenance
+from pi_cross_session._internal.security.turns import TurnEnding
 from tests.support.waiting import eventually
 from tests.support.wire_session import (
     Receiver,

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from pi_cross_session.plugin.outbound import summary_for
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.provenance import Provenance
+from pi_cross_session._internal.plugin.outbound import summary_for
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.provenance import Provenance
 from tests.support.socket_peers import make_registration, publish
 from tests.support.wire_session import Receiver, running_receiver
 

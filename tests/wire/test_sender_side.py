@@ -16,11 +16,11 @@ from typing import Any
 import anyio
 import pytest
 
-from pi_cross_session.plugin.reports import SendReport
-from pi_cross_session.protocol.capabilities import ADVERTISED
-from pi_cross_session.protocol.io.exchange import ExchangeConfig
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.protocol.registration import Registration
+from pi_cross_session._internal.plugin.reports import SendReport
+from pi_cross_session._internal.protocol.capabilities import ADVERTISED
+from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
 from tests.support.fake_receiver import (
     ABSENT,
     CLOSE,

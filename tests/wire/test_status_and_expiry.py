@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session.protocol.paths import Locations
-from pi_cross_session.security.turns import TurnEnding
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.security.turns import TurnEnding
 from tests.support import raw_client
 from tests.support.raw_client import RawClient
 from tests.support.waiting import eventually

@@ -1,0 +1,455 @@
+"""The command line's sender identities: a small pool per user and agent dir, kept between runs.
+
+A receiver keys rate limits, duplicate detection and status rows by the sender's *instance id*. If
+every ``pi-cross-session send`` were a new incarnation, a script could dodge every limit by sending
+from a loop, and ``pi-cross-session status`` could never find the message it asks about. So the
+command line keeps persistent identities (session id, instance id, token) in
+``<agentDir>/cross-session/`` (files 0600, in a 0700 dir), and publishes one's registration only
+while it is sending or querying.
+
+**Why a pool, and why one process per identity.** A receiver checks that an authenticated hello
+comes from the pid the sender's registration names, so two processes cannot publish one identity
+at the same moment. With a single identity every invocation waited for the previous one. The pool
+holds :data:`~pi_cross_session._internal.protocol.limits.CLI_IDENTITY_POOL` identities, each behind
+its own lock file (an exclusive ``flock``, released by the kernel if the holder dies): an invocation
+takes the first free one, so that many can send at once. Sequential invocations always take the
+first, so to a receiver they are one sender, exactly as before.
+
+**The limits stay honest, with a known factor.** Each identity is a sender of its own: with N
+identities a script running N sends in parallel gets at most N times one sender's rate (and the
+same text sent from two identities is not a duplicate). The receiver's lifetime budget is per
+receiver, so it does not grow.
+
+**Who holds what.** The holder writes a note into its lock file (pid, what it does, since when);
+an invocation that has to wait reads the notes and says who holds each identity.
+
+**Status asks the right identity.** Status rows are per sender, so each identity remembers the
+message ids it sent (a bounded list beside it); ``status`` asks as the identity that sent the
+message, and only waits for that one.
+
+Slot 0 keeps the file names of the single identity of earlier versions (``cli-identity.json``,
+``cli.lock``); slot k > 0 adds ``-k``. The registration says ``inbound: refuse`` and points at a
+socket nobody listens on: the command line sends, it never receives. Listers see it fail its probe
+while its process lives, and hide it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Final, Protocol
+
+import anyio
+
+from pi_cross_session._internal.plugin.cli_identity_settings import (
+    CLI_HOLDER_NOTE_BYTES,
+    CLI_IDENTITY_POOL,
+    CLI_IDENTITY_RETRY_S,
+    CLI_IDENTITY_WAIT_S,
+    CLI_SENT_IDS_KEPT,
+)
+from pi_cross_session._internal.protocol.errors import CrossSessionError
+from pi_cross_session._internal.protocol.frames import ID_RE, INSTANCE_ID_RE, TOKEN_RE, Sender
+from pi_cross_session._internal.protocol.paths import Locations, node_join
+from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.tokens import new_instance_id, new_token
+
+if TYPE_CHECKING:  # the outbox and the exchange are built only once an identity is held
+    from pi_cross_session._internal.plugin.outbound import Outbox
+    from pi_cross_session._internal.protocol.registration import Registration
+
+STATE_DIR: Final = "cross-session"
+#: Slot 0's files, named as the single identity of earlier versions was.
+IDENTITY_FILE: Final = "cli-identity.json"
+LOCK_FILE: Final = "cli.lock"
+SENT_FILE: Final = "cli-sent.json"
+DEFAULT_NAME: Final = "pi-cross-session-cli"
+#: Kept for callers of the single-identity API: how long :func:`publishing` waits.
+LOCK_TIMEOUT_S: Final = CLI_IDENTITY_WAIT_S
+#: Every slot of the pool, in the order an invocation tries them.
+ALL_SLOTS: Final = tuple(range(CLI_IDENTITY_POOL))
+
+logger = logging.getLogger(__name__)
+
+
+class IdentityBusyError(CrossSessionError):
+    """Every identity an invocation may use stayed in use for too long."""
+
+    code = "identity_busy"
+
+
+@dataclass(frozen=True, slots=True)
+class CliIdentity:
+    """One persistent sender identity of the command line."""
+
+    session_id: str
+    instance_id: str
+    token: str
+
+    def sender(self) -> Sender:
+        """How this identity names itself in a hello."""
+        return Sender(id=self.session_id, instance_id=self.instance_id, token=self.token)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotFiles:
+    """The file names of one slot, inside :func:`state_dir`."""
+
+    identity: str
+    lock: str
+    sent: str
+
+
+def slot_files(slot: int) -> SlotFiles:
+    """The files of ``slot`` (slot 0 keeps the names of the single identity of old)."""
+    if not 0 <= slot < CLI_IDENTITY_POOL:
+        raise ValueError(f"slot must be 0 to {CLI_IDENTITY_POOL - 1}")
+    if slot == 0:
+        return SlotFiles(IDENTITY_FILE, LOCK_FILE, SENT_FILE)
+    return SlotFiles(f"cli-identity-{slot}.json", f"cli-{slot}.lock", f"cli-sent-{slot}.json")
+
+
+def state_dir(locations: Locations) -> str:
+    """``<agentDir>/cross-session``: private state of this package."""
+    return node_join(locations.agent_dir, STATE_DIR)
+
+
+# -- identity files --------------------------------------------------------------------------------
+
+
+def parse_identity(raw: bytes) -> CliIdentity | None:
+    """The identity in a stored file, or ``None`` when it is not a valid one."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    session_id, instance_id, token = (
+        data.get("sessionId"),
+        data.get("instanceId"),
+        data.get("token"),
+    )
+    if not (
+        isinstance(session_id, str)
+        and 0 < len(session_id) <= 128
+        and isinstance(instance_id, str)
+        and INSTANCE_ID_RE.fullmatch(instance_id)
+        and isinstance(token, str)
+        and TOKEN_RE.fullmatch(token)
+    ):
+        return None
+    return CliIdentity(session_id=session_id, instance_id=instance_id, token=token)
+
+
+def load_existing(locations: Locations, slot: int = 0) -> CliIdentity | None:
+    """The stored identity of ``slot`` if there is a valid one; creates and changes nothing."""
+    path = node_join(state_dir(locations), slot_files(slot).identity)
+    try:
+        return parse_identity(fs.read_registration_bytes(path))
+    except CrossSessionError:
+        return None
+
+
+def load_or_create(locations: Locations, slot: int = 0) -> CliIdentity:
+    """The stored identity of ``slot``, or a new one written 0600 (blocking: call from a worker
+    thread, holding the slot).
+
+    A stored file that fails any safety or format check is replaced, never trusted.
+    """
+    directory = state_dir(locations)
+    fs.ensure_private_dir(directory)
+    existing = load_existing(locations, slot)
+    if existing is not None:
+        return existing
+    identity = CliIdentity(
+        session_id=f"cli-{uuid.uuid4()}", instance_id=new_instance_id(), token=new_token()
+    )
+    body = {
+        "version": 1,
+        "sessionId": identity.session_id,
+        "instanceId": identity.instance_id,
+        "token": identity.token,
+    }
+    fs.write_private_file(directory, slot_files(slot).identity, json.dumps(body).encode())
+    return identity
+
+
+def known_instance_ids(locations: Locations) -> dict[str, int]:
+    """The instance id of every stored identity of the pool, with its slot (read-only)."""
+    found: dict[str, int] = {}
+    for slot in ALL_SLOTS:
+        identity = load_existing(locations, slot)
+        if identity is not None:
+            found[identity.instance_id] = slot
+    return found
+
+
+# -- who sent what ---------------------------------------------------------------------------------
+
+
+def _read_sent(locations: Locations, slot: int) -> list[str]:
+    path = node_join(state_dir(locations), slot_files(slot).sent)
+    try:
+        data = json.loads(fs.read_registration_bytes(path))
+    except (CrossSessionError, ValueError):
+        return []
+    ids = data.get("messageIds") if isinstance(data, dict) else None
+    if not isinstance(ids, list):
+        return []
+    return [i for i in ids if isinstance(i, str) and ID_RE.fullmatch(i)]
+
+
+def remember_sent(locations: Locations, slot: int, message_id: str) -> None:
+    """Note that ``slot`` sent ``message_id`` (blocking; only the slot's holder calls it)."""
+    ids = [i for i in _read_sent(locations, slot) if i != message_id]
+    ids = [*ids, message_id][-CLI_SENT_IDS_KEPT:]
+    body = json.dumps({"version": 1, "messageIds": ids}).encode()
+    fs.write_private_file(state_dir(locations), slot_files(slot).sent, body)
+
+
+def senders_of(locations: Locations, message_id: str) -> list[int]:
+    """The slots that remember sending ``message_id`` (read-only; usually one, or none)."""
+    return [slot for slot in ALL_SLOTS if message_id in _read_sent(locations, slot)]
+
+
+# -- the slot locks ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """What a lock's holder wrote about itself."""
+
+    pid: int | None
+    purpose: str
+    since_ms: int | None
+
+    def to_bytes(self) -> bytes:
+        note = {"pid": self.pid, "purpose": self.purpose, "since": self.since_ms}
+        return json.dumps(note).encode()
+
+
+def read_holder(path: str) -> Holder | None:
+    """The note in a lock file, or ``None`` when there is none (never raises, never waits)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        raw = os.read(fd, CLI_HOLDER_NOTE_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    pid, purpose, since = data.get("pid"), data.get("purpose"), data.get("since")
+    return Holder(
+        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+        purpose=purpose if isinstance(purpose, str) else "",
+        since_ms=since if isinstance(since, int) and not isinstance(since, bool) else None,
+    )
+
+
+class WaitReporter(Protocol):
+    """Told when an invocation has to wait for an identity, and how the wait goes."""
+
+    def started(self, holders: Sequence[tuple[int, Holder | None]], timeout_s: float) -> None:
+        """Every wanted slot is in use: by whom (``None`` when its holder left no note)."""
+
+    def still_waiting(self, elapsed_s: float) -> None:
+        """Called about once a second while the wait goes on."""
+
+    def ended(self, slot: int, elapsed_s: float) -> None:
+        """The wait is over: ``slot`` is ours."""
+
+
+async def acquire_slot(
+    locations: Locations,
+    slots: Sequence[int] = ALL_SLOTS,
+    *,
+    purpose: str = "",
+    timeout_s: float = CLI_IDENTITY_WAIT_S,
+    retry_s: float = CLI_IDENTITY_RETRY_S,
+    reporter: WaitReporter | None = None,
+) -> tuple[int, fs.NotedLock]:
+    """Take the first free slot of ``slots``; if all are in use, tell ``reporter`` who holds
+    them and try again until one is free or ``timeout_s`` passed (:class:`IdentityBusyError`)."""
+    if not slots:
+        raise ValueError("no slot to take")
+    directory = state_dir(locations)
+    await anyio.to_thread.run_sync(fs.ensure_private_dir, directory)
+    locks = [(slot, fs.NotedLock(node_join(directory, slot_files(slot).lock))) for slot in slots]
+    started = time.monotonic()
+    told = False
+    ticks = 0
+    while True:
+        for slot, lock in locks:
+            if lock.try_acquire():
+                lock.write_note(Holder(os.getpid(), purpose, _now_ms()).to_bytes())
+                logger.info("took command-line identity %d (%s)", slot, purpose or "no purpose")
+                if told and reporter is not None:
+                    reporter.ended(slot, time.monotonic() - started)
+                return slot, lock
+        elapsed = time.monotonic() - started
+        holders = None
+        if not told:
+            told = True
+            holders = [(slot, read_holder(lock.path)) for slot, lock in locks]
+            if reporter is not None:
+                reporter.started(holders, timeout_s)
+        if elapsed >= timeout_s:
+            holders = holders or [(slot, read_holder(lock.path)) for slot, lock in locks]
+            raise IdentityBusyError(_busy_text(holders, timeout_s))
+        if reporter is not None and int(elapsed) > ticks:
+            ticks = int(elapsed)
+            reporter.still_waiting(elapsed)
+        await anyio.sleep(retry_s)
+
+
+def _busy_text(holders: Sequence[tuple[int, Holder | None]], timeout_s: float) -> str:
+    pids = ", ".join(
+        f"{slot}: pid {holder.pid}" if holder is not None and holder.pid else f"{slot}: unknown"
+        for slot, holder in holders
+    )
+    return f"every command-line identity it may use stayed in use for {timeout_s:g} s ({pids})"
+
+
+# -- holding one identity ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """An identity this process holds and has published, with what to send with."""
+
+    slot: int
+    identity: CliIdentity
+    outbox: Outbox
+    locations: Locations
+    registration: Registration
+
+    async def remember(self, message_id: str) -> None:
+        """Note that this identity sent ``message_id`` (so ``status`` asks as it)."""
+        await anyio.to_thread.run_sync(remember_sent, self.locations, self.slot, message_id)
+
+
+@asynccontextmanager
+async def holding(
+    locations: Locations,
+    slots: Sequence[int] = ALL_SLOTS,
+    *,
+    name: str | None = None,
+    purpose: str = "",
+    timeout_s: float = CLI_IDENTITY_WAIT_S,
+    reporter: WaitReporter | None = None,
+) -> AsyncIterator[Held]:
+    """Take a free identity of ``slots``, publish its registration under ``name``, and yield it;
+    on the way out the registration is removed and the identity released.
+
+    The outbox lists the live sessions without git metadata: it lists to find a target, and a
+    target is never named by its branch (``peers`` shows git; see docs/performance.md)."""
+    # Imported here: a command that never sends (peers, paths) must not pay for the exchange.
+    from pi_cross_session._internal.plugin.outbound import Outbox
+    from pi_cross_session._internal.protocol.io import discovery
+    from pi_cross_session._internal.protocol.io.exchange import Exchanger
+    from pi_cross_session._internal.protocol.registration import (
+        PublicPeer,
+        build_registration,
+        default_name,
+        serialize,
+    )
+
+    slot, lock = await acquire_slot(
+        locations, slots, purpose=purpose, timeout_s=timeout_s, reporter=reporter
+    )
+    registration_path: str | None = None
+    try:
+        identity = await anyio.to_thread.run_sync(load_or_create, locations, slot)
+        stamp = _now_ms()
+        registration = build_registration(
+            session_id=identity.session_id,
+            session_name=default_name(identity.session_id, name or DEFAULT_NAME),
+            instance_id=identity.instance_id,
+            cwd=os.getcwd(),
+            pid=os.getpid(),
+            started_at=stamp,
+            updated_at=stamp,
+            status="idle",
+            inbound="refuse",
+            socket_path=locations.socket_path(identity.instance_id),
+            token=identity.token,
+        )
+        await anyio.to_thread.run_sync(fs.ensure_private_dir, locations.peers_dir)
+        registration_path = locations.registration_path(identity.instance_id)
+        await anyio.to_thread.run_sync(
+            partial(
+                fs.write_registration,
+                locations.peers_dir,
+                identity.instance_id,
+                serialize(registration),
+                still_current=lambda: True,
+            )
+        )
+        exchanger = Exchanger(locations, fs)
+
+        async def list_peers() -> discovery.Listing:
+            return await discovery.list_peers(
+                locations,
+                fs,
+                exchanger.is_live,
+                self_instance_id=identity.instance_id,
+                with_git=False,
+                probe_guard_s=exchanger.listing_guard_s,
+            )
+
+        outbox = Outbox(
+            sender=identity.sender(),
+            exchanger=exchanger,
+            list_peers=list_peers,
+            wall_ms=_now_ms,
+            me=PublicPeer.from_registration(registration),
+        )
+        logger.info(
+            "identity %d published as %s [%s] in %s",
+            slot,
+            registration.name,
+            registration.ref,
+            locations.peers_dir,
+        )
+        yield Held(slot, identity, outbox, locations, registration)
+    finally:
+        with anyio.CancelScope(shield=True):
+            try:
+                if registration_path is not None:
+                    await anyio.to_thread.run_sync(fs.remove_file, registration_path)
+            finally:
+                lock.release()
+                logger.info("released command-line identity %d", slot)
+
+
+@asynccontextmanager
+async def publishing(
+    locations: Locations,
+    *,
+    name: str = DEFAULT_NAME,
+    lock_timeout_s: float = LOCK_TIMEOUT_S,
+) -> AsyncIterator[Outbox]:
+    """Hold a free identity of the pool, publish it, and yield what to send with."""
+    async with holding(locations, name=name, timeout_s=lock_timeout_s) as held:
+        yield held.outbox
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,662 @@
+"""The MCP host: ``pi-cross-session mcp``, a stdio MCP server that is one peer of the network.
+
+One server process is one peer: it registers like any session (its own instance id, token,
+socket and heartbeat, through :class:`~pi_cross_session._internal.plugin.runtime.SessionRuntime`),
+and withdraws its registration when the host closes its stdin or the process is signalled. The
+receiver's rules (authentication, kernel peer checks, rate, duplicates, budget, queue, latch) are
+the same code as for every other host; this module only translates.
+
+What it offers the host's model (built on the official MCP Python SDK's low-level server):
+
+* the tools ``list_pi`` and ``send_pi_message``, with the same parameters and result texts as the
+  pi-python extension (:mod:`~pi_cross_session._internal.plugin.tools`);
+* in **pull** mode, ``read_pi_messages`` (what waits now) and ``wait_pi_message`` (wait, bounded),
+  for hosts that cannot receive pushes;
+* in **push** mode, the ``claude/channel`` capability: each message becomes a
+  ``notifications/claude/channel`` notification, ``content`` framed exactly as the pi-python host
+  frames it (:func:`~pi_cross_session._internal.plugin.render.peer_message`), ``meta`` the sender's
+  name, ref, reply address, message id and summary
+  (:func:`~pi_cross_session._internal.plugin.render.channel_meta`). No permission relay is declared:
+  a peer can never answer a permission prompt;
+* ``instructions`` in the initialize result: what a peer message is and how to reply;
+* the prompts ``cross-session-status`` and ``cross-session-resume``: prompts are the MCP
+  primitive a user invokes (Claude Code refuses to let the model invoke one), so reopening a
+  latched inbox stays the local user's act, as ``/cross-session-resume`` is in pi-python.
+
+``peer_goal`` is not offered: a goal must be started and bound in the local user's own turn, and
+an MCP server cannot tell the user's turn from one a peer's message started. The peer still sends
+goal-scoped messages (``send_pi_message`` with ``goalId``) to sessions whose user bound it.
+
+When a message counts as taken, and what ``submitted`` and ``delivered`` mean, is decided in
+:mod:`.mcp_seat`. Nothing but MCP messages is ever written to stdout: the SDK's stdio transport
+points file descriptor 1 at stderr while it serves, and logging goes to stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pi_cross_session import __version__
+from pi_cross_session._internal.plugin import commands, render, tools
+from pi_cross_session._internal.plugin.hosts.mcp_seat import DeliveryMode, Seat, SeatBusyError
+from pi_cross_session._internal.plugin.hosts.mcp_settings import (
+    MAX_PULL_MESSAGES,
+    MAX_PULL_UNITS,
+    MAX_PULL_WAIT_S,
+    MCP_STOP_TIMEOUT_S,
+    PULL_HANDOFF_STEP_S,
+)
+from pi_cross_session._internal.plugin.options import NAME_ENV, parse_name
+from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
+from pi_cross_session._internal.protocol import sanitize
+from pi_cross_session._internal.protocol.limits import (
+    MAX_QUEUED,
+)
+from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.text import utf16_length
+from pi_cross_session._internal.security.admission import Delivery, Row
+from pi_cross_session._internal.security.rows import RowState
+
+logger = logging.getLogger(__name__)
+
+#: The server's name in its initialize result (hosts name it by their own configuration key).
+SERVER_NAME: Final = "pi-cross-session"
+#: Claude Code's channel capability and notification (research preview, v2.1.80+).
+CHANNEL_CAPABILITY: Final = "claude/channel"
+CHANNEL_METHOD: Final = "notifications/claude/channel"
+
+#: The name of a server whose working directory has no usable name (``/``).
+FALLBACK_NAME: Final = "mcp-session"
+
+READ_PI_MESSAGES: Final = "read_pi_messages"
+WAIT_PI_MESSAGE: Final = "wait_pi_message"
+STATUS_PROMPT: Final = commands.STATUS
+RESUME_PROMPT: Final = commands.RESUME
+
+
+class _Writer(Protocol):
+    """The transport's write side (the SDK's stdio stream), as the push loop uses it."""
+
+    async def send(self, item: SessionMessage, /) -> None:
+        """Hand one message to the transport, which writes it to stdout."""
+        ...
+
+
+class ReadPiMessagesParams(BaseModel):
+    """``read_pi_messages`` takes no parameters."""
+
+    model_config = ConfigDict(extra="forbid", title=READ_PI_MESSAGES)
+
+
+class WaitPiMessageParams(BaseModel):
+    """``wait_pi_message``: how long to wait at most."""
+
+    model_config = ConfigDict(extra="forbid", title=WAIT_PI_MESSAGE)
+
+    seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_PULL_WAIT_S,
+        allow_inf_nan=False,
+        description=render.WAIT_SECONDS_DESCRIPTION,
+    )
+
+
+#: Not read-only: reading takes the messages out of this session's inbox (a second read does not
+#: return them) and turns each into "delivered" for the sender's status query. Nothing is
+#: destroyed, and nothing outside this machine's sessions is touched (closed world).
+READ_SPEC: Final = tools.ToolSpec(
+    name=READ_PI_MESSAGES,
+    label=render.READ_LABEL,
+    description=render.READ_DESCRIPTION,
+    snippet=render.READ_DESCRIPTION,
+    parameters=ReadPiMessagesParams,
+    open_world=False,
+)
+WAIT_SPEC: Final = tools.ToolSpec(
+    name=WAIT_PI_MESSAGE,
+    label=render.WAIT_LABEL,
+    description=render.WAIT_DESCRIPTION,
+    snippet=render.WAIT_DESCRIPTION,
+    parameters=WaitPiMessageParams,
+    open_world=False,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class McpOptions:
+    """How one ``pi-cross-session mcp`` process presents itself."""
+
+    name: str
+    cwd: str
+    delivery: DeliveryMode = DeliveryMode.PULL
+    inbound: str = "accept"
+    #: Where the inbound setting came from, for the status prompt.
+    inbound_source: str = "default"
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class _Reader:
+    """One read or wait in progress: what was handed over to it so far."""
+
+    taken: list[tuple[Delivery, str]] = field(default_factory=list)
+    units: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    """What one read collected, and what it should tell the model besides."""
+
+    messages: tuple[tuple[Delivery, str], ...]
+    remaining: int
+    expired: tuple[Row, ...]
+
+    @property
+    def text(self) -> str:
+        """The result text: framed messages, then what is still waiting or expired unread."""
+        return render.pulled_messages(
+            self.messages,
+            remaining=self.remaining,
+            expired=self.expired,
+        )
+
+
+class McpHost:
+    """A :class:`~pi_cross_session._internal.plugin.host.HostPort` for an MCP host, and its read
+    side."""
+
+    def __init__(self, options: McpOptions, *, session_id: str | None = None) -> None:
+        self.options = options
+        self._session_id = session_id or str(uuid.uuid4())
+        self._seat: Seat | None = None
+        self._runtime: SessionRuntime | None = None
+        # Push: one notification at a time is being written (the seat takes one at a time).
+        pushes: tuple[
+            MemoryObjectSendStream[tuple[Delivery, str]],
+            MemoryObjectReceiveStream[tuple[Delivery, str]],
+        ] = anyio.create_memory_object_stream[tuple[Delivery, str]](1)
+        self._pushes_in, self._pushes_out = pushes
+        self._reader: _Reader | None = None
+        self._read_lock = anyio.Lock()
+        self._changed = anyio.Event()
+        # Messages that expired unread since the last read, for the next read to mention.
+        self._expired: deque[Row] = deque(maxlen=MAX_QUEUED)
+        self._closing = False
+        self.pushed: int = 0
+
+    # -- wiring ----------------------------------------------------------------------------------
+
+    def attach(self, runtime: SessionRuntime) -> Seat:
+        """Bind the runtime this host reports to; returns the seat (the turn model)."""
+        self._runtime = runtime
+        self._seat = Seat(self.options.delivery, runtime)
+        return self._seat
+
+    @property
+    def seat(self) -> Seat:
+        """The turn model (see :mod:`.mcp_seat`)."""
+        if self._seat is None:
+            raise RuntimeError("the MCP host is not attached to a runtime")
+        return self._seat
+
+    @property
+    def runtime(self) -> SessionRuntime:
+        """The session runtime this host belongs to."""
+        if self._runtime is None:
+            raise RuntimeError("the MCP host is not attached to a runtime")
+        return self._runtime
+
+    def observe_row(self, row: Row) -> None:
+        """The runtime's row observer: remember expirations, and wake a waiting reader."""
+        if row.state is RowState.EXPIRED:
+            self._expired.append(row)
+        self._wake()
+
+    def close(self) -> None:
+        """The host connection is ending: take nothing more."""
+        self._closing = True
+        if self._seat is not None:
+            self._seat.close()
+        self._pushes_in.close()
+        self._wake()
+
+    # -- HostPort --------------------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        """A fresh id per server process (one process is one peer)."""
+        return self._session_id
+
+    @property
+    def session_name(self) -> str | None:
+        """``--name``, ``PI_CROSS_SESSION_NAME``, or the host's working directory's name."""
+        return self.options.name
+
+    @property
+    def cwd(self) -> str:
+        """The host's working directory (an MCP host starts its servers in it)."""
+        return self.options.cwd
+
+    def is_idle(self) -> bool:
+        """True exactly while a message would be taken at once (see :mod:`.mcp_seat`)."""
+        return self._seat is not None and not self._closing and self._seat.is_idle()
+
+    def submit(self, delivery: Delivery, content: str) -> None:
+        """Hand one admitted message over: queue its notification (push), or put it into the
+        read in progress (pull). Never blocks; raises when nobody can take it."""
+        seat = self.seat
+        if self._closing or not seat.is_idle():
+            raise SeatBusyError("the MCP host cannot take a message now")
+        if seat.mode is DeliveryMode.PUSH:
+            self._pushes_in.send_nowait((delivery, content))
+            seat.take(delivery)
+            return
+        reader = self._reader
+        if reader is None:  # the seat is idle in pull mode only while a reader is here
+            raise SeatBusyError("no read is in progress")
+        seat.take(delivery)
+        reader.taken.append((delivery, content))
+        reader.units += utf16_length(content)
+        self._wake()
+
+    def notify(self, text: str) -> None:
+        """A line for the local user: MCP hosts show a server's stderr in their logs."""
+        logger.warning("%s", sanitize.line(text))
+
+    # -- push ------------------------------------------------------------------------------------
+
+    async def run_pushes(
+        self,
+        write: _Writer,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Write each pushed message to the host as a channel notification, one at a time; each
+        written one ends its hand-over cleanly, a failed write unsafely (the inbox closes)."""
+        task_status.started()
+        async with self._pushes_out:
+            async for delivery, content in self._pushes_out:
+                notification = types.JSONRPCNotification(
+                    jsonrpc="2.0",
+                    method=CHANNEL_METHOD,
+                    params={"content": content, "meta": render.channel_meta(delivery)},
+                )
+                ok = True
+                try:
+                    await write.send(SessionMessage(notification))
+                    self.pushed += 1
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+                    ok = False
+                    self.notify(render.mcp_push_failed(exc))
+                self.seat.handed(ok=ok)
+
+    # -- pull ------------------------------------------------------------------------------------
+
+    async def read(self, *, wait_s: float = 0.0) -> PullResult:
+        """Collect what waits now; with ``wait_s``, wait up to that long for a first message.
+
+        One read at a time. Queued messages are handed over one per pass of the runtime's loop,
+        as after a real turn, until the queue is empty or the result is full; the messages in the
+        result are reported delivered once it is complete.
+        """
+        async with self._read_lock:
+            reader = _Reader()
+            self._reader = reader
+            seat = self.seat
+            seat.reader_arrived()
+            try:
+                await self._collect(reader, wait_s)
+            finally:
+                # No await from here until the reader is gone: a hand-over can only happen at an
+                # await, so none can land in a reader that has left.
+                self._settle(reader)
+                self._reader = None
+                seat.reader_left()
+            for delivery, _ in reader.taken:
+                seat.delivered(delivery)
+            expired = tuple(self._expired)
+            self._expired.clear()
+            return PullResult(tuple(reader.taken), self._queued(), expired)
+
+    async def _collect(self, reader: _Reader, wait_s: float) -> None:
+        deadline = anyio.current_time() + wait_s
+        while True:
+            changed = self._changed = anyio.Event()
+            self._settle(reader)
+            if len(reader.taken) >= MAX_PULL_MESSAGES or reader.units >= MAX_PULL_UNITS:
+                return
+            if self._closing:
+                return
+            queued = self._queued()
+            now = anyio.current_time()
+            if queued == 0:
+                if reader.taken or now >= deadline:
+                    return
+                timeout = deadline - now
+            else:
+                timeout = PULL_HANDOFF_STEP_S
+            with anyio.move_on_after(timeout) as scope:
+                await changed.wait()
+            if scope.cancelled_caught and queued:
+                logger.warning("queued messages were not handed over in time; read ends")
+                return
+
+    def _settle(self, reader: _Reader) -> None:
+        # The message handed to this reader is in its result: that hand-over (a peer turn) ends.
+        if self._reader is reader and self.seat.handing is not None:
+            self.seat.handed()
+
+    def _queued(self) -> int:
+        snapshot = self.runtime.snapshot()
+        return 0 if snapshot is None else snapshot.queued
+
+    def _wake(self) -> None:
+        self._changed.set()
+
+    # -- prompts ---------------------------------------------------------------------------------
+
+    def status_text(self) -> str:
+        """``cross-session-status``."""
+        report = commands.HostReport(
+            inbound_source=self.options.inbound_source,
+            warnings=self.options.warnings,
+            name_source="host",
+        )
+        return commands.status(self.runtime, "", report)
+
+    def resume_text(self) -> str:
+        """``cross-session-resume``: the local user invoked it, so the host is at rest (no turn
+        of its model runs while its user types); a hand-over in progress still refuses it."""
+        seat = self.seat
+        seat.reader_arrived()
+        try:
+            return commands.resume(self.runtime)
+        finally:
+            seat.reader_left()
+
+
+# -- the MCP server ------------------------------------------------------------------------------
+
+ToolRunner = Callable[[BaseModel], Awaitable[tools.ToolOutput]]
+
+
+def _tool(spec: tools.ToolSpec) -> types.Tool:
+    return types.Tool(
+        name=spec.name,
+        title=spec.label,
+        description=spec.description,
+        input_schema=spec.parameters.model_json_schema(by_alias=True),
+        annotations=types.ToolAnnotations(
+            title=spec.label,
+            read_only_hint=spec.read_only,
+            destructive_hint=spec.destructive,
+            idempotent_hint=spec.idempotent,
+            open_world_hint=spec.open_world,
+        ),
+    )
+
+
+def _validation_text(exc: ValidationError) -> str:
+    # The offending input is never echoed back (it may be a megabyte, or a peer's text).
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False):
+        where = ".".join(str(part) for part in error["loc"]) or "arguments"
+        problems.append(f"{where}: {error['msg']}")
+    return "; ".join(problems)
+
+
+def _text_result(text: str, *, is_error: bool = False) -> types.CallToolResult:
+    # Text only: structured details would carry peer strings to the model unescaped.
+    return types.CallToolResult(
+        content=[types.TextContent(text=sanitize.block(text))], is_error=is_error
+    )
+
+
+class McpServer:
+    """The MCP server of one peer: tools, prompts, instructions and the channel capability."""
+
+    def __init__(self, host: McpHost) -> None:
+        self.host = host
+        mode = host.options.delivery
+        specs: list[tuple[tools.ToolSpec, ToolRunner]] = [
+            (tools.LIST_PI_SPEC, self._list_pi),
+            (tools.SEND_PI_MESSAGE_SPEC, self._send),
+        ]
+        if mode is DeliveryMode.PULL:
+            specs += [(READ_SPEC, self._read), (WAIT_SPEC, self._wait)]
+        self._specs = {spec.name: (spec, run) for spec, run in specs}
+        self._tools = [_tool(spec) for spec, _ in specs]
+        self._prompts = [
+            types.Prompt(name=STATUS_PROMPT, description=render.STATUS_PROMPT_DESCRIPTION),
+            types.Prompt(name=RESUME_PROMPT, description=render.RESUME_PROMPT_DESCRIPTION),
+        ]
+        self.server: Server[Any] = Server(
+            SERVER_NAME,
+            version=__version__,
+            instructions=render.mcp_instructions(mode.value, self._name()),
+            on_list_tools=self._on_list_tools,
+            on_call_tool=self._on_call_tool,
+            on_list_prompts=self._on_list_prompts,
+            on_get_prompt=self._on_get_prompt,
+        )
+        self.server.add_notification_handler(
+            "notifications/initialized", types.NotificationParams, self._on_initialized
+        )
+
+    def _name(self) -> str:
+        name = self.host.runtime.name
+        return name if name is not None else self.host.options.name
+
+    def initialization_options(self) -> Any:
+        """Capabilities: tools and prompts, and ``claude/channel`` in push mode only (a server
+        that never pushes must not register as a channel). Never the permission relay."""
+        experimental: dict[str, dict[str, Any]] | None = None
+        if self.host.options.delivery is DeliveryMode.PUSH:
+            experimental = {CHANNEL_CAPABILITY: {}}
+        return self.server.create_initialization_options(experimental_capabilities=experimental)
+
+    # -- handlers --------------------------------------------------------------------------------
+
+    async def _on_initialized(
+        self, ctx: ServerRequestContext[Any], params: types.NotificationParams
+    ) -> None:
+        self.host.seat.host_ready()
+
+    async def _on_list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=list(self._tools))
+
+    async def _on_call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        # A host that calls a tool has finished its handshake, whatever it sent before.
+        self.host.seat.host_ready()
+        entry = self._specs.get(params.name)
+        if entry is None:
+            raise MCPError(code=types.INVALID_PARAMS, message=render.mcp_unknown_tool(params.name))
+        spec, run = entry
+        try:
+            parsed = spec.parameters.model_validate(dict(params.arguments or {}))
+        except ValidationError as exc:
+            return _text_result(
+                render.mcp_bad_arguments(spec.name, _validation_text(exc)), is_error=True
+            )
+        try:
+            output = await run(parsed)
+        except Exception as exc:  # a bug of ours: the host gets an error result, never a crash
+            logger.exception("tool %s failed", spec.name)
+            return _text_result(render.tool_failure(spec.name, exc), is_error=True)
+        return _text_result(output.text, is_error=output.is_error)
+
+    async def _on_list_prompts(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=list(self._prompts))
+
+    async def _on_get_prompt(
+        self, ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        if params.name == STATUS_PROMPT:
+            text = self.host.status_text()
+        elif params.name == RESUME_PROMPT:
+            text = self.host.resume_text()
+        else:
+            raise MCPError(
+                code=types.INVALID_PARAMS, message=render.mcp_unknown_prompt(params.name)
+            )
+        message = types.PromptMessage(
+            role="user",
+            content=types.TextContent(text=sanitize.block(render.mcp_prompt_result(text))),
+        )
+        return types.GetPromptResult(messages=[message])
+
+    # -- tools -----------------------------------------------------------------------------------
+
+    async def _list_pi(self, params: BaseModel) -> tools.ToolOutput:
+        return await tools.run_list_pi(self.host.runtime)
+
+    async def _send(self, params: BaseModel) -> tools.ToolOutput:
+        assert isinstance(params, tools.SendPiMessageParams)
+        return await tools.run_send_pi_message(self.host.runtime, params)
+
+    async def _read(self, params: BaseModel) -> tools.ToolOutput:
+        result = await self.host.read()
+        return tools.ToolOutput(result.text)
+
+    async def _wait(self, params: BaseModel) -> tools.ToolOutput:
+        assert isinstance(params, WaitPiMessageParams)
+        wait_s = MAX_PULL_WAIT_S if params.seconds is None else params.seconds
+        result = await self.host.read(wait_s=wait_s)
+        return tools.ToolOutput(result.text)
+
+
+# -- one process, one peer -----------------------------------------------------------------------
+
+
+async def serve_streams(
+    options: McpOptions,
+    read_stream: Any,
+    write_stream: Any,
+    *,
+    locations: Locations | None = None,
+    runtime_options: RuntimeOptions | None = None,
+    stop: anyio.Event | None = None,
+    finished: anyio.Event | None = None,
+    task_status: anyio.abc.TaskStatus[SessionRuntime] = anyio.TASK_STATUS_IGNORED,
+) -> SessionRuntime:
+    """Run one peer that talks MCP over ``read_stream`` / ``write_stream`` (the SDK's transport
+    streams) until the host closes its side (or ``stop`` is set); the registration is withdrawn
+    before this returns, and ``finished`` is set once it is. Reports the runtime once it is
+    registered; returns it (for its ``last_error``). Raises the runtime's error if the inbox
+    cannot start."""
+    host = McpHost(options)
+    runtime = SessionRuntime(
+        host,
+        locations=locations,
+        options=runtime_options or RuntimeOptions(inbound=options.inbound),
+        on_row=host.observe_row,
+    )
+    seat = host.attach(runtime)
+    mcp_server = McpServer(host)
+    async with anyio.create_task_group() as group:
+        await group.start(runtime.run)
+        seat.open()
+        await group.start(host.run_pushes, write_stream)
+
+        async def stop_when_asked() -> None:
+            if stop is not None:
+                await stop.wait()
+                group.cancel_scope.cancel()
+
+        group.start_soon(stop_when_asked)
+        task_status.started(runtime)
+        try:
+            await mcp_server.server.run(
+                read_stream, write_stream, mcp_server.initialization_options()
+            )
+        finally:
+            host.close()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(MCP_STOP_TIMEOUT_S):
+                await runtime.stop()
+            runtime.emergency_cleanup()  # a no-op once the incarnation closed itself
+            if finished is not None:
+                finished.set()
+            group.cancel_scope.cancel()
+    return runtime
+
+
+async def serve(
+    options: McpOptions,
+    *,
+    locations: Locations | None = None,
+    runtime_options: RuntimeOptions | None = None,
+    stop: anyio.Event | None = None,
+    finished: anyio.Event | None = None,
+    task_status: anyio.abc.TaskStatus[SessionRuntime] = anyio.TASK_STATUS_IGNORED,
+) -> SessionRuntime:
+    """:func:`serve_streams` on this process's stdin and stdout. While it serves, the SDK's
+    transport points descriptor 1 at stderr, so nothing but MCP messages reaches stdout.
+
+    The transport reads stdin in a worker thread that nothing can interrupt: after ``stop``, this
+    returns only once the host closes stdin. ``finished`` says when the peer has withdrawn, which
+    is what a signalled process waits for before it exits.
+    """
+    async with stdio_server() as (read_stream, write_stream):
+        return await serve_streams(
+            options,
+            read_stream,
+            write_stream,
+            locations=locations,
+            runtime_options=runtime_options,
+            stop=stop,
+            finished=finished,
+            task_status=task_status,
+        )
+
+
+def default_name(cwd: str, environ: Mapping[str, str] | None = None) -> str:
+    """The name of a server started without ``--name``: ``PI_CROSS_SESSION_NAME``, else the name
+    of the host's working directory, cleaned as the wire cleans names."""
+    env = os.environ if environ is None else environ
+    chosen = parse_name(env.get(NAME_ENV))
+    if chosen is not None:
+        return chosen
+    return parse_name(os.path.basename(os.path.normpath(cwd))) or FALLBACK_NAME
+
+
+__all__ = [
+    "CHANNEL_CAPABILITY",
+    "CHANNEL_METHOD",
+    "READ_PI_MESSAGES",
+    "RESUME_PROMPT",
+    "SERVER_NAME",
+    "STATUS_PROMPT",
+    "WAIT_PI_MESSAGE",
+    "McpHost",
+    "McpOptions",
+    "McpServer",
+    "PullResult",
+    "ReadPiMessagesParams",
+    "WaitPiMessageParams",
+    "default_name",
+    "serve",
+    "serve_streams",
+]
