@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -314,6 +315,22 @@ async def test_busy_reap_lock_defers_reaping(locations: Locations) -> None:
     assert not path.exists()
     lock_file = os.path.join(locations.peers_dir, REAP_LOCK_NAME)
     assert os.stat(lock_file).st_mode & 0o777 == 0o600
+
+
+async def test_a_reap_lock_that_fails_on_release_counts_each_peer_once(
+    locations: Locations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead = make_registration(locations, pid=dead_pid())
+    path = publish(locations, dead)
+
+    def failing_release(self: filelock.FileLock, force: bool = False) -> None:
+        raise OSError(errno.EIO, "lock release failed")
+
+    monkeypatch.setattr(filelock.FileLock, "release", failing_release)
+    result = await listing(locations, FakeProbe(default=False))
+    assert not path.exists()
+    assert (result.reaped, result.reap_deferred) == (1, 0)
+    assert result.considered == 1
 
 
 async def test_git_metadata_for_live_peers_only(locations: Locations, tmp_path: Path) -> None:

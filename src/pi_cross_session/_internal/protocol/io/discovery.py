@@ -7,7 +7,10 @@ Two halves:
   serialised and fenced exactly as spec §1.4 says.
 * :func:`list_peers` — reads every registration, probes each peer, reaps the ones whose process is
   proven dead, and returns the live ones newest first, with counters that explain what was
-  skipped and why (:class:`Listing`).
+  skipped and why (:class:`Listing`). What becomes of each registration is decided by the pure
+  :mod:`~pi_cross_session._internal.protocol.listing_policy`; this half gathers the facts it
+  asks for (read and parse outcomes, probe answers, the kernel's word on a pid, how a reap went)
+  and carries out its verdicts.
 
 This module decides *when* files are read, written or removed, never *whether a file can be
 trusted*: every file operation goes through an injected :class:`RegistryFiles` (in production the
@@ -39,8 +42,8 @@ Decisions where the contract leaves room:
 * **Reaping is serialised across processes** with a lock file ``.reap.lock`` in the peers dir
   (a dot-file, so no listing ever reads it). A lister that cannot take the lock quickly skips
   reaping this time: another lister is doing it, and the next listing will finish the job.
-* **Self is never read, probed or reaped**: its file is recognised by name and set aside.
-* **Ties in updatedAt** are ordered by instance id, so a listing is deterministic.
+* **Self is never read, probed or reaped**, and **ties in updatedAt** are ordered by instance id:
+  both are the listing policy's, with the rest of what a listing decides.
 """
 
 from __future__ import annotations
@@ -48,9 +51,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Final, NamedTuple, Protocol
 
@@ -71,6 +74,18 @@ from pi_cross_session._internal.protocol.limits import (
     PROBE_GUARD_MARGIN_S,
     REAP_LOCK_TIMEOUT_S,
     WRITE_WAIT_S,
+)
+from pi_cross_session._internal.protocol.listing_policy import (
+    Answer,
+    Facts,
+    Read,
+    Reap,
+    Verdict,
+    at_limit,
+    judge,
+    newest_first,
+    probe_failure,
+    read_failure,
 )
 from pi_cross_session._internal.protocol.paths import Locations, instance_id_from_filename
 from pi_cross_session._internal.protocol.pressure import Backoff, shortage
@@ -506,24 +521,34 @@ class Listing:
         return self.unsafe + self.unreadable + self.invalid
 
 
-class _Outcome(Enum):
-    LIVE = "live"
-    FAILED = "failed"
-    FAULT = "fault"
-    UNCHECKED = "unchecked"
-
-
 @dataclass(slots=True)
 class _Scan:
-    registrations: list[Registration] = field(default_factory=list)
+    #: Read and valid: each waits for its probe, with the facts that led there.
+    pending: list[tuple[Registration, Facts]] = field(default_factory=list)
+    #: The registrations that already ended in a bucket, by bucket.
+    settled: Counter[Verdict] = field(default_factory=Counter)
     considered: int = 0
     at_limit: bool = False
     unread: int = 0
-    self_seen: bool = False
-    unsafe: int = 0
-    unreadable: int = 0
-    invalid: int = 0
-    unchecked: int = 0
+
+
+def _read(
+    locations: Locations, files: RegistryFiles, name: str, stem: str
+) -> tuple[Read, Registration | None]:
+    """Worker thread: one registration's bytes, parsed; the registration only when valid."""
+    try:
+        raw = files.read_registration_bytes(locations.registration_path(stem))
+    except CrossSessionError as exc:
+        logger.debug("skipping registration %s: %s", sanitize.line(name), sanitize.line(str(exc)))
+        return read_failure(exc), None
+    try:
+        registration = parse_registration(
+            raw, file_stem=stem, expected_socket_path=locations.socket_path(stem)
+        )
+    except InvalidRegistrationError as exc:
+        logger.debug("skipping registration %s: %s", sanitize.line(name), sanitize.line(str(exc)))
+        return Read.INVALID, None
+    return Read.VALID, registration
 
 
 def _scan(
@@ -532,81 +557,62 @@ def _scan(
     """Worker thread: make the dir private, take the names, read and validate each file."""
     files.ensure_private_dir(locations.peers_dir)
     names, unread = files.list_registration_names(locations.peers_dir, limit=limit)
-    scan = _Scan(considered=len(names), at_limit=len(names) >= limit, unread=unread)
+    scan = _Scan(considered=len(names), at_limit=at_limit(len(names), limit), unread=unread)
     for name in names:
+        # The file layer already filters names; a fake that does not is refused by the policy.
         stem = instance_id_from_filename(name)
-        if stem is None:
-            # The file layer already filters names; a fake that does not is refused here too.
-            scan.invalid += 1
-            continue
-        if stem == self_instance_id:
-            scan.self_seen = True
-            continue
-        try:
-            raw = files.read_registration_bytes(locations.registration_path(stem))
-        except CrossSessionError as exc:
-            if exc.code == Code.UNSAFE_ENDPOINT:
-                scan.unsafe += 1
-            elif shortage(exc) is not None:
-                scan.unchecked += 1  # our shortage, not the file's fault
-            else:
-                scan.unreadable += 1
-            logger.debug(
-                "skipping registration %s: %s", sanitize.line(name), sanitize.line(str(exc))
-            )
-            continue
-        try:
-            registration = parse_registration(
-                raw, file_stem=stem, expected_socket_path=locations.socket_path(stem)
-            )
-        except InvalidRegistrationError as exc:
-            scan.invalid += 1
-            logger.debug(
-                "skipping registration %s: %s", sanitize.line(name), sanitize.line(str(exc))
-            )
-            continue
-        scan.registrations.append(registration)
+        facts = Facts(named=stem is not None, is_self=stem is not None and stem == self_instance_id)
+        registration = None
+        if stem is not None and judge(facts) is Verdict.READ:
+            read, registration = _read(locations, files, name, stem)
+            facts = replace(facts, read=read)
+        verdict = judge(facts)
+        if verdict is Verdict.PROBE and registration is not None:
+            scan.pending.append((registration, facts))
+        else:
+            scan.settled[verdict] += 1
     return scan
-
-
-@dataclass(slots=True)
-class _Settled:
-    hidden: int = 0
-    reaped: int = 0
-    reap_deferred: int = 0
 
 
 def _settle_failed(
     locations: Locations,
     files: RegistryFiles,
-    failed: list[Registration],
+    failed: list[tuple[Registration, Facts]],
     lock_timeout_s: float,
-) -> _Settled:
-    """Worker thread: hide the peers that may be alive, reap those proven dead (under the lock)."""
-    settled = _Settled()
-    dead: list[Registration] = []
-    for registration in failed:
-        if files.pid_is_dead(registration.pid):
-            dead.append(registration)
+) -> Counter[Verdict]:
+    """Worker thread: ask the kernel about each failed peer's pid, and reap as the policy says
+    (under the lock, taken only when some peer is to be reaped)."""
+    settled: Counter[Verdict] = Counter()
+    doomed: list[tuple[Registration, Facts]] = []
+    for registration, facts in failed:
+        facts = replace(facts, pid_dead=files.pid_is_dead(registration.pid))
+        verdict = judge(facts)
+        if verdict is Verdict.REAP:
+            doomed.append((registration, facts))
         else:
-            settled.hidden += 1
-    if not dead:
+            settled[verdict] += 1
+    if not doomed:
         return settled
     lock_path = os.path.join(locations.peers_dir, REAP_LOCK_NAME)
+    # How many were settled under the lock: a release that fails after them must not count them
+    # a second time.
+    done = 0
     try:
         lock = filelock.FileLock(lock_path, timeout=lock_timeout_s, mode=0o600)
         with lock:
-            for registration in dead:
-                if _reap(locations, files, registration):
-                    settled.reaped += 1
-                else:
-                    settled.reap_deferred += 1
+            for registration, facts in doomed:
+                reap = Reap.REMOVED if _reap(locations, files, registration) else Reap.REMOVE_FAILED
+                settled[judge(replace(facts, reap=reap))] += 1
+                done += 1
     except filelock.Timeout:
-        logger.debug("another process holds %s; leaving %d dead peers to it", lock_path, len(dead))
-        settled.reap_deferred += len(dead)
+        logger.debug(
+            "another process holds %s; leaving %d dead peers to it", lock_path, len(doomed)
+        )
+        settled.update(judge(replace(facts, reap=Reap.LOCK_BUSY)) for _, facts in doomed)
     except OSError as exc:
-        logger.warning("could not take the reap lock %r: %s", lock_path, exc)
-        settled.reap_deferred += len(dead)
+        logger.warning("the reap lock %r failed: %s", lock_path, exc)
+        rest = doomed[done:]
+        settled.update(judge(replace(facts, reap=Reap.LOCK_FAILED)) for _, facts in rest)
     return settled
 
 
@@ -623,23 +629,20 @@ def _reap(locations: Locations, files: RegistryFiles, registration: Registration
 
 
 async def _probe_one(
-    probe: Probe, registration: Registration, guard_s: float, outcomes: dict[str, _Outcome]
+    probe: Probe, registration: Registration, guard_s: float, answers: dict[str, Answer]
 ) -> None:
-    outcome = _Outcome.FAULT
+    answer = Answer.FAULT
     with anyio.move_on_after(guard_s):
         try:
-            outcome = _Outcome.LIVE if await probe(registration) else _Outcome.FAILED
+            answer = Answer.READY if await probe(registration) else Answer.SILENT
         except Exception as exc:
-            if shortage(exc) is not None:
-                # Out of descriptors here: the probe learned nothing about the peer.
-                outcome = _Outcome.UNCHECKED
-            else:
-                # A probe reports a dead or silent peer as False; raising is a bug in the probe.
-                # The listing carries on without this peer and the traceback is logged.
+            answer = probe_failure(exc)
+            if answer is Answer.FAULT:
+                # The listing carries on without this peer; the traceback shows the probe's bug.
                 logger.exception("the probe of peer %s raised", registration.ref)
-    if outcome is _Outcome.FAULT:
+    if answer is Answer.FAULT:
         logger.debug("the probe of peer %s faulted or overran %.3f s", registration.ref, guard_s)
-    outcomes[registration.instance_id] = outcome
+    answers[registration.instance_id] = answer
 
 
 async def list_peers(
@@ -671,28 +674,32 @@ async def list_peers(
     """
     scan = await anyio.to_thread.run_sync(partial(_scan, locations, files, self_instance_id, limit))
 
-    outcomes: dict[str, _Outcome] = {}
+    answers: dict[str, Answer] = {}
     async with anyio.create_task_group() as group:
-        for registration in scan.registrations:
-            group.start_soon(_probe_one, probe, registration, probe_guard_s, outcomes)
+        for registration, _ in scan.pending:
+            group.start_soon(_probe_one, probe, registration, probe_guard_s, answers)
 
-    live = [r for r in scan.registrations if outcomes[r.instance_id] is _Outcome.LIVE]
-    failed = [
-        r
-        for r in scan.registrations
-        if outcomes[r.instance_id] in (_Outcome.FAILED, _Outcome.FAULT)
-    ]
-    unchecked = scan.unchecked + sum(1 for o in outcomes.values() if o is _Outcome.UNCHECKED)
-    settled = _Settled()
+    settled = Counter(scan.settled)
+    live: list[Registration] = []
+    failed: list[tuple[Registration, Facts]] = []
+    for registration, facts in scan.pending:
+        facts = replace(facts, answer=answers[registration.instance_id])
+        verdict = judge(facts)
+        if verdict is Verdict.LIVE:
+            live.append(registration)
+        elif verdict is Verdict.ASK_KERNEL:
+            failed.append((registration, facts))
+        else:
+            settled[verdict] += 1
     if failed:
-        settled = await anyio.to_thread.run_sync(
+        settled += await anyio.to_thread.run_sync(
             partial(_settle_failed, locations, files, failed, reap_lock_timeout_s)
         )
 
     git: Mapping[str, GitInfo | None] = {}
     if with_git and live:
         git = await git_resolver([r.cwd for r in live])
-    live.sort(key=lambda r: (-r.updated_at, r.instance_id))
+    live.sort(key=newest_first)
     peers = [PublicPeer.from_registration(r, git=git.get(r.cwd)) for r in live]
     return Listing(
         peers=peers,
@@ -700,13 +707,13 @@ async def list_peers(
         considered=scan.considered,
         at_limit=scan.at_limit,
         unread=scan.unread,
-        self_seen=scan.self_seen,
-        unsafe=scan.unsafe,
-        unreadable=scan.unreadable,
-        invalid=scan.invalid,
-        hidden=settled.hidden,
-        reaped=settled.reaped,
-        reap_deferred=settled.reap_deferred,
-        probe_faults=sum(1 for outcome in outcomes.values() if outcome is _Outcome.FAULT),
-        unchecked=unchecked,
+        self_seen=settled[Verdict.SELF] > 0,
+        unsafe=settled[Verdict.UNSAFE],
+        unreadable=settled[Verdict.UNREADABLE],
+        invalid=settled[Verdict.INVALID],
+        hidden=settled[Verdict.HIDDEN],
+        reaped=settled[Verdict.REAPED],
+        reap_deferred=settled[Verdict.REAP_DEFERRED],
+        probe_faults=sum(1 for answer in answers.values() if answer is Answer.FAULT),
+        unchecked=settled[Verdict.UNCHECKED],
     )
