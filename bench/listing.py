@@ -50,8 +50,8 @@ import anyio.lowlevel
 from pi_cross_session._internal.protocol import paths
 from pi_cross_session._internal.protocol.io import environment
 from pi_cross_session._internal.protocol.io.discovery import Listing, list_peers
+from pi_cross_session._internal.protocol.io.git_settings import MAX_GIT_SUBPROCESSES
 from pi_cross_session._internal.protocol.io.gitinfo import git_rev_parse, resolve_git_info
-from pi_cross_session._internal.protocol.limits import MAX_GIT_SUBPROCESSES
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.protocol.registration import (
     GitInfo,

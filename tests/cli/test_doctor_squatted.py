@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.render import host_status
 from pi_cross_session._internal.protocol.limits import DISPLAY_DIAGNOSTIC_CODE_POINTS
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.security.io import fs
@@ -105,6 +105,6 @@ def test_the_whole_refusal_fits_the_sessions_start_failure_notice(locations: Loc
     fs.ensure_private_dir(locations.runtime_dir)
     with pytest.raises(fs.UnsafePathError) as refused:
         fs.ensure_private_dir(locations.runtime_dir, uid=os.getuid() + 1)
-    shown = render.inbox_start_failed(refused.value)
+    shown = host_status.inbox_start_failed(refused.value)
     assert len(str(refused.value)) <= DISPLAY_DIAGNOSTIC_CODE_POINTS
     assert refused.value.remedy in shown

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pi_cross_session._internal.cli.follow import Follow
-from pi_cross_session._internal.protocol.limits import QUEUE_FATE_MARGIN_S, QUEUE_TTL_S
+from pi_cross_session._internal.cli.settings import QUEUE_FATE_MARGIN_S
+from pi_cross_session._internal.protocol.limits import QUEUE_TTL_S
 
 BOUND = QUEUE_TTL_S + QUEUE_FATE_MARGIN_S
 

@@ -19,8 +19,9 @@ from typing import Any
 import anyio
 import pytest
 
-from pi_cross_session._internal.plugin import outbound, render
+from pi_cross_session._internal.plugin import outbound
 from pi_cross_session._internal.plugin.outbound import Outbox
+from pi_cross_session._internal.plugin.render import listings, sending
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.frames import Sender
 from pi_cross_session._internal.protocol.io.discovery import Listing, list_peers
@@ -96,11 +97,11 @@ async def _live(registration: Registration) -> bool:
 
 
 def test_an_incomplete_listing_never_reads_no_peers() -> None:
-    assert render.peer_lines([]) == [render.NO_PEERS]
-    lines = render.peer_lines([], unchecked=2)
-    assert render.NO_PEERS not in lines
-    assert lines == [render.unchecked_line(2)]
-    assert "could not be checked" in render.listing(None, [], unchecked=2)
+    assert listings.peer_lines([]) == [listings.NO_PEERS]
+    lines = listings.peer_lines([], unchecked=2)
+    assert listings.NO_PEERS not in lines
+    assert lines == [listings.unchecked_line(2)]
+    assert "could not be checked" in listings.listing(None, [], unchecked=2)
 
 
 async def test_is_live_raises_a_shortage_and_answers_false_for_anything_else(
@@ -146,9 +147,9 @@ async def test_a_target_not_found_among_unchecked_sessions_is_not_not_found(
         Code.TRANSPORT_ERROR,
         False,
     )
-    assert report.next == render.NEXT_SHORT_OF_RESOURCES
+    assert report.next == sending.NEXT_SHORT_OF_RESOURCES
     assert "3 could not be checked" in (report.detail or "")
-    assert "it was not delivered" in render.send_result(report)
+    assert "it was not delivered" in sending.send_result(report)
     # Found among the checked ones, or none unchecked: the usual answers.
     plain = await outbound.send(outbox_for(locations, Listing(peers=[])), "somebody", "hi")
     assert plain.status == Code.NOT_FOUND
@@ -171,8 +172,8 @@ async def test_a_listing_that_fails_for_lack_of_descriptors_is_a_coded_not_sent(
     )
     report = await outbound.send(outbox, "somebody", "hello")
     assert (report.status, report.message_written) == (Code.TRANSPORT_ERROR, False)
-    assert report.detail == render.listing_short("EMFILE")
-    assert report.next == render.NEXT_SHORT_OF_RESOURCES
+    assert report.detail == sending.listing_short("EMFILE")
+    assert report.next == sending.NEXT_SHORT_OF_RESOURCES
 
     async def broken() -> Listing:
         raise fs.FileOperationError(locations.peers_dir, "list", OSError(errno.EIO, "io"))
@@ -205,7 +206,7 @@ async def test_a_send_whose_socket_cannot_be_opened_says_nothing_was_sent(
             outbox_for(locations, listing, exchanger), beta.registration.instance_id, "hi"
         )
         assert (report.status, report.message_written) == (Code.TRANSPORT_ERROR, False)
-        assert report.next == render.NEXT_SHORT_OF_RESOURCES
-        assert "it was not delivered" in render.send_result(report)
+        assert report.next == sending.NEXT_SHORT_OF_RESOURCES
+        assert "it was not delivered" in sending.send_result(report)
         assert beta.inbox.entries == []
         assert beta.endpoint.statistics().accepted == 0

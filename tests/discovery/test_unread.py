@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session._internal.plugin import commands, render, tools
+from pi_cross_session._internal.plugin import commands, tools
+from pi_cross_session._internal.plugin.render import listings
 from pi_cross_session._internal.protocol.io.discovery import Listing, list_peers
 from pi_cross_session._internal.protocol.io.exchange import Exchanger
 from pi_cross_session._internal.protocol.limits import MAX_LISTED_REGISTRATIONS
@@ -44,7 +45,7 @@ async def test_list_pi_and_peers_say_how_many_registrations_were_left_unread(
             unread = DECOYS + 1 - MAX_LISTED_REGISTRATIONS
             listed = await tools.run_list_pi(rx.runtime)
             shown = await commands.peers(rx.runtime)
-    line = render.unread_line(unread)
+    line = listings.unread_line(unread)
     assert line is not None
     assert line.startswith(f"{unread} more registrations were left unread: ")
     assert not listed.is_error
@@ -54,13 +55,13 @@ async def test_list_pi_and_peers_say_how_many_registrations_were_left_unread(
 
 
 def test_the_unread_line_counts_in_words() -> None:
-    assert render.unread_line(0) is None
-    one = render.unread_line(1)
+    assert listings.unread_line(0) is None
+    one = listings.unread_line(1)
     assert one is not None
     assert one.startswith("1 more registration was left unread: ")
     assert f"the first {MAX_LISTED_REGISTRATIONS} in the peers dir" in one
-    assert render.peer_lines([], unread=0) == [render.NO_PEERS]
-    assert render.peer_lines([], unread=3) == [render.NO_PEERS, render.unread_line(3)]
+    assert listings.peer_lines([], unread=0) == [listings.NO_PEERS]
+    assert listings.peer_lines([], unread=3) == [listings.NO_PEERS, listings.unread_line(3)]
 
 
 async def test_once_the_decoys_process_is_gone_each_listing_reaps_what_it_reads(

@@ -18,7 +18,8 @@ import sys
 
 import anyio
 
-from pi_cross_session._internal.plugin import cli_identity, outbound, render
+from pi_cross_session._internal.plugin import cli_identity, outbound
+from pi_cross_session._internal.plugin.render import sending
 from pi_cross_session._internal.protocol.io import environment
 
 
@@ -39,8 +40,8 @@ async def main(target: str, text: str) -> None:
         json.dumps(
             {
                 "held": len(held),
-                "details": render.send_details(report),
-                "text": render.send_result(report),
+                "details": sending.send_details(report),
+                "text": sending.send_result(report),
             }
         )
     )

@@ -31,8 +31,8 @@ from typing import Any
 
 import anyio
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost, serve_inbox
+from pi_cross_session._internal.plugin.render import host_status
 from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
 
 
@@ -64,7 +64,7 @@ def answer(runtime: SessionRuntime, command: dict[str, Any], held: list[int]) ->
         registered = registration is not None and os.path.exists(
             runtime.locations.registration_path(registration.instance_id)
         )
-        emit("stats", registered=registered, **render.peer_check_data(runtime.peer_checks()))
+        emit("stats", registered=registered, **host_status.peer_check_data(runtime.peer_checks()))
 
 
 async def follow_stdin(runtime: SessionRuntime) -> str:

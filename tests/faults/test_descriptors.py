@@ -35,7 +35,8 @@ from typing import Any, Final
 import anyio
 import pytest
 
-from pi_cross_session._internal.plugin import commands, render
+from pi_cross_session._internal.plugin import commands
+from pi_cross_session._internal.plugin.render import sending
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.limits import DESCRIPTOR_RESERVE
 from pi_cross_session._internal.protocol.paths import Locations
@@ -277,7 +278,7 @@ async def test_a_sender_out_of_descriptors_reports_that_nothing_was_sent(
             Code.TRANSPORT_ERROR,
             False,
         )
-        assert details["next"] == render.NEXT_SHORT_OF_RESOURCES
+        assert details["next"] == sending.NEXT_SHORT_OF_RESOURCES
         assert "it was not delivered" in result["text"]
         assert beta.inbox.entries == []
         assert beta.endpoint.statistics().accepted == 0

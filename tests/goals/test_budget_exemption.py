@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session._internal.plugin.render import PEER_TEXT_NOTICE
+from pi_cross_session._internal.plugin.render.peer_text import PEER_TEXT_NOTICE
 from pi_cross_session._internal.protocol.limits import MAX_CACHE_ENTRIES, RATE_REFILL_PER_S
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.security.turns import TurnEnding

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from pi_cross_session._internal.plugin.render import PEER_TEXT_NOTICE
+from pi_cross_session._internal.plugin.render.peer_text import PEER_TEXT_NOTICE
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.security.goals import USER_TURN
 from tests.goals.kit import FORGED_GOAL, goal_sender, opening_claim, peer_session, send, start_goal

@@ -28,13 +28,13 @@ from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
 from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig
 from pi_cross_session._internal.protocol.limits import (
-    MAX_GOAL_CONFIRMATIONS,
     RATE_CAPACITY,
     RATE_REFILL_PER_S,
 )
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.protocol.registration import Registration
 from pi_cross_session._internal.security.goals import USER_TURN, GoalConfirmations, Reservation
+from pi_cross_session._internal.security.goals.bounds import MAX_GOAL_CONFIRMATIONS
 from tests.goals.kit import (
     FORGED_GOAL,
     accepted_connections,

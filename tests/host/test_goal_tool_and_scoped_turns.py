@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.hosts.pi_python import GOAL_EVIDENCE_TYPE
+from pi_cross_session._internal.plugin.render import peer_text
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.security.goals import LOCAL_COMMAND
 from tests.host.conftest import headless_peer
@@ -249,7 +249,7 @@ async def test_a_goal_id_in_the_text_scopes_nothing(
     opener = next(m for m in alpha.recorder.runs()[-1] if m["role"] == "custom")
     assert opener["details"]["messageId"]
     assert "goalId" not in opener["details"]
-    assert render.PEER_TEXT_NOTICE in opener["content"]
+    assert peer_text.PEER_TEXT_NOTICE in opener["content"]
 
 
 # -- pinned case 6 -----------------------------------------------------------------------------

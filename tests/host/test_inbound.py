@@ -12,9 +12,9 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from pi_agent_core.extensions import ExtensionAPI
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.hosts import pi_python
 from pi_cross_session._internal.plugin.hosts.pi_python import CUSTOM_TYPE
+from pi_cross_session._internal.plugin.render import peer_text
 from pi_cross_session._internal.plugin.runtime import SessionRuntime
 from pi_cross_session._internal.security.admission import Delivery
 from tests.host.pi_harness import (
@@ -43,14 +43,14 @@ def is_peer_text(message: BaseMessage) -> bool:
 
 
 def framed(sender: SessionRuntime, text: str, content: str) -> str:
-    """The text the model must read for ``text`` from ``sender`` (render.peer_message), with the
+    """The text the model must read for ``text`` from ``sender`` (peer_text.peer_message), with the
     fence nonce the receiver drew for ``content``."""
     registration = sender.registration()
     assert registration is not None
     delivery = Delivery("id", registration, text, summary="", sent_at=0, goal_id=None)
     match = FENCE_NONCE.search(content)
     assert match is not None, content
-    return render.peer_message(delivery, nonce=match.group(1))
+    return peer_text.peer_message(delivery, nonce=match.group(1))
 
 
 async def target_of(harness: Any) -> str:

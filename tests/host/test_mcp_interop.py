@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.render import peer_text
 from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig
 from pi_cross_session._internal.protocol.paths import Locations
 from tests.host.conftest import PEER_PROBE_S
@@ -55,7 +55,7 @@ async def test_an_mcp_peer_and_a_pi_python_session_message_each_other(
 
         text, is_error = await peer.call("wait_pi_message", {"seconds": 20})
         assert not is_error
-        assert render.fenced_text(text) == "pong from pi"
+        assert peer_text.fenced_text(text) == "pong from pi"
         name = pi.name
         assert name is not None
         assert f"Reply address (send_pi_message target): {name} [" in text
@@ -64,7 +64,7 @@ async def test_an_mcp_peer_and_a_pi_python_session_message_each_other(
         # was queued by the MCP peer if it came before the wait began, or handed straight to the
         # wait; either way the wait's result delivered it.
         [seen] = [t for t in model.human_texts() if t.startswith(PEER_HEADER)]
-        assert render.fenced_text(seen) == "ping from the mcp host"
+        assert peer_text.fenced_text(seen) == "ping from the mcp host"
         await eventually(model.tool_results)
         [result] = model.tool_results()
         assert result.startswith(

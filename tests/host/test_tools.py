@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.render import listings
 from tests.host.pi_harness import Peer, ScriptedChat, call_tool, runtime_of, say, text_of
 from tests.support.waiting import eventually
 
@@ -132,4 +132,4 @@ async def test_the_peer_sees_our_address_in_its_listing(
     registration = me.registration()
     assert registration is not None
     assert [p.instance_id for p in listing.peers] == [registration.instance_id]
-    assert render.address(listing.peers[0]).endswith(f"[{registration.ref}]")
+    assert listings.address(listing.peers[0]).endswith(f"[{registration.ref}]")

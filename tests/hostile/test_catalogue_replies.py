@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from pi_cross_session._internal.plugin import render, tools
+from pi_cross_session._internal.plugin import tools
+from pi_cross_session._internal.plugin.render import sending
 from pi_cross_session._internal.plugin.reports import SendReport
 from pi_cross_session._internal.protocol.capabilities import ADVERTISED
 from pi_cross_session._internal.protocol.codes import Code, classify
@@ -76,9 +77,9 @@ def by_frame(registration: Registration, **answers: dict[str, Any]) -> Reply:
 
 def assert_no_raw_peer_text(report: SendReport) -> None:
     """Every text shown of ``report``, and every string of its details, is safe and ours."""
-    for text in (render.send_result(report), render.status_query_result(report)):
+    for text in (sending.send_result(report), sending.status_query_result(report)):
         assert_safe_line(text)
-    for text in strings_in(render.send_details(report)):
+    for text in strings_in(sending.send_details(report)):
         assert unsafe_in(text) == [], text
         assert "\n" not in text
     assert report.status in set(Code), report.status
@@ -107,7 +108,7 @@ async def test_a_refusal_with_a_status_outside_the_contract_is_our_unknown_code(
         False,
     )
     assert report.message_written
-    shown = render.send_result(report)
+    shown = sending.send_result(report)
     # The raw word survives only as an escaped diagnostic, so the user can see what came back.
     assert "\\x1b]0;pwned\\x07" in shown
     assert f"\\x0a{FORGED_LINE}" in shown
@@ -189,7 +190,7 @@ async def test_a_status_answer_outside_the_contract_is_an_invalid_receipt(
         report = await rx.runtime.query_status(PEER, "m-1")
     assert_no_raw_peer_text(report)
     assert (report.ok, report.status, report.state) == (False, "invalid_receipt", "receipt_unknown")
-    assert "\\x1b]0;pwned" in render.status_query_result(report)
+    assert "\\x1b]0;pwned" in sending.status_query_result(report)
 
 
 async def test_a_status_answer_with_a_hostile_diagnostic_shows_it_escaped(
@@ -208,7 +209,7 @@ async def test_a_status_answer_with_a_hostile_diagnostic_shows_it_escaped(
         report = await rx.runtime.query_status(PEER, "m-1")
     assert_no_raw_peer_text(report)
     assert (report.ok, report.status) == (True, "expired")
-    assert "\\x1b[2J" in render.status_query_result(report)
+    assert "\\x1b[2J" in sending.status_query_result(report)
 
 
 async def test_a_delivery_word_outside_the_contract_ends_the_wait_as_unknown(
@@ -232,4 +233,4 @@ async def test_a_delivery_word_outside_the_contract_ends_the_wait_as_unknown(
     assert_no_raw_peer_text(report)
     assert (report.ok, report.status) == (True, "submitted")
     assert report.delivery == "invalid_receipt"
-    assert "pwned" not in render.send_result(report)
+    assert "pwned" not in sending.send_result(report)

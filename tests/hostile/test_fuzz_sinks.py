@@ -32,7 +32,8 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session._internal.plugin import outbound, render, reports
+from pi_cross_session._internal.plugin import outbound, reports
+from pi_cross_session._internal.plugin.render import sending
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.capabilities import ADVERTISED
 from pi_cross_session._internal.protocol.frames import Sender
@@ -309,10 +310,10 @@ def receiver(locations: Locations) -> Iterator[HostileReceiver]:
 
 
 def check_report(report: reports.SendReport) -> None:
-    for text in (render.send_result(report), render.status_query_result(report)):
+    for text in (sending.send_result(report), sending.status_query_result(report)):
         assert unsafe_in(text) == [], text
         assert "\n" not in text
-    details = render.send_details(report)
+    details = sending.send_details(report)
     # The target is the peer's registration as data; every JSON sink writes it escaped.
     for text in strings_in({key: value for key, value in details.items() if key != "target"}):
         assert unsafe_in(text, allowed="\n\t") == [], text

@@ -35,7 +35,8 @@ from typing import Any, Final
 
 import pytest
 
-from pi_cross_session._internal.plugin import outbound, render
+from pi_cross_session._internal.plugin import outbound
+from pi_cross_session._internal.plugin.render import sending
 from pi_cross_session._internal.plugin.reports import SendReport
 from pi_cross_session._internal.protocol.capabilities import DELIVERY_RECEIPTS, GOAL_SCOPED_PEER
 from pi_cross_session._internal.protocol.frames import Sender
@@ -515,4 +516,4 @@ async def test_a_successful_send_reports_its_message_as_written(locations: Locat
     case = SendCase.load("14-ts-to-py-receiver-says-queued")
     report, fake, *_ = await send_like_the_reference(locations, case)
     assert (report.ok, report.status, fake.count("message")) == (True, "queued", 1)
-    assert render.send_details(report)["messageWritten"] is True
+    assert sending.send_details(report)["messageWritten"] is True

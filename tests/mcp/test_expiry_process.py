@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from pi_cross_session._internal.cli import exits
-from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.render import mcp_host
 from tests.mcp.test_process import mcp_process
 from tests.support.processes import (
     CLI,
@@ -66,6 +66,6 @@ async def test_a_message_the_host_never_reads_ends_expired_and_every_status_says
 
         text, is_error = await host.call("read_pi_messages")
         assert not is_error
-        assert text.startswith(render.NO_MESSAGES)
+        assert text.startswith(mcp_host.NO_MESSAGES)
         assert "1 message expired unread" in text
     assert host.stray == []

@@ -21,8 +21,8 @@ from mcp.client import ClientSession, NotificationBinding
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.hosts.mcp import CHANNEL_METHOD
+from pi_cross_session._internal.plugin.render import mcp_host, peer_text
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.io import environment
 from pi_cross_session._internal.protocol.paths import Locations
@@ -187,10 +187,10 @@ async def test_a_host_drives_every_tool_and_a_pull_read_then_its_exit_withdraws_
         assert (reply.ok, reply.status) == (True, Code.QUEUED)
         text, is_error = await host.call("read_pi_messages")
         assert not is_error
-        assert render.fenced_text(text) == "please review PR 12"
+        assert peer_text.fenced_text(text) == "please review PR 12"
         assert (await alice.status("m1")).status == Code.DELIVERED
         text, _ = await host.call("wait_pi_message", {"seconds": 0.1})
-        assert text == render.NO_MESSAGES
+        assert text == mcp_host.NO_MESSAGES
 
         prompts = [prompt.name for prompt in (await host.session.list_prompts()).prompts]
         assert prompts == ["cross-session-status", "cross-session-resume"]
@@ -237,7 +237,7 @@ async def test_push_mode_sends_a_hostile_message_as_one_sanitised_channel_notifi
         for raw in ("\x1b", "\x07", "\u2066", "\r"):
             assert raw not in event.content
             assert all(raw not in value for value in (event.meta or {}).values())
-        body = render.fenced_text(event.content)
+        body = peer_text.fenced_text(event.content)
         assert body is not None
         assert body.splitlines() == [
             "done\\x1b[2J\\x1b]0;pwned\\x07",

@@ -10,10 +10,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.hosts.mcp_settings import (
     MAX_PULL_MESSAGES,
 )
+from pi_cross_session._internal.plugin.render import mcp_host, peer_text
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.limits import (
     QUEUE_TTL_S,
@@ -30,7 +30,7 @@ def bodies(text: str) -> list[str]:
     """The peer texts a read result carries, in order (as escaped)."""
     out: list[str] = []
     for part in text.split("\n\nMessage from another session")[0:]:
-        body = render.fenced_text(part)
+        body = peer_text.fenced_text(part)
         if body is not None:
             out.append(body)
     return out
@@ -49,14 +49,14 @@ async def test_a_message_waits_queued_until_a_read_hands_it_over_as_delivered(
         assert not is_error
         assert bodies(text) == ["the build is green"]
         assert f"Reply address (send_pi_message target): alice [{alice.instance_id[:8]}]" in text
-        assert render.PEER_TEXT_NOTICE in text
+        assert peer_text.PEER_TEXT_NOTICE in text
         [row] = peer.snapshot().rows
         assert (row.state, row.delivered) == (Code.SUBMITTED, True)
         status = await alice.status("m1")
         assert status.status == Code.DELIVERED
         # Nothing is handed over twice.
         text, _ = await peer.call("read_pi_messages")
-        assert text == render.NO_MESSAGES
+        assert text == mcp_host.NO_MESSAGES
         assert_accounted(peer)  # type: ignore[arg-type]
 
 
@@ -95,7 +95,7 @@ async def test_a_message_nobody_reads_expires_and_the_next_read_says_so(
         assert (await bob.status("lost")).status == Code.EXPIRED
 
         text, _ = await peer.call("read_pi_messages")
-        assert text.startswith(render.NO_MESSAGES)
+        assert text.startswith(mcp_host.NO_MESSAGES)
         assert "1 message expired unread" in text
         assert f"bob [{bob.instance_id[:8]}]" in text
         status, _ = await peer.call("read_pi_messages")
@@ -135,7 +135,7 @@ async def test_a_wait_returns_empty_after_its_timeout_and_the_host_is_busy_again
 ) -> None:
     async with mcp_peer(locations, workdir) as peer:
         text, _ = await peer.call("wait_pi_message", {"seconds": 0.2})
-        assert text == render.NO_MESSAGES
+        assert text == mcp_host.NO_MESSAGES
         assert peer.host.seat.readers == 0
         assert not peer.host.is_idle()
         assert (await peer.sender("late").send("after")).status == Code.QUEUED

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.hosts.mcp_seat import DeliveryMode
+from pi_cross_session._internal.plugin.render import peer_text
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.paths import Locations
 from tests.mcp.kit import mcp_peer
@@ -33,9 +33,9 @@ async def test_a_message_becomes_one_channel_notification_framed_as_in_pi_python
         assert (reply.ok, reply.status) == (True, Code.SUBMITTED)
         await peer.channel_count(1)
         [event] = peer.channel
-        assert render.fenced_text(event.content) == "deploy finished\nall green"
+        assert peer_text.fenced_text(event.content) == "deploy finished\nall green"
         assert event.content.startswith('Message from another session, "alice"')
-        assert event.content.endswith(render.PEER_TEXT_NOTICE)
+        assert event.content.endswith(peer_text.PEER_TEXT_NOTICE)
         ref = alice.instance_id[:8]
         assert event.meta == {
             "sender": "alice",
@@ -66,7 +66,7 @@ async def test_messages_are_pushed_one_at_a_time_and_none_is_lost_or_doubled(
         assert set(statuses) <= {Code.SUBMITTED, Code.QUEUED}
         await peer.channel_count(15)
         await eventually(lambda: peer.snapshot().queued == 0 and peer.host.seat.handing is None)
-        texts = sorted(render.fenced_text(event.content) or "" for event in peer.channel)
+        texts = sorted(peer_text.fenced_text(event.content) or "" for event in peer.channel)
         assert texts == sorted(f"{s.registration.name} {i}" for i in range(5) for s in senders)
         assert peer.host.pushed == 15
         assert_accounted(peer)  # type: ignore[arg-type]

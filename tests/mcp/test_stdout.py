@@ -23,11 +23,11 @@ import anyio.abc
 import mcp_types as types
 import pytest
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.hosts.mcp import CHANNEL_METHOD
 from pi_cross_session._internal.plugin.hosts.mcp_settings import (
     MAX_PULL_MESSAGES,
 )
+from pi_cross_session._internal.plugin.render import peer_text
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.io import environment
 from pi_cross_session._internal.protocol.limits import (
@@ -230,7 +230,7 @@ async def test_stdout_carries_only_mcp_messages_through_junk_a_flood_and_shutdow
             assert set(statuses[:-1]) <= {Code.SUBMITTED, Code.QUEUED, Code.BUSY}
             await eventually(lambda: len(host.channel()) == taken)
             for event in host.channel():
-                body = render.fenced_text(event["content"])
+                body = peer_text.fenced_text(event["content"])
                 assert body is not None
                 assert body.splitlines()[1] == FORGED  # inside the fence, inside one frame
         else:
@@ -242,7 +242,7 @@ async def test_stdout_carries_only_mcp_messages_through_junk_a_flood_and_shutdow
                 batch = [
                     body
                     for part in text.split("\n\nMessage from another session")
-                    if (body := render.fenced_text(part)) is not None
+                    if (body := peer_text.fenced_text(part)) is not None
                 ]
                 assert 0 < len(batch) <= MAX_PULL_MESSAGES
                 bodies += batch

@@ -22,7 +22,8 @@ import pytest
 from pydantic import ValidationError
 
 from pi_cross_session._internal.cli import main
-from pi_cross_session._internal.plugin import commands, render, reports
+from pi_cross_session._internal.plugin import commands, reports
+from pi_cross_session._internal.plugin.render import sending
 from pi_cross_session._internal.plugin.tools import SendPiMessageParams
 from pi_cross_session._internal.protocol.capabilities import (
     ADVERTISED,
@@ -83,8 +84,8 @@ async def test_a_waiting_sender_learns_the_message_was_delivered(locations: Loca
     ):
         report = await beta.send("alpha", "please look", wait_s=5)
         assert (report.ok, report.status, report.delivery) == (True, "submitted", "delivered")
-        assert "confirmed it entered its conversation" in render.send_result(report)
-        assert render.send_details(report)["delivery"] == "delivered"
+        assert "confirmed it entered its conversation" in sending.send_result(report)
+        assert sending.send_details(report)["delivery"] == "delivered"
         assert [d.text for d in alpha_host.delivered] == ["please look"]
 
 
@@ -96,7 +97,7 @@ async def test_without_confirmation_the_wait_ends_not_confirmed(locations: Locat
         # The scripted host takes the message but never shows it entering a conversation.
         report = await beta.send(rx.registration.instance_id, "hello?", wait_s=0.6)
         assert (report.status, report.delivery) == ("submitted", "not_confirmed")
-        assert "not yet confirmed as delivered" in render.send_result(report)
+        assert "not yet confirmed as delivered" in sending.send_result(report)
         assert len(rx.host.submitted) == 1  # asked about, never resent
 
 
@@ -132,7 +133,7 @@ async def test_a_message_dropped_while_waiting_reports_how_it_ended(locations: L
         (report,) = reports
         assert (report.status, report.delivery) == ("queued", "dropped_cancelled")
         expected = "it will not be delivered: it ended dropped_cancelled"
-        assert expected in render.send_result(report)
+        assert expected in sending.send_result(report)
 
 
 async def test_the_command_line_waits_for_delivery(locations: Locations) -> None:

@@ -22,7 +22,7 @@ import pytest
 from pi_cross_session._internal import api
 from pi_cross_session._internal.cli import exits, remote_peers
 from pi_cross_session._internal.cli.console import Console
-from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.render import sending
 from pi_cross_session._internal.plugin.reports import SendReport
 from pi_cross_session._internal.protocol.remote.settings import REMOTE_SNAPSHOT_REFRESH_S
 from tests.support.remote import Fleet, Machine
@@ -43,7 +43,7 @@ def _received(inbox: object, message_id: str) -> int:
 def _tool_text(machine: Machine, target: str, text: str) -> tuple[SendReport, str]:
     """A send as the library (and the tools) make it, and the tool result's text."""
     report = anyio.run(lambda: api.send(target, text, agent_dir=str(machine.agent_dir)))
-    return report, render.send_result(report)
+    return report, sending.send_result(report)
 
 
 def test_a_machine_with_remote_inbound_off_is_named_as_refusing_not_the_session(

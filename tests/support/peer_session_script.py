@@ -34,8 +34,8 @@ from typing import Any
 
 import anyio
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost, HostEvent, serve_inbox
+from pi_cross_session._internal.plugin.render import sending
 from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
 
 
@@ -93,7 +93,7 @@ async def run_command(runtime: SessionRuntime, command: dict[str, Any]) -> None:
         report = await runtime.send(
             str(command["send"]), str(command.get("text", "")), summary=command.get("summary")
         )
-        emit("sent", id=ident, report=render.send_details(report))
+        emit("sent", id=ident, report=sending.send_details(report))
     elif command.get("peers"):
         listing = await runtime.list_peers()
         emit(

@@ -23,7 +23,15 @@ import os
 from dataclasses import dataclass
 from typing import Final
 
-from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.render import (
+    host_commands,
+    host_status,
+    host_tools,
+    listings,
+    peer_text,
+    receiving,
+    sending,
+)
 from pi_cross_session._internal.plugin.reports import GoalView, PeerChecks, SendReport
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.registration import (
@@ -150,36 +158,40 @@ def every_sink(strings: PeerStrings) -> list[tuple[str, str, str]]:
     failed, refused = _report(strings, peer, ok=False), _report(strings, peer, ok=True)
     error = RuntimeError(strings.error)
     sinks: list[tuple[str, str, str]] = [
-        ("message_preview", "line", render.message_preview(delivery)),
-        ("address", "line", render.address(peer)),
-        ("runtime_ids", "line", render.runtime_ids([peer]) or ""),
-        ("send_result (failed)", "line", render.send_result(failed)),
-        ("send_result (ok)", "line", render.send_result(refused)),
-        ("status_query_result", "line", render.status_query_result(refused)),
-        ("delivery_text", "line", render.delivery_text(strings.status)),
-        ("goal_refused", "line", render.goal_refused("bind", strings.status, strings.error)),
-        ("tool_failure", "line", render.tool_failure("list_pi", error)),
-        ("hook_failed", "line", render.hook_failed("a hook", error)),
-        ("command_failed", "line", render.command_failed("peers", error)),
-        ("inbox_start_failed", "line", render.inbox_start_failed(error)),
-        ("registration_lost", "line", render.registration_lost(error)),
-        ("unreadable_config", "line", render.unreadable_config(strings.cwd, strings.error)),
-        ("invalid_inbound_option", "line", render.invalid_inbound_option("x", strings.status)),
+        ("message_preview", "line", peer_text.message_preview(delivery)),
+        ("address", "line", listings.address(peer)),
+        ("runtime_ids", "line", listings.runtime_ids([peer]) or ""),
+        ("send_result (failed)", "line", sending.send_result(failed)),
+        ("send_result (ok)", "line", sending.send_result(refused)),
+        ("status_query_result", "line", sending.status_query_result(refused)),
+        ("delivery_text", "line", sending.delivery_text(strings.status)),
+        ("goal_refused", "line", host_tools.goal_refused("bind", strings.status, strings.error)),
+        ("tool_failure", "line", host_tools.tool_failure("list_pi", error)),
+        ("hook_failed", "line", host_status.hook_failed("a hook", error)),
+        ("command_failed", "line", host_status.command_failed("peers", error)),
+        ("inbox_start_failed", "line", host_status.inbox_start_failed(error)),
+        ("registration_lost", "line", host_status.registration_lost(error)),
+        ("unreadable_config", "line", host_commands.unreadable_config(strings.cwd, strings.error)),
+        (
+            "invalid_inbound_option",
+            "line",
+            host_commands.invalid_inbound_option("x", strings.status),
+        ),
         (
             "inbound_changed",
             "line",
-            render.inbound_changed("accept", saved=False, error=strings.error),
+            host_commands.inbound_changed("accept", saved=False, error=strings.error),
         ),
-        ("resume_text", "line", render.resume_text(ResumeOutcome(False, 0, strings.diagnostic))),
-        ("inbox_row", "line", render.inbox_row(row)),
-        ("listing", "text", render.listing(peer, [peer])),
-        ("status_text", "text", render.status_text(snapshot, me=peer)),
-        ("goal_lines", "text", "\n".join(render.goal_lines(GoalView(goal, None, 0, 0)))),
-        ("peer_check_lines", "text", "\n".join(render.peer_check_lines(checks))),
+        ("resume_text", "line", receiving.resume_text(ResumeOutcome(False, 0, strings.diagnostic))),
+        ("inbox_row", "line", receiving.inbox_row(row)),
+        ("listing", "text", listings.listing(peer, [peer])),
+        ("status_text", "text", receiving.status_text(snapshot, me=peer)),
+        ("goal_lines", "text", "\n".join(host_status.goal_lines(GoalView(goal, None, 0, 0)))),
+        ("peer_check_lines", "text", "\n".join(host_status.peer_check_lines(checks))),
         (
             "host_status_text",
             "text",
-            render.host_status_text(
+            host_status.host_status_text(
                 snapshot,
                 me=peer,
                 inbound="accept",
@@ -188,14 +200,18 @@ def every_sink(strings: PeerStrings) -> list[tuple[str, str, str]]:
                 problems=(strings.diagnostic,),
             ),
         ),
-        ("status_json", "json", render.status_json(snapshot)),
-        ("status_command_json", "json", render.status_command_json(render.status_data(snapshot))),
-        ("goal_view_text", "json", render.goal_view_text(goal.as_dict())),
-        ("send_details", "json", sanitize.dumps(render.send_details(failed))),
-        ("send_details strings", "block", "\n".join(_strings(render.send_details(failed)))),
-        ("peer_message", "conversation", render.peer_message(delivery)),
-        ("peer_message (goal)", "conversation", render.peer_message(delivery, goal)),
-        ("inbox_message", "inbox", render.inbox_message(delivery)),
+        ("status_json", "json", receiving.status_json(snapshot)),
+        (
+            "status_command_json",
+            "json",
+            host_status.status_command_json(receiving.status_data(snapshot)),
+        ),
+        ("goal_view_text", "json", host_tools.goal_view_text(goal.as_dict())),
+        ("send_details", "json", sanitize.dumps(sending.send_details(failed))),
+        ("send_details strings", "block", "\n".join(_strings(sending.send_details(failed)))),
+        ("peer_message", "conversation", peer_text.peer_message(delivery)),
+        ("peer_message (goal)", "conversation", peer_text.peer_message(delivery, goal)),
+        ("inbox_message", "inbox", receiving.inbox_message(delivery)),
     ]
     return sinks
 
@@ -215,7 +231,7 @@ def check_conversation(content: str, text: str) -> None:
     """A framed peer message: nothing unsafe but LF and tab; the fence holds exactly the escaped
     text; every line outside the fence is one of ours."""
     assert unsafe_in(content, allowed="\n\t") == [], content
-    body = render.fenced_text(content)
+    body = peer_text.fenced_text(content)
     assert body == sanitize.block(text)
     header, begin, *_ = content.split("\n")
     assert header.startswith("Message from another session, ")

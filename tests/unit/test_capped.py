@@ -8,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.capped import capped_sessions, snapshot_path
+from pi_cross_session._internal.plugin.render import listings
 from pi_cross_session._internal.protocol.io import environment
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.security.io import fs
@@ -40,13 +40,13 @@ def test_a_live_gateways_snapshot_names_the_sessions_without_a_proxy(tmp_path: P
     capped = capped_sessions(locations)
     assert capped is not None
     assert capped.names == ("busy1@crowd", "\x1b[2Jx@evil")
-    line = render.capped_line(capped)
+    line = listings.capped_line(capped)
     assert line.startswith("2 sessions of other machines have no proxy here")
     assert "at most 4 proxies, 2 guaranteed" in line
     assert "\x1b" not in line  # a remote name is sanitised for the terminal and the model
-    assert render.capped_line(capped) in render.listing(None, [], capped=capped)
-    assert "keeps no proxy for" in render.capped_hint("busy1@crowd", capped)
-    assert render.capped_hint("someone@else", capped) == line
+    assert listings.capped_line(capped) in listings.listing(None, [], capped=capped)
+    assert "keeps no proxy for" in listings.capped_hint("busy1@crowd", capped)
+    assert listings.capped_hint("someone@else", capped) == line
 
 
 def test_nothing_is_said_without_a_live_gateway_or_a_capped_session(tmp_path: Path) -> None:

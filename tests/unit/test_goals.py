@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_cross_session._internal.protocol import limits
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.security.goals import (
     ALLOWED,
@@ -42,6 +41,7 @@ from pi_cross_session._internal.security.goals import (
     Scope,
     TaskHandle,
     TaskKind,
+    bounds,
     is_allowed,
 )
 
@@ -221,14 +221,14 @@ def test_start_refuses_blank_or_ill_formed_objectives(objective: str) -> None:
 @pytest.mark.parametrize(
     ("objective", "ok"),
     [
-        ("x" * (limits.MAX_GOAL_OBJECTIVE_UNITS - 1), True),
-        ("x" * limits.MAX_GOAL_OBJECTIVE_UNITS, True),
-        ("x" * (limits.MAX_GOAL_OBJECTIVE_UNITS + 1), False),
+        ("x" * (bounds.MAX_GOAL_OBJECTIVE_UNITS - 1), True),
+        ("x" * bounds.MAX_GOAL_OBJECTIVE_UNITS, True),
+        ("x" * (bounds.MAX_GOAL_OBJECTIVE_UNITS + 1), False),
         # UTF-16 units: an astral character counts two.
-        ("\U0001f600" * (limits.MAX_GOAL_OBJECTIVE_UNITS // 2), True),
-        ("\U0001f600" * (limits.MAX_GOAL_OBJECTIVE_UNITS // 2) + "x", False),
+        ("\U0001f600" * (bounds.MAX_GOAL_OBJECTIVE_UNITS // 2), True),
+        ("\U0001f600" * (bounds.MAX_GOAL_OBJECTIVE_UNITS // 2) + "x", False),
         # The raw parameter is bounded (the reference's schema runs before its trim).
-        (" " + "x" * limits.MAX_GOAL_OBJECTIVE_UNITS, False),
+        (" " + "x" * bounds.MAX_GOAL_OBJECTIVE_UNITS, False),
     ],
 )
 def test_objective_bound_in_utf16_units(objective: str, ok: bool) -> None:
@@ -370,7 +370,7 @@ def peers(count: int, start: int = 0) -> list[Member]:
 
 @pytest.mark.parametrize(
     ("count", "ok"),
-    [(limits.MAX_GOAL_PEERS - 1, True), (limits.MAX_GOAL_PEERS, True)],
+    [(bounds.MAX_GOAL_PEERS - 1, True), (bounds.MAX_GOAL_PEERS, True)],
 )
 def test_peer_bound_in_one_call(count: int, ok: bool) -> None:
     goals, gid = started()
@@ -381,7 +381,7 @@ def test_peer_bound_in_one_call(count: int, ok: bool) -> None:
 def test_one_call_with_65_peers_is_invalid() -> None:
     goals, gid = started()
     with raises(GoalErrorCode.INVALID):
-        goals.bind(gid, peers(limits.MAX_GOAL_PEERS + 1), authority=USER_TURN)
+        goals.bind(gid, peers(bounds.MAX_GOAL_PEERS + 1), authority=USER_TURN)
     assert goals.members == ()
 
 
@@ -391,16 +391,16 @@ def test_one_call_with_65_peers_is_invalid() -> None:
 )
 def test_peer_bound_over_the_union(extra: int, ok: bool) -> None:
     goals, gid = started()
-    goals.bind(gid, peers(limits.MAX_GOAL_PEERS - 4), authority=USER_TURN)
+    goals.bind(gid, peers(bounds.MAX_GOAL_PEERS - 4), authority=USER_TURN)
     # Re-binding a present peer does not count twice.
     batch = [*peers(1), *peers(extra, start=1000)]
     if ok:
         goals.bind(gid, batch, authority=USER_TURN)
-        assert len(goals.members) == limits.MAX_GOAL_PEERS - 4 + extra
+        assert len(goals.members) == bounds.MAX_GOAL_PEERS - 4 + extra
     else:
         with raises(GoalErrorCode.TOO_MANY_PEERS):
             goals.bind(gid, batch, authority=USER_TURN)
-        assert len(goals.members) == limits.MAX_GOAL_PEERS - 4
+        assert len(goals.members) == bounds.MAX_GOAL_PEERS - 4
 
 
 def test_unbind_removes_and_ignores_unknown_ids() -> None:
@@ -411,7 +411,7 @@ def test_unbind_removes_and_ignores_unknown_ids() -> None:
     assert not goals.is_member(gid, ALICE.instance_id, ALICE.session_id)
 
 
-@pytest.mark.parametrize("ids", [[], ["not-hex"], ["a" * 32] * (limits.MAX_GOAL_PEERS + 1)])
+@pytest.mark.parametrize("ids", [[], ["not-hex"], ["a" * 32] * (bounds.MAX_GOAL_PEERS + 1)])
 def test_unbind_refuses_bad_lists(ids: list[str]) -> None:
     goals, gid = bound_goal()
     with raises(GoalErrorCode.INVALID):
@@ -604,9 +604,9 @@ def handles(count: int) -> Iterator[TaskHandle]:
 @pytest.mark.parametrize(
     ("count", "evicted"),
     [
-        (limits.MAX_GOAL_EVIDENCE - 1, 0),
-        (limits.MAX_GOAL_EVIDENCE, 0),
-        (limits.MAX_GOAL_EVIDENCE + 1, 1),
+        (bounds.MAX_GOAL_EVIDENCE - 1, 0),
+        (bounds.MAX_GOAL_EVIDENCE, 0),
+        (bounds.MAX_GOAL_EVIDENCE + 1, 1),
     ],
 )
 def test_evidence_bound(count: int, evicted: int) -> None:
@@ -617,8 +617,8 @@ def test_evidence_bound(count: int, evicted: int) -> None:
     # What was lost travels with the evidence, as a marker entry first.
     marker = [{"evictedEvidence": evicted}] if evicted else []
     assert list(exported[: len(marker)]) == marker
-    assert len(exported) - len(marker) == min(count, limits.MAX_GOAL_EVIDENCE)
-    assert goals.evidence_count == min(count, limits.MAX_GOAL_EVIDENCE)
+    assert len(exported) - len(marker) == min(count, bounds.MAX_GOAL_EVIDENCE)
+    assert goals.evidence_count == min(count, bounds.MAX_GOAL_EVIDENCE)
     assert goals.evicted_evidence == evicted
 
 
@@ -728,9 +728,9 @@ def test_clear_drops_keys_and_voids_old_reservations() -> None:
 @pytest.mark.parametrize(
     ("count", "kept"),
     [
-        (limits.MAX_GOAL_CONFIRMATIONS - 1, limits.MAX_GOAL_CONFIRMATIONS - 1),
-        (limits.MAX_GOAL_CONFIRMATIONS, limits.MAX_GOAL_CONFIRMATIONS),
-        (limits.MAX_GOAL_CONFIRMATIONS + 1, limits.MAX_GOAL_CONFIRMATIONS),
+        (bounds.MAX_GOAL_CONFIRMATIONS - 1, bounds.MAX_GOAL_CONFIRMATIONS - 1),
+        (bounds.MAX_GOAL_CONFIRMATIONS, bounds.MAX_GOAL_CONFIRMATIONS),
+        (bounds.MAX_GOAL_CONFIRMATIONS + 1, bounds.MAX_GOAL_CONFIRMATIONS),
     ],
 )
 def test_confirmation_bound(count: int, kept: int) -> None:

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pi_cross_session._internal.protocol import limits
 from pi_cross_session._internal.security.goal_turns import UNKNOWN_GOAL, authority_of
 from pi_cross_session._internal.security.goals import (
     USER_TURN,
@@ -37,6 +36,7 @@ from pi_cross_session._internal.security.goals import (
     TaskHandle,
     TaskKind,
     TaskOwnership,
+    bounds,
     call_entry,
     ownership_entry,
 )
@@ -46,7 +46,7 @@ OWNER = Scope(session_id="session-owner", instance_id="f" * 32, cwd="/home/dev/p
 ALICE = Member("a" * 32, "session-alice")
 RUN = TaskHandle(TaskKind.RUN, "run-1")
 AGENT = TaskHandle(TaskKind.AGENT, "agent-1")
-MAX_CALL = "c" * limits.MAX_CALL_ID_CHARS
+MAX_CALL = "c" * bounds.MAX_CALL_ID_CHARS
 
 Journal = list[dict[str, object]]
 
@@ -533,13 +533,13 @@ def test_check_bind_refuses_a_wrong_or_missing_goal() -> None:
 @pytest.mark.parametrize(
     ("count", "kept"),
     [
-        (limits.MAX_GOAL_EVIDENCE - 1, limits.MAX_GOAL_EVIDENCE - 1),
-        (limits.MAX_GOAL_EVIDENCE, limits.MAX_GOAL_EVIDENCE),
-        (limits.MAX_GOAL_EVIDENCE + 1, limits.MAX_GOAL_EVIDENCE),
+        (bounds.MAX_GOAL_EVIDENCE - 1, bounds.MAX_GOAL_EVIDENCE - 1),
+        (bounds.MAX_GOAL_EVIDENCE, bounds.MAX_GOAL_EVIDENCE),
+        (bounds.MAX_GOAL_EVIDENCE + 1, bounds.MAX_GOAL_EVIDENCE),
     ],
 )
 def test_pending_call_notes_are_bounded_oldest_first(count: int, kept: int) -> None:
-    assert limits.MAX_GOAL_EVIDENCE == 512
+    assert bounds.MAX_GOAL_EVIDENCE == 512
     goals = make()
     goal_id = start(goals)
     for i in range(count):
@@ -576,9 +576,9 @@ def test_an_ended_goals_call_notes_go_before_the_active_goals() -> None:
 @pytest.mark.parametrize(
     ("count", "kept"),
     [
-        (limits.MAX_GOAL_EVIDENCE - 1, limits.MAX_GOAL_EVIDENCE - 1),
-        (limits.MAX_GOAL_EVIDENCE, limits.MAX_GOAL_EVIDENCE),
-        (limits.MAX_GOAL_EVIDENCE + 1, limits.MAX_GOAL_EVIDENCE),
+        (bounds.MAX_GOAL_EVIDENCE - 1, bounds.MAX_GOAL_EVIDENCE - 1),
+        (bounds.MAX_GOAL_EVIDENCE, bounds.MAX_GOAL_EVIDENCE),
+        (bounds.MAX_GOAL_EVIDENCE + 1, bounds.MAX_GOAL_EVIDENCE),
     ],
 )
 def test_imported_call_notes_are_bounded(count: int, kept: int) -> None:
@@ -593,9 +593,9 @@ def test_imported_call_notes_are_bounded(count: int, kept: int) -> None:
 @pytest.mark.parametrize(
     ("count", "evicted"),
     [
-        (limits.MAX_GOAL_EVIDENCE - 1, 0),
-        (limits.MAX_GOAL_EVIDENCE, 0),
-        (limits.MAX_GOAL_EVIDENCE + 1, 1),
+        (bounds.MAX_GOAL_EVIDENCE - 1, 0),
+        (bounds.MAX_GOAL_EVIDENCE, 0),
+        (bounds.MAX_GOAL_EVIDENCE + 1, 1),
     ],
 )
 def test_settled_evidence_is_bounded_and_eviction_counted(count: int, evicted: int) -> None:
@@ -604,16 +604,16 @@ def test_settled_evidence_is_bounded_and_eviction_counted(count: int, evicted: i
     for i, handle in enumerate(runs(count)):
         goals.note_call(f"call-{i}")
         goals.settle_call(f"call-{i}", handle)
-    assert goals.evidence_count == min(count, limits.MAX_GOAL_EVIDENCE)
+    assert goals.evidence_count == min(count, bounds.MAX_GOAL_EVIDENCE)
     assert goals.evicted_evidence == evicted
 
 
 @pytest.mark.parametrize(
     ("count", "evicted"),
     [
-        (limits.MAX_GOAL_EVIDENCE - 1, 0),
-        (limits.MAX_GOAL_EVIDENCE, 0),
-        (limits.MAX_GOAL_EVIDENCE + 1, 1),
+        (bounds.MAX_GOAL_EVIDENCE - 1, 0),
+        (bounds.MAX_GOAL_EVIDENCE, 0),
+        (bounds.MAX_GOAL_EVIDENCE + 1, 1),
     ],
 )
 def test_imported_evidence_is_bounded_and_eviction_counted(count: int, evicted: int) -> None:
@@ -622,7 +622,7 @@ def test_imported_evidence_is_bounded_and_eviction_counted(count: int, evicted: 
         ownership_entry(TaskOwnership(handle, "goal-old", confirmed=True)) for handle in runs(count)
     )
     assert result.imported == count
-    assert goals.evidence_count == min(count, limits.MAX_GOAL_EVIDENCE)
+    assert goals.evidence_count == min(count, bounds.MAX_GOAL_EVIDENCE)
     assert goals.evicted_evidence == evicted
 
 

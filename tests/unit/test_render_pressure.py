@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.render import host_status
 from pi_cross_session._internal.plugin.reports import PeerChecks, Pressure
 from pi_cross_session._internal.security.auth import AuthDiagnostics
 
@@ -25,11 +25,11 @@ def checks(pressure: Pressure, shed: int = 0) -> PeerChecks:
 
 
 def test_an_unpressed_session_shows_no_pressure_line() -> None:
-    assert render.pressure_line(Pressure()) is None
-    assert render.peer_check_lines(checks(Pressure())) == [
+    assert host_status.pressure_line(Pressure()) is None
+    assert host_status.peer_check_lines(checks(Pressure())) == [
         "Peer checks: SO_PEERCRED; other uids closed 0"
     ]
-    assert render.peer_check_data(checks(Pressure()))["peerChecks"]["pressure"] == {
+    assert host_status.peer_check_data(checks(Pressure()))["peerChecks"]["pressure"] == {
         "acceptFailures": {},
         "lastAcceptFailure": None,
         "lastAcceptFailureAgeS": None,
@@ -56,7 +56,7 @@ def test_everything_that_happened_is_said_once() -> None:
         registration_retries={"EMFILE": 2},
         last_registration_retry_age_s=3.0,
     )
-    lines = render.peer_check_lines(checks(pressure, shed=11))
+    lines = host_status.peer_check_lines(checks(pressure, shed=11))
     assert lines[0] == (
         "Peer checks: SO_PEERCRED; other uids closed 0; connections shed for newcomers 11"
     )
@@ -67,6 +67,6 @@ def test_everything_that_happened_is_said_once() -> None:
         "last 3 s ago; requests too slow after ready 5; frames too costly to parse 7; "
         "reads slowed for a process over its share 900"
     )
-    data = render.peer_check_data(checks(pressure, shed=11))["peerChecks"]
+    data = host_status.peer_check_data(checks(pressure, shed=11))["peerChecks"]
     assert (data["shed"], data["pressure"]["descriptorCap"]) == (11, 49)
     assert data["pressure"]["acceptFailures"] == {"EMFILE": 3, "ECONNABORTED": 1}

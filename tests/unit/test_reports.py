@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.render import sending
 from pi_cross_session._internal.plugin.reports import DeliveryOutcome, SendOutcome, SendReport
 from pi_cross_session._internal.protocol.codes import (
     FINAL_ROW_STATES,
@@ -41,11 +41,11 @@ def test_a_delivery_outcome_names_every_way_a_message_can_end_undelivered() -> N
 
 def test_every_delivery_outcome_has_a_clause() -> None:
     for outcome in DeliveryOutcome:
-        text = render.delivery_text(outcome)
+        text = sending.delivery_text(outcome)
         if outcome.ended_undelivered:
             assert text == f"it will not be delivered: it ended {outcome.value} at the receiver"
         else:
-            assert text == render.DELIVERY_MEANINGS[outcome]
+            assert text == sending.DELIVERY_MEANINGS[outcome]
 
 
 def report(**fields: object) -> SendReport:
@@ -67,9 +67,9 @@ def test_the_outcome_of_a_report() -> None:
 def test_the_details_carry_the_same_words_as_plain_strings_did() -> None:
     typed = report(delivery=DeliveryOutcome.NOT_CONFIRMED)
     plain = report(delivery="not_confirmed")
-    assert json.dumps(render.send_details(typed)) == json.dumps(render.send_details(plain))
-    assert render.send_details(typed)["delivery"] == "not_confirmed"
-    assert render.send_result(typed) == render.send_result(plain)
+    assert json.dumps(sending.send_details(typed)) == json.dumps(sending.send_details(plain))
+    assert sending.send_details(typed)["delivery"] == "not_confirmed"
+    assert sending.send_result(typed) == sending.send_result(plain)
     failed = report(ok=False, status=Code.TIMEOUT, state=SenderState.RECEIPT_UNKNOWN)
-    assert render.send_details(failed)["state"] == "receipt_unknown"
-    assert json.dumps(render.send_details(failed)).count('"receipt_unknown"') == 1
+    assert sending.send_details(failed)["state"] == "receipt_unknown"
+    assert json.dumps(sending.send_details(failed)).count('"receipt_unknown"') == 1

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from pi_cross_session._internal.protocol import limits
 from pi_cross_session._internal.protocol.codes import Code
-from pi_cross_session._internal.security.goals import GoalConfirmations
+from pi_cross_session._internal.security.goals import GoalConfirmations, bounds
 from pi_cross_session._internal.security.limits import MessageIdLedger, RateLimiter, TextDedup
 from pi_cross_session._internal.security.provenance import Provenance
 from pi_cross_session._internal.security.turns import TurnEnding
@@ -301,9 +301,9 @@ def _confirm(confirmations: GoalConfirmations, receiver: str, goal_id: str) -> N
 def test_one_receivers_confirmations_never_push_out_another_receivers() -> None:
     confirmations = GoalConfirmations()
     _confirm(confirmations, RECEIVER_A, "goal-a")
-    for n in range(2 * limits.MAX_GOAL_CONFIRMATIONS):
+    for n in range(2 * bounds.MAX_GOAL_CONFIRMATIONS):
         _confirm(confirmations, RECEIVER_B, f"goal-{n}")
-    assert len(confirmations) == limits.MAX_GOAL_CONFIRMATIONS
+    assert len(confirmations) == bounds.MAX_GOAL_CONFIRMATIONS
     assert GoalConfirmations.key(RECEIVER_A, "goal-a") in confirmations
     # At zero budget the pair still has its one free attempt.
     assert not isinstance(confirmations.reserve(RECEIVER_A, "goal-a", budget_left=0), Code)

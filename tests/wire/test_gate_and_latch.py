@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pi_cross_session._internal.plugin.render import PEER_TEXT_NOTICE
+from pi_cross_session._internal.plugin.render.peer_text import PEER_TEXT_NOTICE
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.security.admission import Phase
 from pi_cross_session._internal.security.provenance import Provenance

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 import anyio
 import anyio.abc
 
-from pi_cross_session._internal.plugin import cli_identity, outbound, render
+from pi_cross_session._internal.plugin import cli_identity, outbound
 from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost, HostEvent, serve_inbox
 from pi_cross_session._internal.plugin.peer_listing import list_live
+from pi_cross_session._internal.plugin.render import host_status, sending
 from pi_cross_session._internal.plugin.reports import DeliveryOutcome, SendOutcome, SendReport
 from pi_cross_session._internal.plugin.runtime import NotReadyError, RuntimeOptions, SessionRuntime
 from pi_cross_session._internal.protocol.errors import CrossSessionError
@@ -113,7 +114,7 @@ async def send(
     if problem is not None:
         return outbound.local_failure(*problem)
     async with cli_identity.holding(
-        _locations(agent_dir), name=name, purpose=render.library_send_purpose(target)
+        _locations(agent_dir), name=name, purpose=sending.library_send_purpose(target)
     ) as held:
         report = await outbound.send(held.outbox, target, text, summary=summary, wait_s=wait_s)
         if report.message_written and report.message_id is not None:
@@ -154,7 +155,7 @@ async def run_inbox(
         await callbacks.start(serve_inbox, host, runtime)
         registration = runtime.registration()
         if registration is None:  # it stopped as soon as it started
-            raise NotReadyError(render.INBOX_NOT_RUNNING) from runtime.last_error
+            raise NotReadyError(host_status.INBOX_NOT_RUNNING) from runtime.last_error
         task_status.started(PublicPeer.from_registration(registration))
         await runtime.wait_finished()
         callbacks.cancel_scope.cancel()

@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from pi_cross_session._internal.cli.settings import QUEUE_FATE_MARGIN_S
 from pi_cross_session._internal.protocol.codes import FINAL_ROW_STATES, PENDING_ROW_STATES, Code
-from pi_cross_session._internal.protocol.limits import QUEUE_FATE_MARGIN_S, QUEUE_TTL_S
+from pi_cross_session._internal.protocol.limits import QUEUE_TTL_S
 
 #: States after which nothing more will be learnt: every final row state except ``submitted``
 #: (which may still become ``delivered``), ``delivered`` itself, and ``unknown``.

@@ -25,13 +25,13 @@ import anyio
 
 from pi_cross_session._internal.cli import exits, words
 from pi_cross_session._internal.cli.console import PREFIX, Console
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.hosts.headless import (
     DEFAULT_BUSY_S,
     HeadlessHost,
     HostEvent,
     serve_inbox,
 )
+from pi_cross_session._internal.plugin.render import host_status, receiving
 from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.errors import CrossSessionError
@@ -87,7 +87,7 @@ class InboxPrinter:
         shown = Code.DELIVERED if row.delivered else row.state
         self.emit(
             "state",
-            render.inbox_row(row),
+            receiving.inbox_row(row),
             at_ms=row.updated_at_ms,
             messageId=row.message_id,
             state=shown,
@@ -107,7 +107,7 @@ class InboxPrinter:
         sender = delivery.sender
         self.emit(
             "message",
-            render.inbox_message(delivery),
+            receiving.inbox_message(delivery),
             messageId=delivery.message_id,
             sender={"name": sender.name, "sessionId": sender.id, "instanceId": sender.instance_id},
             summary=delivery.summary,
@@ -122,14 +122,14 @@ class InboxPrinter:
             return
         checks = runtime.peer_checks()
         if self._json:
-            data = {**render.status_data(snapshot), **render.peer_check_data(checks)}
+            data = {**receiving.status_data(snapshot), **host_status.peer_check_data(checks)}
             self.emit("status", "", **data, inbound=runtime.inbound)
             return
         registration = runtime.registration()
         me = None if registration is None else PublicPeer.from_registration(registration)
         lines = [
-            render.status_text(snapshot, me=me),
-            *render.peer_check_lines(checks),
+            receiving.status_text(snapshot, me=me),
+            *host_status.peer_check_lines(checks),
             words.inbox_inbound(self._refusing),
         ]
         self.emit("status", "status:\n" + "\n".join(lines))

@@ -15,15 +15,17 @@ from typing import NoReturn
 
 from pi_cross_session import __version__
 from pi_cross_session._internal.cli import exits
+from pi_cross_session._internal.cli.settings import (
+    MAX_INBOX_BUSY_S,
+    QUEUE_FATE_MARGIN_S,
+)
 from pi_cross_session._internal.plugin.cli_identity_settings import (
     CLI_IDENTITY_POOL,
 )
 from pi_cross_session._internal.protocol.limits import (
     MAX_DELIVERY_WAIT_S,
-    MAX_INBOX_BUSY_S,
     MAX_LISTED_REGISTRATIONS,
     MAX_SUMMARY_CODE_POINTS,
-    QUEUE_FATE_MARGIN_S,
     QUEUE_TTL_S,
 )
 from pi_cross_session._internal.protocol.paths import is_instance_id

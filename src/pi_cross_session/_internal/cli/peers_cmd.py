@@ -97,7 +97,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.result(table)
     capped = capped_sessions(locations)
     if found.unread or found.unchecked or capped is not None:
-        from pi_cross_session._internal.plugin.render import (
+        from pi_cross_session._internal.plugin.render.listings import (
             capped_line,
             unchecked_line,
             unread_line,

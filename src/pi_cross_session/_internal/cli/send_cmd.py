@@ -26,6 +26,7 @@ from pi_cross_session._internal.cli import exits, words
 from pi_cross_session._internal.cli.console import Console
 from pi_cross_session._internal.cli.follow import Follow, FollowResult
 from pi_cross_session._internal.cli.sender import AddressFailure, IdentityWaitNotes, resolve
+from pi_cross_session._internal.cli.settings import MAX_MESSAGE_INPUT_BYTES
 from pi_cross_session._internal.plugin import cli_identity, outbound
 from pi_cross_session._internal.plugin.reports import SendReport
 from pi_cross_session._internal.protocol.capabilities import can_report_delivery
@@ -35,7 +36,6 @@ from pi_cross_session._internal.protocol.io import environment
 from pi_cross_session._internal.protocol.io.exchange import ExchangeError
 from pi_cross_session._internal.protocol.limits import (
     DELIVERY_POLL_S,
-    MAX_MESSAGE_INPUT_BYTES,
     MAX_SUMMARY_CODE_POINTS,
 )
 from pi_cross_session._internal.protocol.registration import Registration

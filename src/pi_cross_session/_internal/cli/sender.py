@@ -102,7 +102,7 @@ async def resolve(held: Held, target: str) -> Resolved | AddressFailure:
             text = words.not_found(target, listing.peers, unread=listing.unread)
             capped = capped_sessions(held.outbox.exchanger.locations)
             if capped is not None:
-                from pi_cross_session._internal.plugin.render import (
+                from pi_cross_session._internal.plugin.render.listings import (
                     capped_hint,  # only when it applies
                 )
 

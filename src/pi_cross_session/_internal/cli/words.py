@@ -212,7 +212,7 @@ def not_found(target: str, live: Sequence[PublicPeer], *, unread: int = 0) -> st
         text = f"{head}. Live sessions: {', '.join(named)}{more}."
     if unread <= 0:
         return text
-    from pi_cross_session._internal.plugin.render import (
+    from pi_cross_session._internal.plugin.render.listings import (
         unread_line,  # heavy; only when there is one
     )
 

@@ -21,9 +21,9 @@ from typing import Any, Final
 
 import anyio
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.capped import capped_sessions
 from pi_cross_session._internal.plugin.options import Inbound, parse_inbound, parse_name
+from pi_cross_session._internal.plugin.render import host_commands, host_status, listings, receiving
 from pi_cross_session._internal.plugin.runtime import SessionRuntime
 from pi_cross_session._internal.protocol.registration import PublicPeer
 
@@ -44,12 +44,12 @@ class CommandSpec:
 
 
 COMMAND_SPECS: Final = (
-    CommandSpec(PEERS, render.PEERS_COMMAND_DESCRIPTION),
-    CommandSpec(LIST_PI, render.LIST_PI_COMMAND_DESCRIPTION),
-    CommandSpec(STATUS, render.STATUS_COMMAND_DESCRIPTION),
-    CommandSpec(RESUME, render.RESUME_COMMAND_DESCRIPTION),
-    CommandSpec(INBOUND, render.INBOUND_COMMAND_DESCRIPTION),
-    CommandSpec(NAME, render.NAME_COMMAND_DESCRIPTION),
+    CommandSpec(PEERS, host_commands.PEERS_COMMAND_DESCRIPTION),
+    CommandSpec(LIST_PI, host_commands.LIST_PI_COMMAND_DESCRIPTION),
+    CommandSpec(STATUS, host_commands.STATUS_COMMAND_DESCRIPTION),
+    CommandSpec(RESUME, host_commands.RESUME_COMMAND_DESCRIPTION),
+    CommandSpec(INBOUND, host_commands.INBOUND_COMMAND_DESCRIPTION),
+    CommandSpec(NAME, host_commands.NAME_COMMAND_DESCRIPTION),
 )
 
 
@@ -71,7 +71,7 @@ async def peers(runtime: SessionRuntime) -> str:
     me = await runtime.me()
     listing = await runtime.list_peers()
     capped = await anyio.to_thread.run_sync(capped_sessions, runtime.locations)
-    return render.listing(
+    return listings.listing(
         me, listing.peers, unread=listing.unread, unchecked=listing.unchecked, capped=capped
     )
 
@@ -93,11 +93,11 @@ def status_data(runtime: SessionRuntime, report: HostReport) -> dict[str, Any]:
     me = _me(runtime)
     data: dict[str, Any] = {"running": runtime.identity is not None}
     if snapshot is not None:
-        data.update(render.status_data(snapshot))
+        data.update(receiving.status_data(snapshot))
     data.update(
         {
             "instanceId": None if me is None else me.instance_id,
-            "address": None if me is None else render.address(me),
+            "address": None if me is None else listings.address(me),
             "name": runtime.name,
             "nameSource": report.name_source,
             "inbound": runtime.inbound,
@@ -107,8 +107,8 @@ def status_data(runtime: SessionRuntime, report: HostReport) -> dict[str, Any]:
         }
     )
     view = runtime.goal_view()
-    data.update(render.goal_data(view))
-    data.update(render.peer_check_data(runtime.peer_checks()))
+    data.update(host_status.goal_data(view))
+    data.update(host_status.peer_check_data(runtime.peer_checks()))
     return data
 
 
@@ -116,10 +116,10 @@ def status(runtime: SessionRuntime, args: str, report: HostReport) -> str:
     """``/cross-session-status [--json]``."""
     words = args.split()
     if words == ["--json"]:
-        return render.status_command_json(status_data(runtime, report))
+        return host_status.status_command_json(status_data(runtime, report))
     if words:
-        return render.STATUS_USAGE
-    return render.host_status_text(
+        return host_commands.STATUS_USAGE
+    return host_status.host_status_text(
         runtime.snapshot(),
         me=_me(runtime),
         inbound=runtime.inbound,
@@ -132,17 +132,17 @@ def status(runtime: SessionRuntime, args: str, report: HostReport) -> str:
 
 def _status_sections(runtime: SessionRuntime, report: HostReport) -> list[str]:
     view = runtime.goal_view()
-    lines = render.goal_lines(view)
+    lines = host_status.goal_lines(view)
     return [
-        render.name_line(runtime.name, report.name_source),
+        host_commands.name_line(runtime.name, report.name_source),
         *lines,
-        *render.peer_check_lines(runtime.peer_checks()),
+        *host_status.peer_check_lines(runtime.peer_checks()),
     ]
 
 
 def resume(runtime: SessionRuntime) -> str:
     """``/cross-session-resume``: reopen the inbox if nothing runs, and say what that means."""
-    return render.resume_text(runtime.resume())
+    return receiving.resume_text(runtime.resume())
 
 
 def inbound(
@@ -159,16 +159,16 @@ def inbound(
     """
     words = args.split()
     if not words:
-        return render.inbound_current(runtime.inbound, source)
+        return host_commands.inbound_current(runtime.inbound, source)
     choice = parse_inbound(words[0]) if len(words) == 1 else None
     if choice is None:
-        return render.INBOUND_USAGE
+        return host_commands.INBOUND_USAGE
     runtime.set_inbound(choice)
     try:
         persist(choice)
     except Exception as exc:  # the runtime change stands; only its persistence failed
-        return render.inbound_changed(choice, saved=False, error=str(exc))
-    return render.inbound_changed(choice, saved=True)
+        return host_commands.inbound_changed(choice, saved=False, error=str(exc))
+    return host_commands.inbound_changed(choice, saved=True)
 
 
 async def name(
@@ -185,16 +185,16 @@ async def name(
     ``persist`` saves the choice; if it raises, the new name still holds for this session.
     """
     if not args.strip():
-        return render.name_current(runtime.name, source)
+        return host_commands.name_current(runtime.name, source)
     chosen = parse_name(args)
     if chosen is None:
-        return render.NAME_USAGE
+        return host_commands.NAME_USAGE
     await runtime.rename(chosen)
     try:
         persist(chosen)
     except Exception as exc:  # the new name stands; only its persistence failed
-        return render.name_changed(chosen, saved=False, error=str(exc))
-    return render.name_changed(chosen, saved=True)
+        return host_commands.name_changed(chosen, saved=False, error=str(exc))
+    return host_commands.name_changed(chosen, saved=True)
 
 
 __all__ = [

@@ -47,7 +47,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Final, Literal
 
-from pi_cross_session._internal.plugin import render
+from pi_cross_session._internal.plugin.render import host_commands
 from pi_cross_session._internal.protocol.text import clean_line, clean_name, is_blank
 
 #: Environment variable naming the inbound policy for one launch.
@@ -153,7 +153,9 @@ def _names(table: Mapping[str, object], key: str) -> tuple[tuple[str, ...], str 
         and all(isinstance(item, str) and item for item in value)
     ):
         return tuple(str(item) for item in value), None
-    return (), render.invalid_config_entry(key, f"a list of at most {MAX_GATE_NAMES} tool names")
+    return (), host_commands.invalid_config_entry(
+        key, f"a list of at most {MAX_GATE_NAMES} tool names"
+    )
 
 
 def _read_table(path: Path) -> _Table:
@@ -195,7 +197,7 @@ def load_options(home: Path | str, *, env: Mapping[str, str] | None = None) -> P
     table = _read_table(path)
     warnings = list(table.warnings)
     if table.unreadable is not None:
-        warnings.append(render.unreadable_config(str(path), table.unreadable))
+        warnings.append(host_commands.unreadable_config(str(path), table.unreadable))
 
     inbound: Inbound
     raw_env = environ.get(INBOUND_ENV)
@@ -203,7 +205,7 @@ def load_options(home: Path | str, *, env: Mapping[str, str] | None = None) -> P
         source = InboundSource.ENV
         parsed = parse_inbound(raw_env)
         if parsed is None:
-            warnings.append(render.invalid_inbound_option(INBOUND_ENV, raw_env))
+            warnings.append(host_commands.invalid_inbound_option(INBOUND_ENV, raw_env))
         inbound = parsed or "refuse"
     elif table.unreadable is not None:
         source, inbound = InboundSource.CONFIG, "refuse"
@@ -212,7 +214,7 @@ def load_options(home: Path | str, *, env: Mapping[str, str] | None = None) -> P
         parsed = parse_inbound(table.inbound)
         if parsed is None:
             warnings.append(
-                render.invalid_inbound_option(f"{path} [{CONFIG_TABLE}]", table.inbound)
+                host_commands.invalid_inbound_option(f"{path} [{CONFIG_TABLE}]", table.inbound)
             )
         inbound = parsed or "refuse"
     else:
@@ -238,12 +240,12 @@ def _name(
         parsed = parse_name(raw_env)
         if parsed is not None:
             return parsed, NameSource.ENV
-        warnings.append(render.invalid_name_option(NAME_ENV))
+        warnings.append(host_commands.invalid_name_option(NAME_ENV))
     if table.has_name:
         parsed = parse_name(table.name)
         if parsed is not None:
             return parsed, NameSource.CONFIG
-        warnings.append(render.invalid_config_entry("name", "a non-blank string"))
+        warnings.append(host_commands.invalid_config_entry("name", "a non-blank string"))
     return None, NameSource.HOST
 
 

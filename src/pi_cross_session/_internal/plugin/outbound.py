@@ -37,9 +37,9 @@ from dataclasses import dataclass, replace
 
 import anyio
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.capped import capped_sessions
-from pi_cross_session._internal.plugin.render import (
+from pi_cross_session._internal.plugin.render import listings, remote_plane
+from pi_cross_session._internal.plugin.render.sending import (
     NEXT_SHORT_OF_RESOURCES,
     listing_short,
     target_unchecked,
@@ -178,7 +178,7 @@ def exchange_failure(exc: ExchangeError, message_id: str, peer: PublicPeer) -> S
         detail += f": {_peer_text(exc.remote_error)}"
     short = not exc.message_written and shortage(exc) is not None
     # A remote-plane ending says what the other machine's user (or this one's) can do about it.
-    remote = render.remote_next(code, render.remote_machine(peer))
+    remote = remote_plane.remote_next(code, remote_plane.remote_machine(peer))
     return SendReport(
         ok=False,
         status=code,
@@ -245,10 +245,10 @@ async def resolve(outbox: Outbox, target: str) -> tuple[PublicPeer, Listing] | S
         if exc.code == Code.NOT_FOUND:
             # The target may be among the registrations the listing never read, or a remote
             # session the gateway keeps no proxy for: say so.
-            notes.append(render.unread_line(listing.unread) or "")
+            notes.append(listings.unread_line(listing.unread) or "")
             capped = await anyio.to_thread.run_sync(capped_sessions, outbox.exchanger.locations)
             if capped is not None:
-                notes.append(render.capped_hint(target, capped))
+                notes.append(listings.capped_hint(target, capped))
         return local_failure(exc.code, " ".join(note for note in notes if note))
     return peer, listing
 

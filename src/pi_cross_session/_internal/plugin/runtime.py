@@ -31,7 +31,7 @@ from typing import Final
 import anyio
 import anyio.abc
 
-from pi_cross_session._internal.plugin import outbound, render
+from pi_cross_session._internal.plugin import outbound
 from pi_cross_session._internal.plugin.assembly import (
     Incarnation,
     RuntimeOptions,
@@ -39,6 +39,7 @@ from pi_cross_session._internal.plugin.assembly import (
     assemble,
 )
 from pi_cross_session._internal.plugin.host import HostPort
+from pi_cross_session._internal.plugin.render import host_status, peer_text
 from pi_cross_session._internal.plugin.reports import GoalView, PeerChecks, Pressure, SendReport
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.codes import Code
@@ -269,12 +270,12 @@ class SessionRuntime:
         )
 
     def _on_latch(self, incarnation: Incarnation, reason: str) -> None:
-        self._notify(render.inbox_latched(reason, incarnation.goals.last_end))
+        self._notify(host_status.inbox_latched(reason, incarnation.goals.last_end))
         self._wake(incarnation, refresh=True)
 
     def _on_registration_lost(self, incarnation: Incarnation, exc: BaseException) -> None:
         self.last_error = exc
-        self._notify(render.registration_lost(exc))
+        self._notify(host_status.registration_lost(exc))
         incarnation.failure = exc
         self._signal()
 
@@ -371,7 +372,7 @@ class SessionRuntime:
     def _submit_to_host(self, delivery: Delivery) -> None:
         inc = self._current
         goal = None if inc is None or delivery.goal_id is None else inc.goals.status()
-        self.host.submit(delivery, render.peer_message(delivery, goal))
+        self.host.submit(delivery, peer_text.peer_message(delivery, goal))
 
     def _journal_evidence(self, entry: dict[str, object]) -> None:
         if self._on_goal_evidence is None:
@@ -411,7 +412,7 @@ class SessionRuntime:
             owner = inc.goals.status().owner
             if owner is not None and owner.cwd != self.host.cwd:
                 inc.admission.end_goal(RevokeReason.SCOPE_CHANGED)
-                self._notify(render.goal_ended(inc.goals.last_end))
+                self._notify(host_status.goal_ended(inc.goals.last_end))
             self._wake(inc, refresh=True)
 
     # -- local user ------------------------------------------------------------------------------

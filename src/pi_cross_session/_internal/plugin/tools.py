@@ -24,15 +24,13 @@ from typing import Annotated, Any, Final, Literal
 import anyio
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.capped import capped_sessions
+from pi_cross_session._internal.plugin.render import host_tools, listings, sending
 from pi_cross_session._internal.plugin.runtime import NotReadyError, SessionRuntime
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.frames import ID_RE, INSTANCE_ID_RE
 from pi_cross_session._internal.protocol.limits import (
     MAX_DELIVERY_WAIT_S,
-    MAX_GOAL_OBJECTIVE_UNITS,
-    MAX_GOAL_PEERS,
     MAX_TARGET_UNITS,
     MAX_TEXT_UNITS,
     MAX_TOOL_SUMMARY_UNITS,
@@ -45,6 +43,10 @@ from pi_cross_session._internal.security.goals import (
     GoalErrorCode,
     TaskHandle,
     TaskKind,
+)
+from pi_cross_session._internal.security.goals.bounds import (
+    MAX_GOAL_OBJECTIVE_UNITS,
+    MAX_GOAL_PEERS,
 )
 
 LIST_PI: Final = "list_pi"
@@ -59,7 +61,7 @@ _INSTANCE_ID_PATTERN: Final = f"^{INSTANCE_ID_RE.pattern}$"
 def _within(code: str, what: str, limit: int) -> AfterValidator:
     def check(value: str) -> str:
         if not 1 <= utf16_length(value) <= limit:
-            raise ValueError(render.utf16_limit_error(code, what, limit))
+            raise ValueError(host_tools.utf16_limit_error(code, what, limit))
         return value
 
     return AfterValidator(check)
@@ -84,7 +86,7 @@ class SendPiMessageParams(BaseModel):
     target: Annotated[
         str,
         Field(
-            description=render.SEND_TARGET_DESCRIPTION,
+            description=host_tools.SEND_TARGET_DESCRIPTION,
             json_schema_extra=_bounds(MAX_TARGET_UNITS),
         ),
         _within(Code.INVALID_TARGET, "target", MAX_TARGET_UNITS),
@@ -92,7 +94,7 @@ class SendPiMessageParams(BaseModel):
     message: Annotated[
         str,
         Field(
-            description=render.SEND_MESSAGE_DESCRIPTION,
+            description=host_tools.SEND_MESSAGE_DESCRIPTION,
             json_schema_extra=_bounds(MAX_TEXT_UNITS),
         ),
         _within(Code.INVALID_MESSAGE, "message", MAX_TEXT_UNITS),
@@ -104,12 +106,12 @@ class SendPiMessageParams(BaseModel):
             _within(Code.INVALID_MESSAGE, "summary", MAX_TOOL_SUMMARY_UNITS),
         ]
         | None
-    ) = Field(default=None, description=render.SEND_SUMMARY_DESCRIPTION)
+    ) = Field(default=None, description=host_tools.SEND_SUMMARY_DESCRIPTION)
     goal_id: str | None = Field(
         default=None,
         alias="goalId",
         pattern=_ID_PATTERN,
-        description=render.SEND_GOAL_DESCRIPTION,
+        description=host_tools.SEND_GOAL_DESCRIPTION,
     )
     wait_seconds: float | None = Field(
         default=None,
@@ -117,7 +119,7 @@ class SendPiMessageParams(BaseModel):
         gt=0,
         le=MAX_DELIVERY_WAIT_S,
         allow_inf_nan=False,
-        description=render.SEND_WAIT_DESCRIPTION,
+        description=host_tools.SEND_WAIT_DESCRIPTION,
     )
 
 
@@ -131,10 +133,10 @@ class PeerGoalParams(BaseModel):
     model_config = ConfigDict(extra="forbid", title="peer_goal")
 
     action: Literal["start", "bind", "unbind", "complete", "cancel", "status"] = Field(
-        description=render.GOAL_ACTION_DESCRIPTION
+        description=host_tools.GOAL_ACTION_DESCRIPTION
     )
     goal_id: _GoalId | None = Field(
-        default=None, alias="goalId", description=render.GOAL_ID_DESCRIPTION
+        default=None, alias="goalId", description=host_tools.GOAL_ID_DESCRIPTION
     )
     objective: (
         Annotated[
@@ -143,27 +145,27 @@ class PeerGoalParams(BaseModel):
             _within(Code.INVALID_GOAL, "objective", MAX_GOAL_OBJECTIVE_UNITS),
         ]
         | None
-    ) = Field(default=None, description=render.GOAL_OBJECTIVE_DESCRIPTION)
+    ) = Field(default=None, description=host_tools.GOAL_OBJECTIVE_DESCRIPTION)
     peer_ids: list[_PeerId] | None = Field(
         default=None,
         alias="peerIds",
         min_length=1,
         max_length=MAX_GOAL_PEERS,
-        description=render.GOAL_PEER_IDS_DESCRIPTION,
+        description=host_tools.GOAL_PEER_IDS_DESCRIPTION,
     )
     run_ids: list[_GoalId] | None = Field(
         default=None,
         alias="runIds",
         min_length=1,
         max_length=MAX_GOAL_PEERS,
-        description=render.GOAL_RUN_IDS_DESCRIPTION,
+        description=host_tools.GOAL_RUN_IDS_DESCRIPTION,
     )
     agent_ids: list[_GoalId] | None = Field(
         default=None,
         alias="agentIds",
         min_length=1,
         max_length=MAX_GOAL_PEERS,
-        description=render.GOAL_AGENT_IDS_DESCRIPTION,
+        description=host_tools.GOAL_AGENT_IDS_DESCRIPTION,
     )
 
     def misuse(self) -> str | None:
@@ -241,9 +243,9 @@ class ToolSpec:
 
 LIST_PI_SPEC: Final = ToolSpec(
     name=LIST_PI,
-    label=render.LIST_PI_LABEL,
-    description=render.LIST_PI_DESCRIPTION,
-    snippet=render.LIST_PI_SNIPPET,
+    label=host_tools.LIST_PI_LABEL,
+    description=host_tools.LIST_PI_DESCRIPTION,
+    snippet=host_tools.LIST_PI_SNIPPET,
     parameters=ListPiParams,
     read_only=True,
     idempotent=True,
@@ -252,22 +254,22 @@ LIST_PI_SPEC: Final = ToolSpec(
 
 SEND_PI_MESSAGE_SPEC: Final = ToolSpec(
     name=SEND_PI_MESSAGE,
-    label=render.SEND_LABEL,
-    description=render.SEND_DESCRIPTION,
-    snippet=render.SEND_SNIPPET,
+    label=host_tools.SEND_LABEL,
+    description=host_tools.SEND_DESCRIPTION,
+    snippet=host_tools.SEND_SNIPPET,
     parameters=SendPiMessageParams,
-    guidelines=render.SEND_GUIDELINES,
+    guidelines=host_tools.SEND_GUIDELINES,
 )
 
 #: Not read-only (most actions change the goal), but it destroys nothing and reaches no other
 #: session, so a host's permission layer need not ask: the tool checks who is asking itself.
 PEER_GOAL_SPEC: Final = ToolSpec(
     name=PEER_GOAL,
-    label=render.GOAL_LABEL,
-    description=render.GOAL_DESCRIPTION,
-    snippet=render.GOAL_SNIPPET,
+    label=host_tools.GOAL_LABEL,
+    description=host_tools.GOAL_DESCRIPTION,
+    snippet=host_tools.GOAL_SNIPPET,
     parameters=PeerGoalParams,
-    guidelines=render.GOAL_GUIDELINES,
+    guidelines=host_tools.GOAL_GUIDELINES,
     open_world=False,
 )
 
@@ -294,7 +296,7 @@ async def run_list_pi(runtime: SessionRuntime) -> ToolOutput:
         listing = await runtime.list_peers()
     except Exception as exc:  # reported to the model as a failed call, never raised into the host
         return ToolOutput(
-            render.tool_failure(LIST_PI, exc),
+            host_tools.tool_failure(LIST_PI, exc),
             {"ok": False, "code": "internal_error", "error": str(exc)},
             is_error=True,
         )
@@ -306,10 +308,10 @@ async def run_list_pi(runtime: SessionRuntime) -> ToolOutput:
     capped = await anyio.to_thread.run_sync(capped_sessions, runtime.locations)
     if capped is not None:
         details["capped"] = list(capped.names)
-    text = render.listing(
+    text = listings.listing(
         me, listing.peers, unread=listing.unread, unchecked=listing.unchecked, capped=capped
     )
-    ids = render.runtime_ids(listing.peers)
+    ids = listings.runtime_ids(listing.peers)
     return ToolOutput(text if ids is None else f"{text}\n{ids}", details)
 
 
@@ -329,14 +331,14 @@ async def run_send_pi_message(runtime: SessionRuntime, params: SendPiMessagePara
         )
     except Exception as exc:  # the runtime reports every known ending; this is a bug of ours
         return ToolOutput(
-            render.tool_failure(SEND_PI_MESSAGE, exc),
+            host_tools.tool_failure(SEND_PI_MESSAGE, exc),
             {"ok": False, "code": "internal_error", "error": str(exc), "messageId": None},
             is_error=True,
         )
-    details = render.send_details(report)
+    details = sending.send_details(report)
     if not report.ok:
         details["code"] = report.status
-    return ToolOutput(render.send_result(report), details, is_error=not report.ok)
+    return ToolOutput(sending.send_result(report), details, is_error=not report.ok)
 
 
 async def run_peer_goal(
@@ -378,9 +380,9 @@ def _goal_output(
 ) -> ToolOutput:
     view = runtime.goal_status().as_dict()
     if code is None:
-        return ToolOutput(render.goal_view_text(view), view)
+        return ToolOutput(host_tools.goal_view_text(view), view)
     details = {"ok": False, "code": code, "error": error, **view}
-    return ToolOutput(render.goal_refused(action, code, error or ""), details, is_error=True)
+    return ToolOutput(host_tools.goal_refused(action, code, error or ""), details, is_error=True)
 
 
 __all__ = [

@@ -4,8 +4,8 @@ Wire bounds are fixed by the interoperability contract (``docs/spec/wire.md``); 
 one of them breaks compatibility with the reference peer. The receiver's policy bounds live here
 too, so that a reader can see everything a session is willing to spend at a glance; the classes
 that enforce them take each bound as a keyword-only override so tests can use small values. Other
-rooms keep their own settings beside them (the remote plane, the command line's identity pool,
-``doctor``, the MCP host: docs/operations.md, "Limits").
+rooms keep their own settings beside them (the remote plane, the goals, the command line and its
+identity pool, ``doctor``, the MCP host, the git reader: docs/operations.md, "Limits").
 """
 
 from typing import Final
@@ -91,17 +91,6 @@ HEARTBEAT_INTERVAL_S: Final = 30.0
 #: soon, doubling on each failure in a row up to the heartbeat interval; the session stays
 #: registered meanwhile (its record is only older).
 HEARTBEAT_RETRY_S: Final = 0.5
-#: Git metadata per cwd: wall time and output size.
-GIT_TIMEOUT_S: Final = 1.5
-GIT_OUTPUT_CAP_BYTES: Final = 131_072
-#: Fallback ``git`` processes run at once; a registry full of odd repositories must not fork-bomb.
-MAX_GIT_SUBPROCESSES: Final = 4
-#: ``HEAD``, a loose ref, a ``.git`` file or ``commondir``: one line naming a ref or a path.
-MAX_GIT_SMALL_FILE_BYTES: Final = 4_096
-#: A repository config larger than this is left to git.
-MAX_GIT_CONFIG_BYTES: Final = 262_144
-#: A ``packed-refs`` larger than this (monorepos with huge tag sets) is left to git.
-MAX_GIT_PACKED_REFS_BYTES: Final = 16_777_216
 #: A probe enforces its own 350 ms deadline; this much more and a listing stops waiting for it,
 #: so a probe that ignores its deadline cannot stall a listing.
 PROBE_GUARD_MARGIN_S: Final = 0.15
@@ -229,35 +218,3 @@ TURN_START_GRACE_S: Final = 5.0
 MAX_DELIVERY_WAIT_S: Final = 30.0
 #: How often a waiting sender asks (a status query costs the receiver no budget and no token).
 DELIVERY_POLL_S: Final = 0.25
-
-#: After the queue TTL, how long ``send --wait`` keeps following a message that is still queued:
-#: the receiver's expiry check plus one status round-trip. So a queued message's fate (submitted
-#: or expired) is known before the wait ends, and the wait cannot race the queue's expiry.
-QUEUE_FATE_MARGIN_S: Final = 2.0
-
-# -- the command line ------------------------------------------------------------------------------
-#: Longest simulated turn ``pi-cross-session inbox --busy`` takes (a tool for trying things out;
-#: a longer one only makes the queue expire).
-MAX_INBOX_BUSY_S: Final = 60.0
-#: Bytes read from a message file or stdin, at most: a UTF-8 text longer than one frame cannot
-#: be sent (it has at least as many bytes as UTF-16 units), so a larger input is refused before
-#: it is read whole.
-MAX_MESSAGE_INPUT_BYTES: Final = MAX_FRAME_BYTES
-
-# -- goals (goal-scoped peer grants, docs/security.md "Goal-scoped grants") ------------------------
-#: Objective of a goal, utf16: the reference's tool schema (``maxLength`` on a JS string).
-MAX_GOAL_OBJECTIVE_UNITS: Final = 4096
-#: Peers bound to one goal at once, and items in one bind/unbind list (goal-scoped-v1 §1.7); 64
-#: is allowed.
-MAX_GOAL_PEERS: Final = 64
-#: Sender-side ``<receiver instanceId>:<goalId>`` confirmations kept, oldest evicted
-#: (goal-scoped-v1 §2.4).
-MAX_GOAL_CONFIRMATIONS: Final = 64
-#: Task-ownership evidence kept in memory. The reference keeps it unbounded in the journal; we cap
-#: the in-memory copy like every other cache and count what is evicted, so a consumer can fail
-#: closed once evidence was lost.
-MAX_GOAL_EVIDENCE: Final = MAX_CACHE_ENTRIES
-#: Ids of ended goals remembered so an id can never be reused for a new grant; same cap.
-MAX_ENDED_GOALS: Final = MAX_CACHE_ENTRIES
-#: Longest tool call id a goal journal note may carry (host ids are far shorter).
-MAX_CALL_ID_CHARS: Final = 512

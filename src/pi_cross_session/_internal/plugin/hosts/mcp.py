@@ -14,10 +14,10 @@ What it offers the host's model (built on the official MCP Python SDK's low-leve
   for hosts that cannot receive pushes;
 * in **push** mode, the ``claude/channel`` capability: each message becomes a
   ``notifications/claude/channel`` notification, ``content`` framed exactly as the pi-python host
-  frames it (:func:`~pi_cross_session._internal.plugin.render.peer_message`), ``meta`` the sender's
-  name, ref, reply address, message id and summary
-  (:func:`~pi_cross_session._internal.plugin.render.channel_meta`). No permission relay is declared:
-  a peer can never answer a permission prompt;
+  frames it (:func:`~pi_cross_session._internal.plugin.render.peer_text.peer_message`), ``meta``
+  the sender's name, ref, reply address, message id and summary
+  (:func:`~pi_cross_session._internal.plugin.render.mcp_host.channel_meta`). No permission relay is
+  declared: a peer can never answer a permission prompt;
 * ``instructions`` in the initialize result: what a peer message is and how to reply;
 * the prompts ``cross-session-status`` and ``cross-session-resume``: prompts are the MCP
   primitive a user invokes (Claude Code refuses to let the model invoke one), so reopening a
@@ -53,7 +53,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pi_cross_session import __version__
-from pi_cross_session._internal.plugin import commands, render, tools
+from pi_cross_session._internal.plugin import commands, tools
 from pi_cross_session._internal.plugin.hosts.mcp_seat import DeliveryMode, Seat, SeatBusyError
 from pi_cross_session._internal.plugin.hosts.mcp_settings import (
     MAX_PULL_MESSAGES,
@@ -63,6 +63,7 @@ from pi_cross_session._internal.plugin.hosts.mcp_settings import (
     PULL_HANDOFF_STEP_S,
 )
 from pi_cross_session._internal.plugin.options import NAME_ENV, parse_name
+from pi_cross_session._internal.plugin.render import host_tools, mcp_host
 from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.limits import (
@@ -114,7 +115,7 @@ class WaitPiMessageParams(BaseModel):
         gt=0,
         le=MAX_PULL_WAIT_S,
         allow_inf_nan=False,
-        description=render.WAIT_SECONDS_DESCRIPTION,
+        description=mcp_host.WAIT_SECONDS_DESCRIPTION,
     )
 
 
@@ -123,17 +124,17 @@ class WaitPiMessageParams(BaseModel):
 #: destroyed, and nothing outside this machine's sessions is touched (closed world).
 READ_SPEC: Final = tools.ToolSpec(
     name=READ_PI_MESSAGES,
-    label=render.READ_LABEL,
-    description=render.READ_DESCRIPTION,
-    snippet=render.READ_DESCRIPTION,
+    label=mcp_host.READ_LABEL,
+    description=mcp_host.READ_DESCRIPTION,
+    snippet=mcp_host.READ_DESCRIPTION,
     parameters=ReadPiMessagesParams,
     open_world=False,
 )
 WAIT_SPEC: Final = tools.ToolSpec(
     name=WAIT_PI_MESSAGE,
-    label=render.WAIT_LABEL,
-    description=render.WAIT_DESCRIPTION,
-    snippet=render.WAIT_DESCRIPTION,
+    label=mcp_host.WAIT_LABEL,
+    description=mcp_host.WAIT_DESCRIPTION,
+    snippet=mcp_host.WAIT_DESCRIPTION,
     parameters=WaitPiMessageParams,
     open_world=False,
 )
@@ -171,7 +172,7 @@ class PullResult:
     @property
     def text(self) -> str:
         """The result text: framed messages, then what is still waiting or expired unread."""
-        return render.pulled_messages(
+        return mcp_host.pulled_messages(
             self.messages,
             remaining=self.remaining,
             expired=self.expired,
@@ -296,7 +297,7 @@ class McpHost:
                 notification = types.JSONRPCNotification(
                     jsonrpc="2.0",
                     method=CHANNEL_METHOD,
-                    params={"content": content, "meta": render.channel_meta(delivery)},
+                    params={"content": content, "meta": mcp_host.channel_meta(delivery)},
                 )
                 ok = True
                 try:
@@ -304,7 +305,7 @@ class McpHost:
                     self.pushed += 1
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
                     ok = False
-                    self.notify(render.mcp_push_failed(exc))
+                    self.notify(mcp_host.mcp_push_failed(exc))
                 self.seat.handed(ok=ok)
 
     # -- pull ------------------------------------------------------------------------------------
@@ -444,13 +445,13 @@ class McpServer:
         self._specs = {spec.name: (spec, run) for spec, run in specs}
         self._tools = [_tool(spec) for spec, _ in specs]
         self._prompts = [
-            types.Prompt(name=STATUS_PROMPT, description=render.STATUS_PROMPT_DESCRIPTION),
-            types.Prompt(name=RESUME_PROMPT, description=render.RESUME_PROMPT_DESCRIPTION),
+            types.Prompt(name=STATUS_PROMPT, description=mcp_host.STATUS_PROMPT_DESCRIPTION),
+            types.Prompt(name=RESUME_PROMPT, description=mcp_host.RESUME_PROMPT_DESCRIPTION),
         ]
         self.server: Server[Any] = Server(
             SERVER_NAME,
             version=__version__,
-            instructions=render.mcp_instructions(mode.value, self._name()),
+            instructions=mcp_host.mcp_instructions(mode.value, self._name()),
             on_list_tools=self._on_list_tools,
             on_call_tool=self._on_call_tool,
             on_list_prompts=self._on_list_prompts,
@@ -491,19 +492,21 @@ class McpServer:
         self.host.seat.host_ready()
         entry = self._specs.get(params.name)
         if entry is None:
-            raise MCPError(code=types.INVALID_PARAMS, message=render.mcp_unknown_tool(params.name))
+            raise MCPError(
+                code=types.INVALID_PARAMS, message=mcp_host.mcp_unknown_tool(params.name)
+            )
         spec, run = entry
         try:
             parsed = spec.parameters.model_validate(dict(params.arguments or {}))
         except ValidationError as exc:
             return _text_result(
-                render.mcp_bad_arguments(spec.name, _validation_text(exc)), is_error=True
+                mcp_host.mcp_bad_arguments(spec.name, _validation_text(exc)), is_error=True
             )
         try:
             output = await run(parsed)
         except Exception as exc:  # a bug of ours: the host gets an error result, never a crash
             logger.exception("tool %s failed", spec.name)
-            return _text_result(render.tool_failure(spec.name, exc), is_error=True)
+            return _text_result(host_tools.tool_failure(spec.name, exc), is_error=True)
         return _text_result(output.text, is_error=output.is_error)
 
     async def _on_list_prompts(
@@ -520,11 +523,11 @@ class McpServer:
             text = self.host.resume_text()
         else:
             raise MCPError(
-                code=types.INVALID_PARAMS, message=render.mcp_unknown_prompt(params.name)
+                code=types.INVALID_PARAMS, message=mcp_host.mcp_unknown_prompt(params.name)
             )
         message = types.PromptMessage(
             role="user",
-            content=types.TextContent(text=sanitize.block(render.mcp_prompt_result(text))),
+            content=types.TextContent(text=sanitize.block(mcp_host.mcp_prompt_result(text))),
         )
         return types.GetPromptResult(messages=[message])
 

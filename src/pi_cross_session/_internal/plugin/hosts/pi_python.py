@@ -76,7 +76,7 @@ import anyio
 from pi_agent_core.extensions import ExtensionAPI, ToolDefinition
 from pi_agent_core.types import AgentToolResult, ToolAnnotations
 
-from pi_cross_session._internal.plugin import commands, render, tools
+from pi_cross_session._internal.plugin import commands, tools
 from pi_cross_session._internal.plugin.options import (
     INBOUND_ENTRY_TYPE,
     NAME_ENTRY_TYPE,
@@ -89,6 +89,7 @@ from pi_cross_session._internal.plugin.options import (
     session_entry,
     session_name_choice,
 )
+from pi_cross_session._internal.plugin.render import host_status, peer_text
 from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.io import environment
@@ -393,7 +394,7 @@ class PiPythonSession:
         if not callable(trigger):
             raise RuntimeError("this pi-python version cannot start a turn for an extension")
         trigger(CUSTOM_TYPE, content, details=message_details(delivery))
-        self.notify(render.message_preview(delivery))
+        self.notify(peer_text.message_preview(delivery))
 
     def notify(self, text: str) -> None:
         """One line to the user (not the model); never raises.
@@ -441,7 +442,7 @@ class PiPythonSession:
         self.problems.append(f"{what}: {type(exc).__name__}: {exc}")
         if what not in self._told:  # a hook failing on every event must not flood the user
             self._told.add(what)
-            self.notify(render.hook_failed(what, exc))
+            self.notify(host_status.hook_failed(what, exc))
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -492,7 +493,7 @@ class PiPythonSession:
             await asyncio.wait_for(ready.wait(), READY_TIMEOUT_S)
         except TimeoutError:
             self.problems.append(f"the inbox did not register within {READY_TIMEOUT_S:g} s")
-            self.notify(render.inbox_start_failed("it did not register in time"))
+            self.notify(host_status.inbox_start_failed("it did not register in time"))
 
     def _on_runtime_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():
@@ -502,7 +503,7 @@ class PiPythonSession:
             exc = _describe(exc)
             logger.warning("cross-session inbox stopped", exc_info=exc)
             self.problems.append(f"the inbox stopped: {type(exc).__name__}: {exc}")
-            self.notify(render.inbox_start_failed(exc))
+            self.notify(host_status.inbox_start_failed(exc))
 
     def supersede(self) -> None:
         """A newer activation took this session over: stop without waiting (its own cleanup,
@@ -792,7 +793,7 @@ class PiPythonSession:
                 text = await result if inspect.isawaitable(result) else result
             except Exception as exc:  # a command's failure is its reply, never the host's error
                 logger.warning("/%s failed", name, exc_info=True)
-                text = render.command_failed(name, exc)
+                text = host_status.command_failed(name, exc)
             # The host takes what a command sends while it runs as its reply (gap 9). The text
             # comes from render; the sink guards anyway.
             self._api.send_message(sanitize.block(text))

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.remote.natsd import TlsFiles, server_config
+from pi_cross_session._internal.plugin.render import remote_plane
 from pi_cross_session._internal.protocol.errors import CrossSessionError
 from pi_cross_session._internal.protocol.remote.envelope import is_machine_name
 from pi_cross_session._internal.protocol.remote.join import (
@@ -403,7 +403,7 @@ class Deployment:
             given = [t for t in self.rotation_keys.get(origin, []) if t > now - ROTATE_WINDOW_S]
             if len(given) >= ROTATE_KEYS_PER_WINDOW:
                 raise RotationRefusedError(
-                    render.rotate_too_soon(
+                    remote_plane.rotate_too_soon(
                         origin,
                         len(given),
                         ROTATE_WINDOW_S,

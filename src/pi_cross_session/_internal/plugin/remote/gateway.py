@@ -34,7 +34,6 @@ import anyio.abc
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.remote import files, identities
 from pi_cross_session._internal.plugin.remote.link import (
     HopTimeoutError,
@@ -49,6 +48,7 @@ from pi_cross_session._internal.plugin.remote.proxy import ProxySocket
 from pi_cross_session._internal.plugin.remote.publish import Publisher
 from pi_cross_session._internal.plugin.remote.said import SaidOnce
 from pi_cross_session._internal.plugin.remote.trust_watch import TrustWatch
+from pi_cross_session._internal.plugin.render import remote_plane
 from pi_cross_session._internal.protocol.capabilities import CANCEL_SAFE_QUEUE, DELIVERY_RECEIPTS
 from pi_cross_session._internal.protocol.codes import (
     OK_RECEIPTS,
@@ -355,7 +355,7 @@ class Gateway:
             self._group.start_soon(self._pause, origin, pause_s)
 
     async def _pause(self, origin: str, pause_s: float) -> None:
-        logger.warning("%s", render.machine_paused(origin, pause_s))
+        logger.warning("%s", remote_plane.machine_paused(origin, pause_s))
         self._dirty = True
         # Records first: once its requests find nobody, nothing of it is taken any more.
         await self._mirror.pause(origin)
@@ -813,8 +813,8 @@ class Gateway:
     def _not_listening(self, machine: str) -> None:
         # Said here too: the person who sees the gateway's output may not be the sender.
         if self._said.first("not_listening", machine):
-            meaning = render.remote_refusal(Code.NOT_LISTENING, machine)
-            fix = render.remote_next(Code.NOT_LISTENING, machine)
+            meaning = remote_plane.remote_refusal(Code.NOT_LISTENING, machine)
+            fix = remote_plane.remote_next(Code.NOT_LISTENING, machine)
             logger.warning("a send to %s was not delivered: %s; %s", machine, meaning, fix)
 
     def _say_why_refused(
@@ -833,13 +833,13 @@ class Gateway:
             self._older_checked[machine] = now
             older = self._verifier.signed_as_before(payload, machine)
             if older and self._said.first("older", machine):
-                logger.warning("%s", render.older_gateway(machine, what))
+                logger.warning("%s", remote_plane.older_gateway(machine, what))
             return
         if verdict.cause is not Cause.CLOCK:
             return
         if verdict.envelope is not None and self._said.first("clock", machine):
             skew_ms = self._wall_ms() - verdict.envelope.at
-            logger.warning("%s", render.clock_skew(machine, skew_ms, what))
+            logger.warning("%s", remote_plane.clock_skew(machine, skew_ms, what))
 
     # -- inbound: requests from other machines -------------------------------------------------
 

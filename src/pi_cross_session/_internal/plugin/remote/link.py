@@ -48,8 +48,8 @@ from nats.aio.client import Client, RawCredentials
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.remote.bucket import BucketSpec
+from pi_cross_session._internal.plugin.render import remote_plane
 from pi_cross_session._internal.protocol.errors import CrossSessionError
 from pi_cross_session._internal.protocol.remote import envelope as env
 from pi_cross_session._internal.protocol.remote.settings import (
@@ -97,7 +97,8 @@ class NoRespondersError(UnreachableError):
 
 
 class NatsProblem(StrEnum):
-    """Why a connection to NATS failed, as a person is told it (:data:`render.NATS_PROBLEMS`)."""
+    """Why a connection to NATS failed, as a person is told it
+    (:data:`~pi_cross_session._internal.plugin.render.remote_plane.NATS_PROBLEMS`)."""
 
     #: No answer, connection refused, an unknown host name: the server is not there for us.
     UNREACHABLE = "unreachable"
@@ -161,7 +162,7 @@ class ConnectError(UnreachableError):
     fix (not how long until the next try: the caller decides that)."""
 
     def __init__(self, problem: NatsProblem, where: str, detail: str) -> None:
-        super().__init__(render.nats_problem(problem.value, where, detail))
+        super().__init__(remote_plane.nats_problem(problem.value, where, detail))
         self.problem = problem
         self.where = where
         self.detail = detail
@@ -460,7 +461,7 @@ class Link:
         subject = what.split('"')[1].lower() if what.count('"') >= 2 else ""
         if what.startswith("subscription"):
             self._denied_subscriptions.add(subject)
-            logger.warning("%s", render.nats_denied("subscription to", subject))
+            logger.warning("%s", remote_plane.nats_denied("subscription to", subject))
             return
         taken = False
         for waiting in self._waiting.values():
@@ -468,7 +469,7 @@ class Link:
                 waiting.deny()  # its caller says what was refused, in its own words
                 taken = True
         if not taken and subject != env.OPEN_PROBE_SUBJECT.lower():  # the probe: on purpose
-            logger.warning("%s", render.nats_denied("publish to", subject))
+            logger.warning("%s", remote_plane.nats_denied("publish to", subject))
 
     def jetstream_not_ready(self, why: object, deadline: float) -> None:
         """JetStream did not answer as ready (a cluster electing its leader), and is asked
@@ -498,7 +499,7 @@ class Link:
         down_for = now - (self._down_since or now)
         logger.warning(
             "%s; reconnecting every %g s (down for %.0f s)",
-            render.nats_problem(said[0].value, self.where, said[1]),
+            remote_plane.nats_problem(said[0].value, self.where, said[1]),
             NATS_RECONNECT_WAIT_S,
             down_for,
         )
@@ -520,7 +521,7 @@ class Link:
         if self._closing or self._nc is None or not self._nc.is_closed:
             return  # ours, or a first attempt that failed (connect says so)
         # Not a loss the client reconnects after: say so, once, rather than wait in silence.
-        logger.warning("%s", render.nats_lost(self.where))
+        logger.warning("%s", remote_plane.nats_lost(self.where))
         if self.on_lost is not None:
             await self.on_lost()
 
@@ -535,7 +536,7 @@ class Link:
             logger.error(
                 "%s; this gateway closed its NATS connection (restart it once the server uses "
                 "TLS again)",
-                render.nats_problem(NatsProblem.NOT_TLS.value, self.where, ""),
+                remote_plane.nats_problem(NatsProblem.NOT_TLS.value, self.where, ""),
             )
             self._closing_task = asyncio.get_running_loop().create_task(self.close())
             return

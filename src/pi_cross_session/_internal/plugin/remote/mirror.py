@@ -34,7 +34,6 @@ import anyio
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.remote import bucket
 from pi_cross_session._internal.plugin.remote.link import (
     BucketError,
@@ -47,6 +46,7 @@ from pi_cross_session._internal.plugin.remote.link import (
     UnreachableError,
 )
 from pi_cross_session._internal.plugin.remote.said import SaidOnce
+from pi_cross_session._internal.plugin.render import remote_plane
 from pi_cross_session._internal.protocol.remote import envelope as env
 from pi_cross_session._internal.protocol.remote.envelope import (
     RECORD_KINDS,
@@ -315,7 +315,7 @@ class Mirror:
             return
         if verdict.envelope is not None and self._said.first("clock", origin):
             skew_ms = self._wall_ms() - verdict.envelope.at
-            logger.warning("%s", render.clock_skew(origin, skew_ms, "a session record"))
+            logger.warning("%s", remote_plane.clock_skew(origin, skew_ms, "a session record"))
 
 
 async def ensure_bucket_with(config: LinkConfig) -> tuple[str, str]:
@@ -344,7 +344,7 @@ async def ensure_bucket(link: Link) -> tuple[str, str]:
         except NoJetStreamError:
             # Nobody serves the JetStream API: a server without it, which waiting cannot mend
             # (one that is starting answers, even if only to say it is not ready).
-            return NO_JETSTREAM, render.no_jetstream(link.where, BUCKET_CHECK_EVERY_S)
+            return NO_JETSTREAM, remote_plane.no_jetstream(link.where, BUCKET_CHECK_EVERY_S)
         except (BucketError, UnreachableError, HopTimeoutError) as exc:
             # A cluster that has just started answers nothing until it elected its leader.
             if anyio.current_time() >= deadline:

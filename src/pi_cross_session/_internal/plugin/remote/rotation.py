@@ -45,7 +45,6 @@ import anyio
 import filelock
 from nats.aio.msg import Msg
 
-from pi_cross_session._internal.plugin import render
 from pi_cross_session._internal.plugin.remote import files, upkeep
 from pi_cross_session._internal.plugin.remote.deployment import Deployment, MachineCard
 from pi_cross_session._internal.plugin.remote.link import (
@@ -58,6 +57,7 @@ from pi_cross_session._internal.plugin.remote.link import (
     PermissionDeniedError,
     UnreachableError,
 )
+from pi_cross_session._internal.plugin.render import remote_plane
 from pi_cross_session._internal.protocol.errors import CrossSessionError
 from pi_cross_session._internal.protocol.paths import Locations, node_join
 from pi_cross_session._internal.protocol.remote.join import ROSTER_SUBJECT, JoinError, Refusal
@@ -141,7 +141,7 @@ async def rotate(
     try:
         lock.acquire()
     except filelock.Timeout:
-        raise RotateFailedError(render.rotate_busy(path), code=BUSY) from None
+        raise RotateFailedError(remote_plane.rotate_busy(path), code=BUSY) from None
     try:
         return await _rotate(locations, progress, not_joined)
     finally:
@@ -325,7 +325,7 @@ async def answer_rotation(
     except Exception as exc:  # the hub's own fault (its lock held, its files): say so at once
         logger.warning("could not answer the rotation ask of %s", origin, exc_info=True)
         busy = isinstance(exc, filelock.Timeout)
-        refusal = Refusal(refused=HUB_ERROR, detail=render.rotate_hub_error(busy=busy))
+        refusal = Refusal(refused=HUB_ERROR, detail=remote_plane.rotate_hub_error(busy=busy))
         await link.respond(msg, refusal.model_dump_json().encode())
         return HUB_ERROR, None
     deployment = applied.deployment

@@ -10,7 +10,7 @@ How a batch is resolved (:func:`resolve_git_info`):
 
 1. identical cwds are looked up once;
 2. every lookup runs in **one** worker thread, which stops taking new cwds when the overall budget
-   (:data:`~pi_cross_session._internal.protocol.limits.GIT_TIMEOUT_S`) is spent;
+   (:data:`~pi_cross_session._internal.protocol.io.git_settings.GIT_TIMEOUT_S`) is spent;
 3. a cwd the reader cannot settle (:class:`NeedsGit`) is handed to the real ``git`` command, a few
    at a time, within what is left of the same budget, with its output capped;
 4. whatever is not settled when the budget runs out is ``None``, as any failure of git would be.
@@ -64,7 +64,7 @@ import anyio
 from anyio.abc import ByteReceiveStream
 
 from pi_cross_session._internal.protocol import sanitize
-from pi_cross_session._internal.protocol.limits import (
+from pi_cross_session._internal.protocol.io.git_settings import (
     GIT_OUTPUT_CAP_BYTES,
     GIT_TIMEOUT_S,
     MAX_GIT_CONFIG_BYTES,

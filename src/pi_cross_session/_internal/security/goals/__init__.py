@@ -5,7 +5,8 @@
 * :mod:`.evidence` — which goal owns each task, kept as a bounded journal;
 * :mod:`.confirmations` — the sender's half of the budget rules (confirmed receiver/goal pairs);
 
-plus :mod:`.errors` (:class:`GoalError`) and :mod:`.ids` (what a valid id looks like). The names
+plus :mod:`.errors` (:class:`GoalError`), :mod:`.ids` (what a valid id looks like) and
+:mod:`.bounds` (how much of each the rooms keep). The names
 below are what the rest of the package uses; each is defined in one of those modules.
 """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pi_cross_session._internal.protocol.codes import OK_RECEIPTS, Code
-from pi_cross_session._internal.protocol.limits import MAX_GOAL_CONFIRMATIONS
+from pi_cross_session._internal.security.goals.bounds import MAX_GOAL_CONFIRMATIONS
 from pi_cross_session._internal.security.goals.ids import valid_id, valid_instance_id
 from pi_cross_session._internal.security.shares import SenderShares
 

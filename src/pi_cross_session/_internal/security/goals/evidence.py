@@ -28,7 +28,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from pi_cross_session._internal.protocol.limits import MAX_CALL_ID_CHARS, MAX_GOAL_EVIDENCE
+from pi_cross_session._internal.security.goals.bounds import (
+    MAX_CALL_ID_CHARS,
+    MAX_GOAL_EVIDENCE,
+)
 from pi_cross_session._internal.security.goals.errors import GoalError, GoalErrorCode
 from pi_cross_session._internal.security.goals.ids import valid_id
 

@@ -32,12 +32,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from pi_cross_session._internal.protocol.limits import (
-    MAX_ENDED_GOALS,
-    MAX_GOAL_EVIDENCE,
-    MAX_GOAL_OBJECTIVE_UNITS,
-    MAX_GOAL_PEERS,
-)
 from pi_cross_session._internal.protocol.text import is_blank, is_well_formed, js_trim, utf16_length
 from pi_cross_session._internal.security.goals.authority import (
     Action,
@@ -45,6 +39,12 @@ from pi_cross_session._internal.security.goals.authority import (
     AuthorityClass,
     AuthorityKind,
     is_allowed,
+)
+from pi_cross_session._internal.security.goals.bounds import (
+    MAX_ENDED_GOALS,
+    MAX_GOAL_EVIDENCE,
+    MAX_GOAL_OBJECTIVE_UNITS,
+    MAX_GOAL_PEERS,
 )
 from pi_cross_session._internal.security.goals.errors import REFUSAL_TEXT, GoalError, GoalErrorCode
 from pi_cross_session._internal.security.goals.evidence import (
