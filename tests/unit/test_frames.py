@@ -392,6 +392,47 @@ def test_goal_id_is_written_last_and_only_when_set() -> None:
     assert "goalId" not in plain
 
 
+@pytest.mark.parametrize(
+    ("parse", "body"),
+    [
+        pytest.param(wire.parse_hello, hello(), id="hello"),
+        pytest.param(wire.parse_request, message(goalId="g-1"), id="message"),
+        pytest.param(
+            wire.parse_request,
+            {"v": 1, "type": "status", "requestId": "r", "messageId": "m"},
+            id="status",
+        ),
+        pytest.param(wire.parse_response, response(error="why"), id="response"),
+    ],
+)
+def test_the_wire_shape_is_the_field_declarations(parse: Any, body: dict[str, Any]) -> None:
+    """Every field set: the keys written are the declared fields' wire names, in declaration
+    order, so the model is the one statement of a frame's shape."""
+    frame = parse(dict(reversed(body.items())))  # the order read in is not the order written
+    declared = [field.alias or name for name, field in type(frame).model_fields.items()]
+    written = frame.to_wire()
+    assert list(written) == declared
+    assert written == body
+
+
+def test_nested_frames_and_capabilities_are_written_as_json_values() -> None:
+    written = wire.parse_hello(hello()).to_wire()
+    assert written["capabilities"] == ["cancel-safe-queue-v1"]
+    assert type(written["capabilities"]) is list
+    assert written["target"] == {"id": SESSION, "instanceId": INSTANCE}
+    assert list(written["from"]) == ["id", "instanceId", "token"]
+
+
+@pytest.mark.parametrize("peer", [False, 0, "", [], {}, {"b": None, "a": [1, {"c": None}]}])
+def test_a_reply_peer_is_written_as_it_came(peer: object) -> None:
+    """Only an absent peer is left out; any JSON value is written back unchanged (the receiver
+    judges it, not the writer), a falsy one or one holding nulls included."""
+    written = wire.parse_response(response(peer=peer)).to_wire()
+    assert written["peer"] == peer
+    assert json.dumps(written["peer"]) == json.dumps(peer)
+    assert "peer" not in wire.parse_response(without(response(), "peer")).to_wire()
+
+
 def test_non_json_and_non_standard_json_fail_as_frame_errors() -> None:
     for text in ("", "this is not json", "NaN", "[Infinity]", '{"a":-Infinity}', "[" * 50_000):
         with pytest.raises(FrameError) as caught:

@@ -2,7 +2,7 @@
 (``frames.response_from_text``): every ``ready`` of a peer differs only in its ``requestId``.
 
 What must hold is that nothing is taken that a parse would not give: the text around the id has to
-be a reply judged plainly valid, and the spot of the id has to *be* its top-level ``requestId``.
+be a reply the model judged valid, and the spot of the id has to *be* its top-level ``requestId``.
 A receiver that writes the same characters as a nested member (with the real id escaped, or
 spaced, or repeated later) gets every reply parsed, and judged as the contract says.
 """
@@ -103,6 +103,21 @@ def test_the_same_ready_with_a_new_id_is_not_parsed_again(
     assert again.names_peer(SESSION, INSTANCE)
     assert again.model().request_id == second
     assert again == response_from_text(ready_text(second))  # what a parse gives
+
+
+def test_a_reply_judged_valid_is_known_whatever_its_text(
+    parses: list[str], known: KnownReplies
+) -> None:
+    """Known means judged by the model before, not judged by simpler rules: a reply with
+    non-ASCII text, and one with astral characters counted in UTF-16 units, is known too."""
+    first, second = new_id(), new_id()
+    extra = {"error": "déjà vu 😀", "next": "é" * 200}
+    assert response_from_text(ready_text(first, **extra), first, known).error == "déjà vu 😀"
+    count = len(parses)
+    again = response_from_text(ready_text(second, **extra), second, known)
+    assert len(parses) == count
+    assert again == response_from_text(ready_text(second, **extra))
+    assert again.model().next == "é" * 200
 
 
 def test_a_known_ready_settles_a_probe_as_a_parsed_one_does(
