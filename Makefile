@@ -63,7 +63,7 @@ pytest: $(STAMP)
 # 2,000, make test-long 20,000).
 FUZZ_EXAMPLES ?= 200000
 fuzz: $(STAMP)
-	PI_XS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PYTEST) tests/hostile -k fuzz --timeout=0 -p no:cacheprovider
+	PI_XS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PYTEST) tests -m hostile -k fuzz --timeout=0 -p no:cacheprovider
 
 bench: $(STAMP)
 	$(BIN)/python bench/codec.py

@@ -34,7 +34,7 @@ from pi_cross_session._internal.protocol.limits import (
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.security.io import fs
 from tests.cli.test_doctor import dead_pid, published
-from tests.hostile import files
+from tests.files import files
 from tests.support.file_state import exists, tree_state
 from tests.support.processes import Inboxes, run_cli
 

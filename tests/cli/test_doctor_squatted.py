@@ -3,8 +3,8 @@
 The runtime dir's name, ``/tmp/pi-peers-<uid>-<ns12>``, is predictable from the agent dir, so
 another local user can create it before our first session does (spec §2 says start-up then fails;
 it still does). Making a real dir of another owner needs root; without root the same message is
-checked through the file layer's ``uid=`` seam in ``tests/fs``, and a symlink (which needs no
-root) is squatted here.
+checked through the file layer's ``uid=`` seam in ``tests/files/test_fs.py``, and a symlink (which
+needs no root) is squatted here.
 """
 
 from __future__ import annotations

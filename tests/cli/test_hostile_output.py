@@ -30,7 +30,7 @@ from tests.support.fake_receiver import fake_receiver, ready, respond
 from tests.support.processes import Inboxes, Result, run_cli
 from tests.support.socket_peers import make_message, make_registration, publish
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.hostile]
 
 ESC = "\x1b"
 #: Everything at once: clear screen, OSC 0 title, OSC 52 clipboard, concealed text, C1 CSI,

@@ -98,7 +98,7 @@ def test_a_message_that_expires_in_the_queue_is_reported_expired(
     plus a margin, sees the expiry and says so (exit 2), never "submitted, not confirmed".
 
     Both processes run with a TTL of seconds (``SHORT_QUEUE_TTL_CLI``): the rule is the same at
-    any TTL, and the 30 s figure is pinned by ``tests/unit/test_limits.py``."""
+    any TTL, and the 30 s figure is pinned by ``tests/receiver/test_limits.py``."""
     inbox = inboxes.start("stuck", busy=HOLD_S, command=SHORT_QUEUE_TTL_CLI)
     first = cli("send", "stuck", "keeps it busy")
     assert first.returncode == 0, first

@@ -19,7 +19,7 @@ from pi_cross_session._internal.protocol.io.exchange import Exchanger
 from pi_cross_session._internal.protocol.limits import MAX_LISTED_REGISTRATIONS
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.security.io import fs
-from tests.hostile import files
+from tests.files import files
 from tests.support.processes import run_cli
 from tests.support.wire_session import running_receiver
 

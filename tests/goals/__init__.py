@@ -1,1 +1,1 @@
-"""Goal-scoped peer grants at the wire and runtime level (goal-scoped-v1)."""
+"""Goal-scoped peer grants (goal-scoped-v1): the rules, live sessions and the pi-python harness."""

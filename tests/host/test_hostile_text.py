@@ -37,6 +37,7 @@ from pi_cross_session._internal.protocol.io.exchange import Exchanger
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.protocol.registration import Registration, parse_registration
 from pi_cross_session._internal.security.io import fs
+from tests.files import files
 from tests.host.pi_harness import (
     PEER_HEADER,
     ScriptedChat,
@@ -46,7 +47,6 @@ from tests.host.pi_harness import (
     say,
     text_of,
 )
-from tests.hostile import files
 from tests.support.fake_receiver import fake_receiver, ready, respond
 from tests.support.hostile_text import (
     ALL_ATTACKS,
@@ -61,7 +61,7 @@ from tests.support.hostile_text import (
 from tests.support.socket_peers import make_registration, now_ms, serving
 from tests.support.waiting import eventually
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.hostile]
 
 HOSTILE_NAME = f"mallory{ESC}]0;pwned\x07\u202eevil\u3164"
 HOSTILE_SESSION_ID = f"s-{ESC}[2J\n{FORGED_LINE}\u2028"

@@ -1,5 +1,5 @@
 """The MCP peer's wire traffic passes the conformance replay every receiver passes: the reference
-client's recorded frames (tests/interop/test_reference_conversations.py, the default phase, all
+client's recorded frames (tests/wire/test_reference_conversations.py, the default phase, all
 on one receiver) against an MCP peer in push mode, whose idle host takes a message at once as the
 recorded idle host did. Every reply must agree with the recorded one in shape, codes, key order,
 requestId echo and peer identity, and every connection must close when the recording says."""
@@ -14,18 +14,18 @@ import pytest
 from pi_cross_session._internal.plugin.hosts.mcp_seat import DeliveryMode
 from pi_cross_session._internal.protocol.io.endpoint import EndpointConfig
 from pi_cross_session._internal.protocol.paths import Locations
-from tests.interop.test_reference_conversations import (
+from tests.mcp.kit import mcp_peer
+from tests.support.clocks import FakeClock
+from tests.support.replay import Transcript, fresh_session_id, sent_at_values
+from tests.support.socket_peers import make_registration, publish
+from tests.support.waiting import eventually
+from tests.wire.test_reference_conversations import (
     DEFAULT_PHASE,
     IDLE_AFTER_HELLO_S,
     RECEIVING,
     identities_for,
     replay_connection,
 )
-from tests.mcp.kit import mcp_peer
-from tests.support.clocks import FakeClock
-from tests.support.replay import Transcript, fresh_session_id, sent_at_values
-from tests.support.socket_peers import make_registration, publish
-from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 

@@ -1,5 +1,5 @@
 """The hostile wire catalogue, against an MCP peer's socket: every named attack on a first frame,
-on a second frame, and every unverifiable sender claim (tests/hostile/test_catalogue_wire.py) gets
+on a second frame, and every unverifiable sender claim (tests/receiver/test_catalogue_wire.py) gets
 the same exact answer from an MCP peer as from the scripted receiver the catalogue was written
 for, and admits what it admits there: nothing, or the one message, which then reaches the host as
 one channel notification. The cases are the catalogue's own lists, imported, not copied: a case
@@ -18,11 +18,12 @@ import pytest
 
 from pi_cross_session._internal.plugin.hosts.mcp_seat import DeliveryMode
 from pi_cross_session._internal.protocol.paths import Locations
-from tests.hostile.live import identity
-from tests.hostile.model import Identity
-from tests.hostile.strategies import hello_obj
-from tests.hostile.talk import HELLO_ID, Reply, lines, talk
-from tests.hostile.test_catalogue_wire import (
+from tests.mcp.kit import McpPeer, mcp_peer
+from tests.receiver.live import identity
+from tests.receiver.model import Identity
+from tests.receiver.strategies import hello_obj
+from tests.receiver.talk import HELLO_ID, Reply, lines, talk
+from tests.receiver.test_catalogue_wire import (
     CLAIMS,
     FIRST_FRAMES,
     SECOND_FRAMES,
@@ -31,11 +32,10 @@ from tests.hostile.test_catalogue_wire import (
     auth_hello,
     message,
 )
-from tests.mcp.kit import McpPeer, mcp_peer
 from tests.support.socket_peers import published_sender
 from tests.support.wire_session import eventually
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.hostile]
 
 
 @asynccontextmanager

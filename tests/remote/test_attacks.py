@@ -31,6 +31,8 @@ from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.remote import Fleet, Machine, RawMachine, Tap, connect_as, fleet_at
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.hostile
+
 
 @pytest.fixture
 def open_fleet(tmp_path: Path) -> Iterator[Fleet]:

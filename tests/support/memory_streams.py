@@ -8,11 +8,17 @@ Each direction is an unbounded queue of chunks. A chunk is delivered as it was s
 ``max_bytes``), so a test decides how the bytes are split. ``send_eof`` ends one direction (the
 other side then reads ``EndOfStream``); ``aclose`` ends both, and the other side's sends then
 fail as on a socket whose peer has gone (``BrokenResourceError``).
+
+The tests of the drivers run on ``MockClock(autojump_threshold=0)`` (each declares its own
+``anyio_backend``): when every task waits, the clock jumps to the next deadline. ``EXACT``,
+``clock_held``, ``read_line`` and ``read_to_eof`` serve them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import anyio
@@ -80,3 +86,41 @@ def memory_stream_pair() -> tuple[MemoryByteStream, MemoryByteStream]:
     """Two joined ends (say, a client's and a server's)."""
     one, two = _direction(), _direction()
     return MemoryByteStream(one, two), MemoryByteStream(two, one)
+
+
+#: How exact a virtual time must be: float sums of the deadlines, nothing more.
+EXACT = 1e-9
+
+
+@asynccontextmanager
+async def clock_held() -> AsyncIterator[None]:
+    """Let a worker thread run without the virtual clock jumping meanwhile (a task waiting for a
+    thread counts as waiting): for the one question an exchanger asks in a thread at its first
+    exchange, whether the runtime dir is local."""
+    import trio.testing
+
+    clock = trio.lowlevel.current_clock()
+    assert isinstance(clock, trio.testing.MockClock)
+    clock.autojump_threshold = math.inf
+    try:
+        yield
+    finally:
+        clock.autojump_threshold = 0
+
+
+async def read_line(stream: MemoryByteStream) -> bytes:
+    """One line (LF included); what is read past it is lost, so use it on replies only."""
+    data = b""
+    while not data.endswith(b"\n"):
+        data += await stream.receive()
+    return data
+
+
+async def read_to_eof(stream: MemoryByteStream) -> bytes:
+    """Everything until the other end closes."""
+    data = b""
+    while True:
+        try:
+            data += await stream.receive()
+        except anyio.EndOfStream:
+            return data

@@ -4,8 +4,8 @@ Run as a script (``python short_queue_ttl_cli.py ARGS``), it is the real command
 respect but one: ``QUEUE_TTL_S`` is :data:`SHORT_QUEUE_TTL_S` instead of 30 s, for the inbox's
 queue and for ``send --wait``'s bound alike, as both read the one constant. A test of what happens
 when a queued message expires then waits seconds, not half a minute. The 30 s figure itself is
-pinned by ``tests/unit/test_limits.py``, and the rules at that figure are tested in-process under
-a fake clock (``tests/cli/test_follow.py``, ``tests/faults/test_wall_clock.py``).
+pinned by ``tests/receiver/test_limits.py``, and the rules at that figure are tested in-process
+under a fake clock (``tests/cli/test_follow.py``, ``tests/receiver/test_wall_clock.py``).
 
 The constant is replaced before any module that reads it is imported (the package imports its
 layers lazily), so every ``from ... import QUEUE_TTL_S`` sees the short value.

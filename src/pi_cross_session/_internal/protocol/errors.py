@@ -2,7 +2,7 @@
 
 Every error this package raises on purpose is a :class:`CrossSessionError` and carries a ``code``
 (a wire status, an errno name or a local code). The tree below lists every exception class in
-``src`` with the module that defines it; ``tests/unit/test_errors.py`` checks that it is complete
+``src`` with the module that defines it; ``tests/package/test_errors.py`` checks that it is complete
 and that each class's parent is the one drawn. Only module-private classes (a leading underscore:
 control flow that never leaves its module) are left out.
 

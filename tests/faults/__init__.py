@@ -1,1 +1,0 @@
-"""Fault injection: real files, sockets and processes failing under a running session."""
