@@ -37,6 +37,10 @@ handler interface and stamps each connection's steps (accepted, its task running
 handed to the handler, reply written) by wrapping its listener, connection task, stream and
 handler (:func:`mark_receiver`). The timed run's receivers carry no such wrapping.
 
+CPU per send is measured the same way, in blocks of ``--cpu-sends`` sends (ours then raw, each
+send followed by a 2 ms pause so the receiver's 0 s turns end between them), each of our blocks
+to a new incarnation from identities published before it starts.
+
 Two more figures come from the same run. The timed probes are also reported by what the client
 did just before each (our send, a raw send, our probe, a raw probe): a process that has not run
 for a while meets its own code cold. And ``--cpu-blocks`` blocks of ``--cpu-probes`` probes back
@@ -629,23 +633,39 @@ def process_cpu_ns(pid: int) -> int:
     return total
 
 
-async def cpu_per_probe(
+#: After a block of sends, how long the receiver gets to finish the turns its last receipts
+#: started before its CPU is read (the raw server, which starts nothing, waits as long).
+SETTLE_S: Final = 0.05
+#: The pause after each send of a CPU block, ours and raw alike: a receiver whose 0 s turn has
+#: not ended yet queues the next message, and enough of those are refused ``busy``. It is spent
+#: asleep, so it adds little CPU to either side and the same to both.
+SEND_PACE_S: Final = 0.002
+
+
+async def cpu_per_call(
     blocks: int,
     per_block: int,
     ours: Callable[[], Awaitable[None]],
     raw: Callable[[], Awaitable[None]],
     receiver_pid: Callable[[], int],
     raw_pid: int,
+    *,
+    before_block: Callable[[], Awaitable[None]] | None = None,
+    settle_s: float = 0.0,
 ) -> dict[str, Any]:
-    """CPU each side spends per probe, ours against the floor: blocks of back-to-back probes,
-    alternating ours and raw, timing the client's own thread and the serving process (all its
-    threads). CPU per probe moves far less with the machine's load than latency does."""
+    """CPU each side spends per call (a probe, or a send), ours against the floor: blocks of
+    back-to-back calls, alternating ours and raw, timing the client's own thread and the serving
+    process (all its threads). ``before_block`` runs untimed before each of our blocks (a send
+    needs a fresh incarnation and identities). CPU per call moves far less with the machine's
+    load than latency does."""
     kinds = {"ours": (ours, receiver_pid), "raw": (raw, lambda: raw_pid)}
     spent: dict[str, dict[str, list[float]]] = {
         kind: {"client_us": [], "server_us": [], "latency_p50_us": []} for kind in kinds
     }
     for _ in range(blocks):
         for kind, (call, pid_of) in kinds.items():
+            if kind == "ours" and before_block is not None:
+                await before_block()
             pid = pid_of()
             server_before = process_cpu_ns(pid)
             client_before = time.thread_time_ns()
@@ -655,6 +675,8 @@ async def cpu_per_probe(
                 await call()
                 latencies.append(time.perf_counter_ns() - before)
             client = time.thread_time_ns() - client_before
+            if settle_s:
+                await anyio.sleep(settle_s)
             server = process_cpu_ns(pid) - server_before
             spent[kind]["client_us"].append(client / per_block / 1000)
             spent[kind]["server_us"].append(server / per_block / 1000)
@@ -831,7 +853,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.cpu_blocks:
             assert senders.receiver is not None
             receiver = senders.receiver
-            cpu = await cpu_per_probe(
+            cpu = await cpu_per_call(
                 args.cpu_blocks,
                 args.cpu_probes,
                 ours_probe,
@@ -839,6 +861,47 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 lambda: receiver.process.pid,
                 raw.process.pid,
             )
+
+        # The same for sends: each block goes to a new incarnation, from identities published
+        # before it starts, so no block meets a contract limit or a restart.
+        cpu_send: dict[str, Any] = {}
+        if args.cpu_blocks and args.cpu_sends:
+            prepared: list[tuple[Registration, Sender, Message]] = []
+            cpu_send_statuses: Counter[str] = Counter()
+
+            async def prepare_sends() -> None:
+                await senders.restart_receiver()
+                prepared[:] = [await senders.next_send() for _ in range(args.cpu_sends)]
+                prepared.reverse()
+
+            async def ours_send() -> None:
+                target, sender, message = prepared.pop()
+                receipt = await exchanger.send(target, sender=sender, message=message)
+                # Back to back, a send can meet the previous message's turn: queued is admitted.
+                if receipt.status not in ("submitted", "queued"):
+                    raise SystemExit(f"a CPU block's send ended {receipt.status}")
+                cpu_send_statuses[receipt.status] += 1
+                await anyio.sleep(SEND_PACE_S)
+
+            async def paced_raw_send() -> None:
+                await raw_send()
+                await anyio.sleep(SEND_PACE_S)
+
+            def receiver_pid() -> int:
+                assert senders.receiver is not None
+                return senders.receiver.process.pid
+
+            cpu_send = await cpu_per_call(
+                args.cpu_blocks,
+                args.cpu_sends,
+                ours_send,
+                paced_raw_send,
+                receiver_pid,
+                raw.process.pid,
+                before_block=prepare_sends,
+                settle_s=SETTLE_S,
+            )
+            cpu_send["statuses"] = dict(cpu_send_statuses)
 
         # Where a send's time goes: the same exchanges again, untimed as a whole, with a mark at
         # every step (ours through the Exchanger's seams, the floor the same way), interleaved.
@@ -932,6 +995,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "target_send_p50_ratio": TARGET_SEND_RATIO,
             "send_phases_p50": phases,
             "cpu_per_probe": cpu,
+            "cpu_per_send": cpu_send,
             "probe_p50_us_by_previous": {
                 name: {"n": len(values), "p50_us": round(percentile(values, 0.50), 1)}
                 for name, values in probes_after.items()
@@ -1014,16 +1078,20 @@ def print_report(result: dict[str, Any]) -> None:
     print("\nprobe p50 by what the client did just before (timed run, µs):")
     for name, row in result["probe_p50_us_by_previous"].items():
         print(f"  {name:<26}{row['p50_us']:>8.1f}  (n {row['n']})")
-    cpu = result["cpu_per_probe"]
-    if cpu:
-        print(
-            f"\nCPU per probe, µs (median of {cpu['blocks']} blocks of {cpu['per_block']} "
-            "back-to-back probes, alternating):"
+    for kind, cpu in (("probe", result["cpu_per_probe"]), ("send", result["cpu_per_send"])):
+        if not cpu:
+            continue
+        calls = (
+            "back-to-back probes" if kind == "probe" else f"sends {SEND_PACE_S * 1000:g} ms apart"
         )
-        for kind in ("ours", "raw"):
-            row = cpu[kind]
+        print(
+            f"\nCPU per {kind}, µs (median of {cpu['blocks']} blocks of {cpu['per_block']} "
+            f"{calls}, alternating):"
+        )
+        for side in ("ours", "raw"):
+            row = cpu[side]
             print(
-                f"  {kind:<5} client {row['client_us']:>7.1f}  server {row['server_us']:>7.1f}"
+                f"  {side:<5} client {row['client_us']:>7.1f}  server {row['server_us']:>7.1f}"
                 f"  latency p50 {row['latency_p50_us']:>7.1f}"
             )
         print(
@@ -1067,6 +1135,9 @@ def main(argv: list[str] | None = None) -> int:
         "--cpu-blocks", type=int, default=5, help="blocks of back-to-back probes timed for CPU"
     )
     parser.add_argument("--cpu-probes", type=int, default=300, help="probes per CPU block")
+    parser.add_argument(
+        "--cpu-sends", type=int, default=200, help="sends per CPU block (0: no send blocks)"
+    )
     parser.add_argument("--profile", action="store_true", help="add an untimed cProfile run")
     parser.add_argument("--profile-lines", type=int, default=25, help=argparse.SUPPRESS)
     parser.add_argument("--serve-receiver", metavar="NAME", help=argparse.SUPPRESS)
@@ -1086,6 +1157,8 @@ def main(argv: list[str] | None = None) -> int:
         data = json.loads(replies)
         asyncio.run(serve_raw(socket_path, data["ready"].encode(), data["receipt"].encode()))
         return 0
+    if not 0 <= args.cpu_sends <= args.per_receiver:
+        parser.error("--cpu-sends must be 0 to --per-receiver (one incarnation per block)")
     if not 1 <= args.per_sender <= 30 or not 1 <= args.per_receiver <= 255:
         parser.error("--per-sender must be 1-30 and --per-receiver 1-255 (the contract's limits)")
     if args.profile and args.receiver == "cli":
