@@ -17,7 +17,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from pi_cross_session._internal.protocol.io.exchange import _connect_unix as connect_unix
+from pi_cross_session._internal.protocol.io.sockets import connect_unix
 from tests.support.bounds import MUST_HAPPEN_S
 
 pytestmark = pytest.mark.anyio

@@ -12,7 +12,7 @@ each process may have read are the pure policies of
    should give way;
 2. feeds what it reads to the conversation, under the conversation's deadline (one cancel scope
    per connection, moved when the deadline moves: on asyncio a single loop timer, see
-   :mod:`~pi_cross_session._internal.protocol.io.loop`);
+   :mod:`~pi_cross_session._internal.protocol.io.deadline`);
 3. hands a hello to :meth:`InboundHandler.on_hello` and a message or status query to
    :meth:`InboundHandler.on_request`, and writes what the conversation makes of their replies
    (half-closing after the request's);
@@ -86,7 +86,8 @@ from pi_cross_session._internal.protocol.frames import (
     ServerMemo,
     StatusQuery,
 )
-from pi_cross_session._internal.protocol.io import loop, memory, sockets
+from pi_cross_session._internal.protocol.io import memory, sockets
+from pi_cross_session._internal.protocol.io.deadline import DeadlineScope, deadline_scope
 from pi_cross_session._internal.protocol.io.peercred import (
     PeerCredentialsReader,
     read_peer_credentials,
@@ -275,7 +276,7 @@ class _Connection(Generic[SessionT]):
     conversation: ServerConversation
     #: The connection's one cancel scope: its deadline follows the conversation's, and shedding
     #: cancels it.
-    scope: loop.DeadlineScope
+    scope: DeadlineScope
     opened_at: float
     #: What the hello produced (the handler's session), once ``ready`` was sent.
     session: SessionT | None = None
@@ -301,7 +302,7 @@ class _IdleWorker:
     __slots__ = ("wake",)
 
     def __init__(self) -> None:
-        self.wake = loop.Wakeup()
+        self.wake = anyio.Event()
 
 
 class Endpoint(Generic[SessionT]):
@@ -584,7 +585,7 @@ class Endpoint(Generic[SessionT]):
         conns = list(self._open.values())
         holds = sum(1 for conn in conns if conn.pid == newcomer_pid) if known else 0
         chosen = self._shedding.victim(
-            [conn.slot() for conn in conns], newcomer_holds=holds, now=loop.now()
+            [conn.slot() for conn in conns], newcomer_holds=holds, now=anyio.current_time()
         )
         return None if chosen is None else self._open.get(chosen.key)
 
@@ -627,13 +628,13 @@ class Endpoint(Generic[SessionT]):
         self, stream: anyio.abc.ByteStream, peer: PeerCredentials | None
     ) -> _Connection[SessionT]:
         """Open a connection's accounts: counted, visible to shedding, its deadline running."""
-        now = loop.now()
+        now = anyio.current_time()
         conversation = ServerConversation(opened_at=now, bounds=self._bounds, memo=self._memo)
         conn: _Connection[SessionT] = _Connection(
             stream=stream,
             peer=peer,
             conversation=conversation,
-            scope=loop.deadline_scope(conversation.deadline.at),
+            scope=deadline_scope(conversation.deadline.at),
             opened_at=now,
         )
         counters = self._counters
@@ -701,7 +702,7 @@ class Endpoint(Generic[SessionT]):
                     await stream.send(conversation.refuse_hello(reply))
                     return
                 conn.session = session
-                await stream.send(conversation.accept_hello(reply, loop.now()))
+                await stream.send(conversation.accept_hello(reply, anyio.current_time()))
             elif type(event) is RequestReceived:
                 assert conn.session is not None  # a refused hello ends the conversation
                 # Synchronous, so admission is atomic; from here on the connection is never shed.
@@ -731,7 +732,7 @@ class Endpoint(Generic[SessionT]):
         read budget allows."""
         reads = self._reads
         # Not in debt: no need to ask the clock (most reads).
-        wait = reads.delay(conn.pid, loop.now()) if reads.owes(conn.pid) else 0.0
+        wait = reads.delay(conn.pid, anyio.current_time()) if reads.owes(conn.pid) else 0.0
         if wait > 0:
             # Its process has had more read than its share: its bytes wait in the kernel (and
             # its writes block), while every other process is read at once.
@@ -741,7 +742,7 @@ class Endpoint(Generic[SessionT]):
             data = await conn.stream.receive(READ_CHUNK_BYTES)
         except anyio.EndOfStream:
             data = b""
-        now = loop.now()
+        now = anyio.current_time()
         conn.bytes_read += len(data)
         self._reads.charge(conn.pid, len(data), now)
         return data, now

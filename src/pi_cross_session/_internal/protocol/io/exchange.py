@@ -27,7 +27,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -59,7 +59,8 @@ from pi_cross_session._internal.protocol.frames import (
     StatusQuery,
     keep_bounded,
 )
-from pi_cross_session._internal.protocol.io import loop, sockets
+from pi_cross_session._internal.protocol.io import sockets
+from pi_cross_session._internal.protocol.io.deadline import deadline_scope
 from pi_cross_session._internal.protocol.io.offload import Offload
 from pi_cross_session._internal.protocol.limits import (
     MAX_FRAME_BYTES,
@@ -162,10 +163,6 @@ class ExchangeConfig:
     capabilities: tuple[str, ...] = ADVERTISED
 
 
-#: Kept under its old name for callers that import it from here.
-_connect_unix: Final = sockets.connect_unix
-
-
 @dataclass(slots=True)
 class Progress:
     """How far an exchange got; readable by the caller even when the exchange was cancelled."""
@@ -183,7 +180,7 @@ class Exchanger:
         vetting: EndpointVetting,
         *,
         config: ExchangeConfig | None = None,
-        connect: Connector = _connect_unix,
+        connect: Connector = sockets.connect_unix,
         new_request_id: Callable[[], str] | None = None,
     ) -> None:
         self._locations = locations
@@ -296,7 +293,7 @@ class Exchanger:
                 second,
                 peer_id=peer.id,
                 peer_instance_id=peer.instance_id,
-                started_at=loop.now(),
+                started_at=anyio.current_time(),
                 deadline_s=deadline_s,
                 max_frame_bytes=self._config.max_frame_bytes,
                 known=self._known_replies,
@@ -304,7 +301,7 @@ class Exchanger:
         except FrameTooLargeError as exc:
             raise ExchangeError(Code.MESSAGE_TOO_LARGE, str(exc)) from exc
         # One absolute deadline for everything, vetting included.
-        with loop.deadline_scope(conversation.deadline):
+        with deadline_scope(conversation.deadline):
             return await self._run(peer, conversation, progress)
         timeout = conversation.expire()
         raise _failure(progress, timeout.code, timeout.detail)

@@ -15,7 +15,17 @@ overhead per call, so a call that can complete at once does:
   whose ``cancel()`` formats the task's ``repr``, socket addresses included, on every close);
 * readiness is waited for by file descriptor number (anyio registers the socket object itself,
   and asyncio's selector formats its ``repr`` each time it finds it unregistered), and on asyncio
-  with the loop's own callbacks (:class:`~pi_cross_session._internal.protocol.io.loop.Readiness`).
+  with the loop's own callbacks (:class:`Readiness`).
+
+Why these and not anyio's (``bench/exchange.py``, medians of alternated runs against the same
+tree with its own sockets; docs/performance.md, "Waits given back to anyio"): anyio's Unix
+listener and streams, which pass a checkpoint (one more turn of the event loop) on every receive,
+send and accept and close through a cancel scope, cost 2.3× the receiver's CPU per probe and 2.1×
+the sender's (two runs: far enough over that more were not needed); and with the deadline scope
+already anyio's, our streams waiting through anyio's ``wait_readable``/``wait_writable`` instead
+of :class:`Readiness` took the receiver's CPU per probe from 1.09× to 1.17× and the sender's from
+1.05× to 1.17× (ten runs and more each), where the project allows itself 1.05× for giving
+machinery back.
 
 A socket closed while another task waits on it is announced first (``notify_closing``), so the
 event loop never holds a closed descriptor that the kernel may hand out again. Errors keep anyio's
@@ -25,6 +35,7 @@ meaning: :class:`anyio.EndOfStream` at EOF, :class:`anyio.BrokenResourceError` (
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import Any, Final
 
@@ -32,13 +43,80 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from pi_cross_session._internal.protocol.io.loop import Readiness
+from pi_cross_session._internal.protocol.io.deadline import asyncio_loop
 from pi_cross_session._internal.protocol.limits import LISTEN_BACKLOG, READ_CHUNK_BYTES
 
 __all__ = ["UnixListener", "UnixStream", "connect_unix", "listen_unix"]
 
 #: Linux creates a socket non-blocking in the same call; elsewhere it is made so just after.
 _SOCK_NONBLOCK: Final[int] = getattr(socket, "SOCK_NONBLOCK", 0)
+
+
+class Readiness:
+    """One descriptor's wait for readability, or for writability (one wait at a time; a stream
+    keeps one of each), on the asyncio loop's own callbacks; under another backend, anyio's. The
+    owner calls :meth:`closing` before it closes the descriptor, so the loop never watches a
+    descriptor number the kernel may hand out again."""
+
+    __slots__ = ("_elsewhere", "_fd", "_future", "_loop", "_writing")
+
+    def __init__(self, fd: int, *, writing: bool) -> None:
+        self._fd = fd
+        self._writing = writing
+        self._future: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Waits in progress through anyio (under another backend).
+        self._elsewhere = 0
+
+    async def wait(self) -> None:
+        """Until the descriptor is readable (or writable); :class:`anyio.ClosedResourceError` if
+        :meth:`closing` is called meanwhile."""
+        loop = asyncio_loop()
+        if loop is None:
+            self._elsewhere += 1
+            try:
+                await (anyio.wait_writable if self._writing else anyio.wait_readable)(self._fd)
+            finally:
+                self._elsewhere -= 1
+            return
+        future: asyncio.Future[None] = loop.create_future()
+        if self._writing:
+            loop.add_writer(self._fd, self._ready, future)
+        else:
+            loop.add_reader(self._fd, self._ready, future)
+        self._future, self._loop = future, loop
+        try:
+            await future
+        finally:
+            if self._future is future:
+                self._release()
+
+    def closing(self) -> None:
+        """The descriptor is about to be closed: stop watching it, and wake the wait."""
+        if self._elsewhere:
+            anyio.notify_closing(self._fd)
+        future = self._future
+        if future is None:
+            return
+        self._release()
+        if not future.done():
+            future.set_exception(anyio.ClosedResourceError())
+
+    def _ready(self, future: asyncio.Future[None]) -> None:
+        # Level-triggered: stop watching at once, or the loop calls back until the task runs.
+        if self._future is future:
+            self._release()
+        if not future.done():
+            future.set_result(None)
+
+    def _release(self) -> None:
+        loop = self._loop
+        self._future = None
+        assert loop is not None
+        if self._writing:
+            loop.remove_writer(self._fd)
+        else:
+            loop.remove_reader(self._fd)
 
 
 class UnixStream(anyio.abc.ByteStream):

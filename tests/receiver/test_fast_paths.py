@@ -1,5 +1,6 @@
-"""The drivers' asyncio paths (``protocol/io/loop.py``): the deadline scope on the loop's timer, and
-waits for a socket on the loop's own readiness callbacks.
+"""The drivers' own fast paths on asyncio: the deadline scope on the loop's timer
+(``protocol/io/deadline.py``), and our sockets' waits on the loop's own readiness callbacks
+(``protocol/io/sockets.py``).
 
 The endpoint's and the exchange's tests over real sockets (in ``tests/receiver`` and
 ``tests/sending``) run on asyncio, so their deadlines, shedding and accept failures all go through
@@ -21,7 +22,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from pi_cross_session._internal.protocol.io import loop, sockets
+from pi_cross_session._internal.protocol.io import deadline, sockets
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.security.io import fs
 from tests.support.bounds import MUST_HAPPEN_S
@@ -64,7 +65,7 @@ def watched(fd: int) -> bool:
 
 
 async def test_the_scope_cuts_a_wait_at_its_deadline_and_swallows_only_that() -> None:
-    scope = loop.deadline_scope(loop.now() + PAST_S)
+    scope = deadline.deadline_scope(anyio.current_time() + PAST_S)
     assert not isinstance(scope, anyio.CancelScope)  # the loop's timer, not anyio's scope
     with scope:
         await anyio.sleep(MUST_HAPPEN_S)
@@ -73,22 +74,22 @@ async def test_the_scope_cuts_a_wait_at_its_deadline_and_swallows_only_that() ->
 
 
 async def test_a_deadline_moved_later_is_not_cut_at_the_old_one() -> None:
-    with loop.deadline_scope(loop.now() + PAST_S / 10) as scope:
-        scope.deadline = loop.now() + MUST_HAPPEN_S
+    with deadline.deadline_scope(anyio.current_time() + PAST_S / 10) as scope:
+        scope.deadline = anyio.current_time() + MUST_HAPPEN_S
         await anyio.sleep(PAST_S)  # well past the first deadline
     assert not scope.cancelled_caught
 
 
 async def test_a_deadline_moved_earlier_cuts_at_the_new_one() -> None:
-    with loop.deadline_scope(math.inf) as scope:
+    with deadline.deadline_scope(math.inf) as scope:
         await anyio.lowlevel.checkpoint()
-        scope.deadline = loop.now()
+        scope.deadline = anyio.current_time()
         await anyio.sleep(MUST_HAPPEN_S)
     assert scope.cancelled_caught
 
 
 async def test_cancel_before_entering_cuts_at_the_first_wait() -> None:
-    scope = loop.deadline_scope(math.inf)
+    scope = deadline.deadline_scope(math.inf)
     scope.cancel()
     reached = False
     with scope:
@@ -104,7 +105,7 @@ async def test_a_scope_cancelled_before_entry_and_left_without_waiting_leaves_no
     """Shedding may cancel a connection before its task has started serving it; if the task then
     leaves the scope without waiting (its socket already closed), it must not stay cancelled:
     a task cancelled while it runs is cancelled at its next wait, even outside the scope."""
-    scope = loop.deadline_scope(math.inf)
+    scope = deadline.deadline_scope(math.inf)
     scope.cancel()
     with pytest.raises(ConnectionResetError), scope:
         raise ConnectionResetError
@@ -114,7 +115,7 @@ async def test_a_scope_cancelled_before_entry_and_left_without_waiting_leaves_no
 
 
 async def test_cancel_from_another_task_cuts_the_wait() -> None:
-    scope = loop.deadline_scope(math.inf)
+    scope = deadline.deadline_scope(math.inf)
     entered = anyio.Event()
 
     async def waiter() -> None:
@@ -132,7 +133,7 @@ async def test_cancel_from_another_task_cuts_the_wait() -> None:
 
 async def test_a_cancellation_from_outside_goes_through_when_the_deadline_passed_too() -> None:
     with anyio.CancelScope() as outer:
-        with loop.deadline_scope(loop.now() - 1) as inner:
+        with deadline.deadline_scope(anyio.current_time() - 1) as inner:
             outer.cancel()
             await anyio.sleep(MUST_HAPPEN_S)
         pytest.fail("the outer cancellation was swallowed")  # pragma: no cover
@@ -141,7 +142,7 @@ async def test_a_cancellation_from_outside_goes_through_when_the_deadline_passed
 
 
 async def test_a_scope_left_before_its_deadline_leaves_no_timer() -> None:
-    with loop.deadline_scope(loop.now() + PAST_S) as scope:
+    with deadline.deadline_scope(anyio.current_time() + PAST_S) as scope:
         pass
     await anyio.sleep(PAST_S * 2)  # the deadline passes outside the scope: nothing is cancelled
     assert not scope.cancelled_caught
@@ -380,41 +381,11 @@ async def test_an_accept_cancelled_while_yielding_in_a_burst_closes_what_it_took
             client.close()
 
 
-async def test_a_wakeup_set_before_or_during_its_wait_ends_it() -> None:
-    with anyio.fail_after(MUST_HAPPEN_S):
-        early = loop.Wakeup()
-        early.set()
-        early.set()  # a second call does nothing
-        await early.wait()
-
-        during = loop.Wakeup()
-        woken: list[bool] = []
-
-        async def waiter() -> None:
-            await during.wait()
-            woken.append(True)
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(waiter)
-            await anyio.sleep(PAST_S)
-            assert woken == []
-            during.set()
-        assert woken == [True]
-
-
-async def test_a_wakeup_whose_wait_was_cancelled_may_still_be_set() -> None:
-    wakeup = loop.Wakeup()
-    with anyio.move_on_after(PAST_S) as scope:
-        await wakeup.wait()
-    assert scope.cancelled_caught
-    wakeup.set()  # no error: nobody waits any more
-
-
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_under_another_backend_the_drivers_use_anyio() -> None:
-    scope = loop.deadline_scope(loop.now() + PAST_S)
+    scope = deadline.deadline_scope(anyio.current_time() + PAST_S)
     assert isinstance(scope, anyio.CancelScope)
-    assert loop.asyncio_loop() is None
+    assert deadline.asyncio_loop() is None
     with scope:
         await anyio.sleep(MUST_HAPPEN_S)
     assert scope.cancelled_caught
@@ -423,8 +394,3 @@ async def test_under_another_backend_the_drivers_use_anyio() -> None:
             await stream.receive()
         theirs.send(b"x")
         assert await stream.receive() == b"x"
-    wakeup = loop.Wakeup()
-    async with anyio.create_task_group() as group:
-        group.start_soon(wakeup.wait)
-        await anyio.sleep(PAST_S)
-        wakeup.set()
