@@ -13,6 +13,10 @@ Four loops in one task group (docs/remote.md):
 * **inbound** — a verified request from another machine is delivered to the real session with the
   ordinary exchange, under a local identity for that remote sender, within that machine's bounds.
 
+The proxies and the outbound loop are :mod:`.outbound`'s, the inbound loop is :mod:`.inbound`'s;
+this module is the machine side that wires them: the link, trust and pairing, the pauses of a
+misbehaving machine, whom it listens to, publishing, the sweep, and the status snapshot.
+
 Nothing is retried, ever. Every decision of trust and quantity is made by the pure classes of
 :mod:`pi_cross_session._internal.security.remote`; this module moves bytes and files.
 """
@@ -21,11 +25,9 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -34,64 +36,26 @@ import anyio.abc
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from pi_cross_session._internal.plugin.remote import files, identities
-from pi_cross_session._internal.plugin.remote.link import (
-    HopTimeoutError,
-    Link,
-    NoRespondersError,
-    PermissionDeniedError,
-    UnreachableError,
+from pi_cross_session._internal.plugin.remote import files
+from pi_cross_session._internal.plugin.remote.gateway_common import (
+    GatewayStatistics,
+    RefusalWarnings,
 )
+from pi_cross_session._internal.plugin.remote.inbound import Inbound
+from pi_cross_session._internal.plugin.remote.link import Link
 from pi_cross_session._internal.plugin.remote.mirror import Mirror
+from pi_cross_session._internal.plugin.remote.outbound import Outbound
 from pi_cross_session._internal.plugin.remote.problems import RecentProblems
-from pi_cross_session._internal.plugin.remote.proxy import ProxySocket
 from pi_cross_session._internal.plugin.remote.publish import Publisher
-from pi_cross_session._internal.plugin.remote.said import SaidOnce
 from pi_cross_session._internal.plugin.remote.trust_watch import TrustWatch
 from pi_cross_session._internal.plugin.render import remote_plane
-from pi_cross_session._internal.protocol.capabilities import CANCEL_SAFE_QUEUE, DELIVERY_RECEIPTS
-from pi_cross_session._internal.protocol.codes import (
-    OK_RECEIPTS,
-    STATUS_ANSWERS,
-    Code,
-    SenderState,
-    classify,
-    refusal_text,
-    sender_code,
-)
 from pi_cross_session._internal.protocol.errors import CrossSessionError
-from pi_cross_session._internal.protocol.fairness import SharedCap
-from pi_cross_session._internal.protocol.frames import (
-    WIRE_VERSION,
-    Message,
-    PeerIdentity,
-    Response,
-    Sender,
-    StatusQuery,
-)
 from pi_cross_session._internal.protocol.io import memory
-from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig, ExchangeError, Exchanger
-from pi_cross_session._internal.protocol.io.offload import Offload
+from pi_cross_session._internal.protocol.io.exchange import Exchanger
 from pi_cross_session._internal.protocol.paths import Locations
-from pi_cross_session._internal.protocol.registration import Registration, parse_registration
 from pi_cross_session._internal.protocol.remote import envelope as env
-from pi_cross_session._internal.protocol.remote.envelope import (
-    REQUEST_KINDS,
-    Envelope,
-    EnvelopeError,
-    Kind,
-    Outcome,
-    PeerRecord,
-    RemoteMessage,
-    RemoteSender,
-    ReplyBody,
-    SendBody,
-    StatusBody,
-)
 from pi_cross_session._internal.protocol.remote.settings import (
-    MAX_GATEWAY_CONNECTIONS,
     MAX_PROXIES,
-    OLDER_CHECK_EVERY_S,
     REMOTE_DELIVERY_DEADLINE_S,
     REMOTE_HOP_DEADLINE_S,
     REMOTE_PUBLISH_EVERY_S,
@@ -101,42 +65,15 @@ from pi_cross_session._internal.protocol.remote.settings import (
     REMOTE_SNAPSHOT_EVERY_S,
     REMOTE_SNAPSHOT_REFRESH_S,
     REMOTE_SWEEP_EVERY_S,
-    VERIFY_ON_LOOP_BYTES,
 )
-from pi_cross_session._internal.security.auth import Authenticator, Caller, LocalIdentity
 from pi_cross_session._internal.security.io import fs
-from pi_cross_session._internal.security.io.sender_files import PeersDirFiles
 from pi_cross_session._internal.security.remote.identity import MachineKey
 from pi_cross_session._internal.security.remote.pairing import Pairs
 from pi_cross_session._internal.security.remote.pauses import MachinePauses, counts_towards_a_pause
-from pi_cross_session._internal.security.remote.proxy_shares import ProxyShares, Verdict
-from pi_cross_session._internal.security.remote.records import RecordBook
-from pi_cross_session._internal.security.remote.senders import (
-    Claim,
-    MachineFlow,
-    SenderTable,
-    SessionDoors,
-    derive_instance_id,
-)
-from pi_cross_session._internal.security.remote.trust import (
-    Cause,
-    Rejected,
-    TrustConfig,
-    Verified,
-    Verifier,
-)
-from pi_cross_session._internal.security.tokens import new_token
+from pi_cross_session._internal.security.remote.records import Key, RecordBook
+from pi_cross_session._internal.security.remote.trust import Cause, TrustConfig, Verifier
 
 logger = logging.getLogger(__name__)
-
-#: What a proxy may advertise of a remote session's capabilities: never goal scope (goal grants
-#: stay local, docs/remote.md), nothing we do not carry.
-CARRIED_CAPABILITIES = (CANCEL_SAFE_QUEUE, DELIVERY_RECEIPTS)
-
-
-def carried(capabilities: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """The capabilities that survive the hop, in our order."""
-    return tuple(c for c in CARRIED_CAPABILITIES if c in capabilities)
 
 
 def _seconds_left(until: float | None, now: float) -> float | None:
@@ -172,45 +109,15 @@ class GatewayOptions:
     inbound_fixed: bool = False
 
 
-@dataclass(slots=True)
-class _Proxy:
-    machine: str
-    record: PeerRecord
-    registration: Registration
-    token: str
-    capabilities: tuple[str, ...]
-    scope: anyio.CancelScope
-    socket: ProxySocket
-    #: Which proxy this gateway opened when (the newest gives way first to a fair share).
-    opened: int
-
-
-@dataclass(slots=True)
-class _SenderIdentity:
-    machine: str
-    registration: Registration
-    token: str
-
-
-@dataclass(slots=True)
-class GatewayStatistics:
-    """Counters since start, for the status snapshot and tests."""
-
-    forwarded: dict[str, int] = field(default_factory=dict)
-    delivered: dict[str, int] = field(default_factory=dict)
-    #: Remote sessions left without a proxy because their machine had its share of the cap.
-    proxies_refused: int = 0
-    proxies_evicted: int = 0
-    proxies_opened: int = 0
-    proxies_closed: int = 0
-    senders_made: int = 0
-
-    def count(self, table: dict[str, int], key: str) -> None:
-        table[key] = table.get(key, 0) + 1
-
-
 class Gateway:
-    """One gateway: run it with ``await task_group.start(gateway.run)``; cancel to stop."""
+    """One gateway: run it with ``await task_group.start(gateway.run)``; cancel to stop.
+
+    It owns the link, trust and pairing, the pauses, whom it listens to, publishing and the
+    status snapshot, and wires its two sides: :class:`~.outbound.Outbound` (the proxies, and what
+    goes through them) and :class:`~.inbound.Inbound` (other machines' requests), which share the
+    local ids of remote sessions and tell each other through it when a proxy takes a sender's
+    identity over or gives its own up.
+    """
 
     def __init__(
         self,
@@ -226,7 +133,6 @@ class Gateway:
         self._link = link
         self._wall_ms = wall_ms
         self._pid = os.getpid()
-        self._secret = secrets.token_bytes(32)
         self.started_at_ms = wall_ms()
         self._pairs = Pairs(account=options.trust.account, me=options.machine, key=options.key)
         self._verifier = Verifier(
@@ -243,33 +149,58 @@ class Gateway:
             link=link,
             book=self._book,
             wall_ms=wall_ms,
-            changed=self._reconcile,
+            changed=self._record_changed,
             refused=self._false_from,
         )
-        self._shares = ProxyShares(cap=options.max_proxies, machines=len(self._mirror.origins))
-        #: Sessions whose machine had its share of the cap when they came: listed as such.
-        self._capped: set[tuple[str, str]] = set()
-        self._opened = 0
         #: Whether the deployment refuses what no machine may do (``None``: not known yet).
         self.permissions_enforced: bool | None = None
         self._earlier_layout_seen = False
-        self._proxies: dict[str, _Proxy] = {}
-        #: Deciding on a proxy and opening it are one step: two records heard at once (the
-        #: watch and the sweep) must not both take the last free slot (the cap was overrun by
-        #: up to 6 of 128 in bench/remote_scale.py before).
-        self._opening = anyio.Lock()
-        self._senders: dict[str, _SenderIdentity] = {}
-        self._making_identity = anyio.Lock()
-        self._sender_table = SenderTable()
-        self._flow = MachineFlow()
-        self._doors = SessionDoors()
-        self._slots: dict[str, anyio.Semaphore] = {}
-        self._handled_since_sweep = False
-        self._connections = SharedCap(cap=MAX_GATEWAY_CONNECTIONS)
-        self._exchangers: dict[tuple[str, ...], Exchanger] = {}
+        #: Machines whose requests or records failed their MAC or signature in a burst, on a
+        #: deployment that vouches they sent them: not listened to for a while
+        #: (security/remote/pauses.py).
+        self._pauses = pauses or MachinePauses()
+        self._pause_scopes: dict[str, anyio.CancelScope] = {}
+        self.stats = GatewayStatistics()
+        self._warnings = RefusalWarnings(self._verifier, wall_ms)
+        self._outbound = Outbound(
+            locations,
+            machine=options.machine,
+            account=options.trust.account,
+            max_proxies=options.max_proxies,
+            machines=len(self._mirror.origins),
+            hop_deadline_s=options.hop_deadline_s,
+            link=link,
+            book=self._book,
+            verifier=self._verifier,
+            warnings=self._warnings,
+            stats=self.stats,
+            wall_ms=wall_ms,
+            pid=self._pid,
+            seal=self._sealed_for,
+            adopt=self._adopt_sender,
+            closed=self._proxy_closed,
+            on_change=self._changed,
+        )
+        self._inbound = Inbound(
+            locations,
+            machine=options.machine,
+            account=options.trust.account,
+            session_wait_s=options.session_wait_s,
+            delivery_deadline_s=options.delivery_deadline_s,
+            link=link,
+            proxies=self._outbound,
+            verifier=self._verifier,
+            warnings=self._warnings,
+            stats=self.stats,
+            wall_ms=wall_ms,
+            pid=self._pid,
+            seal=self._sealed_for,
+            # Read at each request: a trust change may turn remote inbound on or off.
+            accepting=lambda: self.options.inbound,
+            refused=self._false_from,
+            heard=self._pauses.heard,
+        )
         self._probe_exchanger = Exchanger(locations, fs)
-        # Inline on a local filesystem, in a worker thread elsewhere (as sessions read files).
-        self._peers_dir = Offload(fs, locations.peers_dir)
         self._publisher = Publisher(
             locations=locations,
             machine=options.machine,
@@ -283,22 +214,30 @@ class Gateway:
         )
         self._group: anyio.abc.TaskGroup | None = None
         self._requests: dict[str, Subscription] = {}
-        #: Machines whose requests or records failed their MAC or signature in a burst, on a
-        #: deployment that vouches they sent them: not listened to for a while
-        #: (security/remote/pauses.py).
-        self._pauses = pauses or MachinePauses()
-        self._pause_scopes: dict[str, anyio.CancelScope] = {}
-        #: When a false MAC of each machine was last looked at for an older version's signature.
-        self._older_checked: dict[str, float] = {}
         #: Told (one line for people) whenever what this gateway trusts changes while it runs.
         self.on_trust_changed: Callable[[str], None] = logger.info
         self.trust_changes = 0
         self._dirty = True
-        self.stats = GatewayStatistics()
         self.ready = anyio.Event()
         #: The last warnings and errors of the remote plane, for the status snapshot.
         self.problems = RecentProblems()
-        self._said = SaidOnce()
+
+    # -- wiring ------------------------------------------------------------------------------------
+
+    async def _record_changed(self, key: Key) -> None:
+        await self._outbound.reconcile(key)
+
+    def _adopt_sender(self, local_id: str) -> str | None:
+        return self._inbound.adopt(local_id)
+
+    def _proxy_closed(self, machine: str, local_id: str) -> None:
+        self._inbound.release(machine, local_id)
+
+    def _changed(self) -> None:
+        self._dirty = True
+
+    def _sealed_for(self, machine: str, data: bytes) -> bytes | None:
+        return self._pairs.seal(machine, self._verifier.trust.machines.get(machine), data)
 
     # -- running -----------------------------------------------------------------------------------
 
@@ -310,6 +249,8 @@ class Gateway:
         try:
             async with anyio.create_task_group() as group:
                 self._group = group
+                self._outbound.start(group)
+                self._inbound.start(group)
                 await self._check_permissions()
                 for origin in self._mirror.origins:
                     await self._serve_requests(origin)
@@ -334,7 +275,8 @@ class Gateway:
 
     async def _serve_requests(self, origin: str) -> None:
         self._requests[origin] = await self._link.serve(
-            env.request_subject(self.options.machine, origin), partial(self._on_request, origin)
+            env.request_subject(self.options.machine, origin),
+            partial(self._inbound.on_request, origin),
         )
 
     async def _stop_serving(self, origin: str) -> None:
@@ -402,20 +344,18 @@ class Gateway:
         for origin in rekeyed:
             await self._resume(origin)  # a new key: whatever its old one earned ends
             for key in await self._mirror.unfollow(origin):
-                self._capped.discard(key)
-                await self._reconcile(key)
+                await self._outbound.forget(key)
             await self._mirror.follow(origin)
         for origin in sorted(after - before):
             await self._serve_requests(origin)
             await self._mirror.follow(origin)
         for origin in sorted(before - after):
             self._end_pause(origin)
-            self._older_checked.pop(origin, None)
+            self._warnings.forget(origin)
             await self._stop_serving(origin)
             for key in await self._mirror.unfollow(origin):
-                self._capped.discard(key)
-                await self._reconcile(key)
-        self._shares = ProxyShares(cap=self.options.max_proxies, machines=len(after))
+                await self._outbound.forget(key)
+        self._outbound.share_among(len(after))
         inbound = self.options.inbound if self.options.inbound_fixed else trust.inbound
         changed_inbound = inbound != self.options.inbound
         if changed_inbound:
@@ -435,8 +375,8 @@ class Gateway:
         changed = added or removed or rekeyed or changed_inbound
         heading = "trust changed" if changed else "trust unchanged"
         self.on_trust_changed(f"{heading}: " + "; ".join(words))
-        if self._group is not None and (added or self._capped):
-            self._group.start_soon(self._fill_free_slots)
+        if self._group is not None and (added or self._outbound.capped):
+            self._group.start_soon(self._outbound.fill_free_slots)
 
     async def _check_permissions(self) -> None:
         self.permissions_enforced = await self._link.permissions_enforced()
@@ -479,10 +419,8 @@ class Gateway:
     async def _withdraw(self) -> None:
         with anyio.move_on_after(2):
             await self._publisher.withdraw_all()
-        for local_id in list(self._proxies):
-            await self._close_proxy(local_id)
-        for local_id in list(self._senders):
-            await self._remove_sender(local_id)
+        await self._outbound.close_all()
+        await self._inbound.remove_all()
         if self.options.write_snapshot:
             try:
                 await anyio.to_thread.run_sync(files.remove_snapshot, self.locations)
@@ -497,573 +435,17 @@ class Gateway:
             except Exception:
                 logger.exception("publishing this machine's sessions failed; trying again")
 
-    # -- proxies of other machines' sessions -----------------------------------------------------
-
     async def _sweep_loop(self) -> None:
         while True:
             await anyio.sleep(self.options.sweep_every_s)
-            if self._handled_since_sweep:
+            if self._inbound.handled_since_sweep():
                 # Each request's envelope, frames and buffers were freed, but glibc keeps freed
                 # heap (and the RSS with it) until asked: ask once a sweep while requests come
                 # in, and once more after the last (as the endpoint does after large frames).
-                self._handled_since_sweep = False
                 memory.give_back()
             await self._mirror.expire()
-            if self._capped or len(self._proxies) < self.options.max_proxies:
-                await self._fill_free_slots()
-
-    async def _fill_free_slots(self) -> None:
-        """Give proxies to sessions that have none, machines furthest below their share first."""
-        held = self._held_per_machine()
-        waiting = sorted(
-            (key for key, _ in self._book.items() if self._local_id(*key) not in self._proxies),
-            key=lambda k: (held.get(k[0], 0), self._book.seen(k) or 0.0),
-        )
-        for key in waiting:
-            if len(self._proxies) >= self.options.max_proxies and not self._capped:
-                break
-            await self._reconcile(key)
-
-    def _held_per_machine(self) -> dict[str, int]:
-        held: dict[str, int] = {}
-        for proxy in self._proxies.values():
-            held[proxy.machine] = held.get(proxy.machine, 0) + 1
-        return held
-
-    def _local_id(self, machine: str, remote_id: str) -> str:
-        return derive_instance_id(self._secret, machine, remote_id)
-
-    async def _reconcile(self, key: tuple[str, str]) -> None:
-        """Make the proxy of ``key`` match its record (open, update, close)."""
-        self._dirty = True
-        machine, remote_id = key
-        local_id = self._local_id(machine, remote_id)
-        record = self._book.get(key)
-        proxy = self._proxies.get(local_id)
-        if record is None:
-            self._capped.discard(key)
-            if proxy is not None:
-                await self._close_proxy(local_id)
-            return
-        if proxy is None:
-            await self._maybe_open(machine, local_id, record, key)
-            return
-        if proxy.record == record:
-            return
-        if carried(record.capabilities) != proxy.capabilities:
-            await self._close_proxy(local_id)
-            await self._open_proxy(machine, local_id, record)
-            return
-        proxy.record = record
-        registration = self._proxy_registration(machine, local_id, record, proxy.token)
-        # A refresh that changes nothing a listing shows writes nothing (every record is put
-        # again every third of its TTL: rewriting each proxy's file was most of an idle
-        # gateway's cost in bench/remote_scale.py).
-        if registration != proxy.registration:
-            proxy.registration = registration
-            await self._write(registration, machine)
-
-    async def _maybe_open(
-        self, machine: str, local_id: str, record: PeerRecord, key: tuple[str, str]
-    ) -> None:
-        async with self._opening:
-            if local_id not in self._proxies:  # another task may have opened it meanwhile
-                await self._open_within_cap(machine, local_id, record, key)
-
-    async def _open_within_cap(
-        self, machine: str, local_id: str, record: PeerRecord, key: tuple[str, str]
-    ) -> None:
-        decision = self._shares.decide(machine, self._held_per_machine())
-        if decision.verdict is Verdict.FULL:
-            if key not in self._capped:
-                self._capped.add(key)
-                self.stats.proxies_refused += 1
-            return
-        if decision.verdict is Verdict.EVICT:
-            assert decision.victim is not None
-            newest = max(
-                (p for p in self._proxies.values() if p.machine == decision.victim),
-                key=lambda p: p.opened,
-            )
-            self.stats.proxies_evicted += 1
-            await self._close_proxy(newest.registration.instance_id)
-            self._capped.add((newest.machine, newest.record.instance_id))
-        self._capped.discard(key)
-        await self._open_proxy(machine, local_id, record)
-
-    def _proxy_registration(
-        self, machine: str, local_id: str, record: PeerRecord, token: str
-    ) -> Registration:
-        return identities.build(
-            self.locations,
-            local_id=local_id,
-            machine=machine,
-            remote_id=record.id,
-            name=record.name,
-            cwd=record.cwd,
-            status=record.status,
-            inbound=record.inbound,
-            started_at=record.started_at,
-            updated_at=record.updated_at,
-            token=token,
-        )
-
-    async def _open_proxy(self, machine: str, local_id: str, record: PeerRecord) -> None:
-        assert self._group is not None
-        sender = self._senders.pop(local_id, None)
-        token = new_token() if sender is None else sender.token
-        try:
-            registration = self._proxy_registration(machine, local_id, record, token)
-        except CrossSessionError as exc:
-            logger.info("cannot make a proxy for %s on %s: %s", record.instance_id, machine, exc)
-            return
-        capabilities = carried(record.capabilities)
-        identity = LocalIdentity(
-            session_id=registration.id, instance_id=local_id, token=token, pid=self._pid
-        )
-        authenticator = Authenticator(
-            identity,
-            self.locations,
-            files=PeersDirFiles(self.locations),
-            capabilities=capabilities,
-        )
-        socket = ProxySocket(
-            registration.socket_path,
-            authenticator,
-            partial(self._forward, local_id),
-            shared=self._connections,
-            capabilities=capabilities,
-        )
-        scope = anyio.CancelScope()
-        self._opened += 1
-        self._proxies[local_id] = _Proxy(
-            machine, record, registration, token, capabilities, scope, socket, self._opened
-        )
-        try:
-            await self._group.start(self._serve_proxy, socket, scope)
-            await self._write(registration, machine)
-        except (OSError, CrossSessionError) as exc:
-            logger.warning("proxy for %s on %s failed to start: %s", record.name, machine, exc)
-            await self._close_proxy(local_id)
-            return
-        self.stats.proxies_opened += 1
-        self._dirty = True
-
-    @staticmethod
-    async def _serve_proxy(
-        socket: ProxySocket,
-        scope: anyio.CancelScope,
-        *,
-        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        with scope:
-            await socket.serve(task_status=task_status)
-
-    async def _close_proxy(self, local_id: str) -> None:
-        proxy = self._proxies.pop(local_id, None)
-        if proxy is None:
-            return
-        # The registration goes first, so no lister finds a registration without its socket.
-        await self._remove_file(local_id)
-        proxy.scope.cancel()
-        self._sender_table.release(proxy.machine, local_id)
-        self.stats.proxies_closed += 1
-        self._dirty = True
-
-    async def _write(self, registration: Registration, machine: str) -> None:
-        await anyio.to_thread.run_sync(identities.write, self.locations, registration, machine)
-
-    async def _remove_file(self, local_id: str) -> None:
-        try:
-            await anyio.to_thread.run_sync(identities.remove, self.locations, local_id)
-        except CrossSessionError as exc:
-            logger.warning("could not remove registration %s: %s", local_id, exc)
-
-    # -- outbound: a proxy's second frame, carried to the remote machine -------------------------
-
-    def _proxy_reply(self, proxy: _Proxy, request_id: str, *, ok: bool, status: str) -> Response:
-        peer = PeerIdentity(
-            id=proxy.registration.id, instance_id=proxy.registration.instance_id, pid=self._pid
-        )
-        return Response.build(
-            request_id=request_id,
-            ok=ok,
-            status=status,
-            error=None if ok else refusal_text(status),
-            peer=peer if ok else None,
-            capabilities=proxy.capabilities,
-        )
-
-    async def _forward(
-        self, local_id: str, caller: Caller, request: Message | StatusQuery
-    ) -> Response | None:
-        proxy = self._proxies.get(local_id)
-        sender = caller.sender
-        assert sender is not None  # the proxy forwards authenticated requests only
-        if proxy is None:
-            # Closed while the sender connected: its remote session went (or lost its slot).
-            return Response.build(
-                request_id=request.request_id,
-                ok=False,
-                status=Code.NOT_FOUND,
-                error=refusal_text(Code.NOT_FOUND),
-                capabilities=CARRIED_CAPABILITIES,
-            )
-        if isinstance(request, Message) and request.goal_id is not None:
-            # Goal grants are local: no proxy advertises goal scope, and none carries it.
-            return self._refuse(proxy, request, Code.UNSUPPORTED)
-        remote_sender = RemoteSender(
-            id=sender.id,
-            instance_id=sender.instance_id,
-            name=sender.name,
-            capabilities=list(carried(caller.capabilities)),
-        )
-        body: SendBody | StatusBody
-        if isinstance(request, Message):
-            body = SendBody(
-                target=proxy.record.instance_id,
-                sender=remote_sender,
-                message=RemoteMessage(
-                    message_id=request.message_id,
-                    text=request.text,
-                    summary=request.summary,
-                    sent_at=request.sent_at,
-                ),
-            )
-            kind = Kind.SEND
-        else:
-            body = StatusBody(
-                target=proxy.record.instance_id, sender=remote_sender, message_id=request.message_id
-            )
-            kind = Kind.STATUS
-        nonce = secrets.token_hex(16)
-        envelope = env.build(
-            kind=kind,
-            account=self.options.trust.account,
-            origin=self.options.machine,
-            to=proxy.machine,
-            nonce=nonce,
-            at_ms=self._wall_ms(),
-            body=body,
-        )
-        payload = self._sealed_for(proxy.machine, env.encode(envelope))
-        if payload is None:
-            # No longer trusted (its proxy is closing), or a key that cannot pair.
-            self.stats.count(self.stats.forwarded, Code.NOT_FOUND)
-            return self._refuse(proxy, request, Code.NOT_FOUND)
-        try:
-            reply = await self._link.request(
-                env.request_subject(proxy.machine, self.options.machine),
-                payload,
-                self.options.hop_deadline_s,
-                partial(self._read_reply, nonce=nonce, machine=proxy.machine),
-            )
-        except NoRespondersError:
-            # NATS took it and nobody serves that machine's subject from us, while its records
-            # are fresh (the proxy exists): it has not trusted this machine, or its gateway
-            # stopped or lost NATS within a TTL. Which of the two, nothing here can tell.
-            self.stats.count(self.stats.forwarded, Code.NOT_LISTENING)
-            self._not_listening(proxy.machine)
-            return self._refuse(proxy, request, Code.NOT_LISTENING)
-        except UnreachableError as exc:
-            too_large = "max_payload" in str(exc)
-            code = Code.MESSAGE_TOO_LARGE if too_large else Code.UNREACHABLE
-            self.stats.count(self.stats.forwarded, code)
-            return self._refuse(proxy, request, code)
-        except PermissionDeniedError:
-            self.stats.count(self.stats.forwarded, Code.PERMISSION_DENIED)
-            return self._refuse(proxy, request, Code.PERMISSION_DENIED)
-        except HopTimeoutError:
-            self.stats.count(self.stats.forwarded, "hop_timeout")
-            return None
-        outcome, status = reply.outcome, reply.status
-        self.stats.count(self.stats.forwarded, f"{outcome.value}:{status}")
-        if outcome is Outcome.RECEIPT and isinstance(request, Message) and status in OK_RECEIPTS:
-            return self._proxy_reply(proxy, request.request_id, ok=True, status=status)
-        if outcome is Outcome.ANSWER and isinstance(request, StatusQuery):
-            if status in STATUS_ANSWERS:
-                return self._proxy_reply(proxy, request.request_id, ok=True, status=status)
-            return None
-        if outcome is Outcome.REFUSED:
-            word = sender_code(status)
-            if classify(word).state is SenderState.RECEIPT_UNKNOWN:
-                return None  # a "refusal" that is no refusal: say nothing rather than lie
-            return self._refuse(proxy, request, word)
-        return None  # unknown, or an outcome that does not fit the request
-
-    def _refuse(self, proxy: _Proxy, request: Message | StatusQuery, code: str) -> Response:
-        return self._proxy_reply(proxy, request.request_id, ok=False, status=code)
-
-    def _read_reply(self, payload: bytes, *, nonce: str, machine: str) -> ReplyBody | None:
-        """The reply body, when ``payload`` is ``machine``'s MACed answer to ``nonce``."""
-        verdict = self._verifier.check(
-            payload, self._wall_ms(), origin=machine, kinds={Kind.REPLY}, reply_to=nonce
-        )
-        if not isinstance(verdict, Verified):
-            self.stats.count(self.stats.forwarded, "bad_reply")
-            self._say_why_refused(verdict, machine, "a reply", payload)
-            return None
-        self._said.clear(machine)
-        try:
-            body = verdict.envelope.read_body()
-        except EnvelopeError:
-            return None
-        return body if isinstance(body, ReplyBody) else None
-
-    def _not_listening(self, machine: str) -> None:
-        # Said here too: the person who sees the gateway's output may not be the sender.
-        if self._said.first("not_listening", machine):
-            meaning = remote_plane.remote_refusal(Code.NOT_LISTENING, machine)
-            fix = remote_plane.remote_next(Code.NOT_LISTENING, machine)
-            logger.warning("a send to %s was not delivered: %s; %s", machine, meaning, fix)
-
-    def _say_why_refused(
-        self, verdict: Verified | Rejected, machine: str, what: str, payload: bytes
-    ) -> None:
-        """Say once per machine that its envelopes are refused for their time (clock skew), or
-        because it runs a version that signs what this one MACs."""
-        if not isinstance(verdict, Rejected):
-            return
-        if verdict.cause is Cause.BAD_SIGNATURE:
-            # Looked at once a minute per machine at most: junk under its name must not cost a
-            # signature check each, nor hide an older gateway for good by coming first.
-            now = anyio.current_time()
-            if now - self._older_checked.get(machine, -OLDER_CHECK_EVERY_S) < OLDER_CHECK_EVERY_S:
-                return
-            self._older_checked[machine] = now
-            older = self._verifier.signed_as_before(payload, machine)
-            if older and self._said.first("older", machine):
-                logger.warning("%s", remote_plane.older_gateway(machine, what))
-            return
-        if verdict.cause is not Cause.CLOCK:
-            return
-        if verdict.envelope is not None and self._said.first("clock", machine):
-            skew_ms = self._wall_ms() - verdict.envelope.at
-            logger.warning("%s", remote_plane.clock_skew(machine, skew_ms, what))
-
-    # -- inbound: requests from other machines -------------------------------------------------
-
-    async def _on_request(self, origin: str, msg: Msg) -> None:
-        """NATS calls this for every request from ``origin`` (the subject names it), one at a
-        time per origin: checks here are bounded and nothing is parsed before the signature
-        verifies; the delivery runs in its own task, within the machine's bounds."""
-        self._handled_since_sweep = True
-        kinds = REQUEST_KINDS
-        screened = self._verifier.screen(msg.data, origin=origin, kinds=kinds)
-        if isinstance(screened, Rejected):
-            self._false_from(origin, screened.cause)
-            return
-        if len(screened.data) > VERIFY_ON_LOOP_BYTES:
-            # Verifying a signature hashes every byte: a large payload (honest ones are rare;
-            # a flood of junk is not) is verified in a worker thread, so that other origins'
-            # requests and the proxies are not held up meanwhile.
-            signed = await anyio.to_thread.run_sync(screened.verify)
-        else:
-            signed = screened.verify()
-        verdict = self._verifier.judge(signed, self._wall_ms(), origin=origin, kinds=kinds)
-        if isinstance(verdict, Rejected):
-            self._false_from(origin, verdict.cause)
-            self._say_why_refused(verdict, origin, "a message", msg.data)
-            if verdict.answer is not None and verdict.envelope is not None:
-                await self._answer(msg, verdict.envelope, Outcome.REFUSED, verdict.answer)
-            return
-        envelope = verdict.envelope
-        self._pauses.heard(origin)
-        if not self.options.inbound:
-            # The machine refuses, not the session: said so, so that nobody blames the session.
-            await self._answer(msg, envelope, Outcome.REFUSED, Code.REMOTE_INBOUND_OFF)
-            return
-        refused = self._flow.start(envelope.origin, anyio.current_time())
-        if refused is not None:
-            await self._answer(msg, envelope, Outcome.REFUSED, refused)
-            return
-        assert self._group is not None
-        self._group.start_soon(self._deliver, msg, envelope)
-
-    async def _deliver(self, msg: Msg, envelope: Envelope) -> None:
-        outcome: Outcome = Outcome.UNKNOWN
-        status: str = Code.CANCELLED
-        try:
-            outcome, status = await self._deliver_locally(envelope)
-        finally:
-            self._flow.finish(envelope.origin)
-            self.stats.count(self.stats.delivered, f"{outcome.value}:{status}")
-            with anyio.CancelScope(shield=True):
-                await self._answer(msg, envelope, outcome, status)
-
-    async def _deliver_locally(self, envelope: Envelope) -> tuple[Outcome, str]:
-        try:
-            body = envelope.read_body()
-        except EnvelopeError:
-            return Outcome.REFUSED, Code.INVALID_FRAME
-        assert isinstance(body, SendBody | StatusBody)
-        # The session's door admits MAX_CONNECTIONS at once: every machine together gets a part
-        # of it, a short line, and beyond that a refusal that says nothing reached the session.
-        session = body.target
-        if not self._doors.arrive(session):
-            return Outcome.REFUSED, Code.RATE_LIMITED
-        try:
-            slots = self._slots.get(session)
-            if slots is None:
-                slots = self._slots[session] = anyio.Semaphore(self._doors.open_at_once)
-            try:
-                # A free slot is taken at once: ``acquire`` would first give the loop a pass.
-                slots.acquire_nowait()
-            except anyio.WouldBlock:
-                entered = False
-                with anyio.move_on_after(self.options.session_wait_s):
-                    await slots.acquire()
-                    entered = True
-                if not entered:
-                    return Outcome.REFUSED, Code.RATE_LIMITED  # waited its time in line
-            try:
-                return await self._deliver_to(envelope, body)
-            finally:
-                slots.release()
-        finally:
-            if self._doors.leave(session):
-                self._slots.pop(session, None)
-
-    async def _deliver_to(
-        self, envelope: Envelope, body: SendBody | StatusBody
-    ) -> tuple[Outcome, str]:
-        target = await self._target(body.target)
-        if target is None:
-            return Outcome.REFUSED, Code.NOT_FOUND
-        identity = await self._sender_identity(envelope.origin, body.sender)
-        if identity is None:
-            return Outcome.REFUSED, Code.RATE_LIMITED
-        registration, token = identity
-        sender = Sender(id=registration.id, instance_id=registration.instance_id, token=token)
-        exchanger = self._exchanger(carried(body.sender.capabilities))
-        try:
-            if isinstance(body, SendBody):
-                message = Message.model_validate(
-                    {
-                        "v": WIRE_VERSION,
-                        "type": "message",
-                        "request_id": str(uuid.uuid4()),
-                        "message_id": body.message.message_id,
-                        "text": body.message.text,
-                        "summary": body.message.summary,
-                        "sent_at": body.message.sent_at,
-                    }
-                )
-                receipt = await exchanger.send(target, sender=sender, message=message)
-                return Outcome.RECEIPT, receipt.status
-            receipt = await exchanger.query_status(
-                target, sender=sender, message_id=body.message_id
-            )
-            return Outcome.ANSWER, receipt.status
-        except ExchangeError as exc:
-            if exc.verdict.state is SenderState.RECEIPT_UNKNOWN:
-                return Outcome.UNKNOWN, exc.code
-            return Outcome.REFUSED, exc.code
-
-    async def _target(self, instance_id: str) -> Registration | None:
-        """The real local session ``instance_id`` (never one of the gateway's own)."""
-        try:
-            path = self.locations.registration_path(instance_id)
-            raw = await self._peers_dir.run(fs.read_registration_bytes, path)
-            registration = parse_registration(
-                raw,
-                file_stem=instance_id,
-                expected_socket_path=self.locations.socket_path(instance_id),
-            )
-        except (CrossSessionError, ValueError):
-            return None
-        return None if registration.pid == self._pid else registration
-
-    def _exchanger(self, capabilities: tuple[str, ...]) -> Exchanger:
-        exchanger = self._exchangers.get(capabilities)
-        if exchanger is None:
-            config = ExchangeConfig(
-                send_deadline_s=self.options.delivery_deadline_s, capabilities=capabilities
-            )
-            exchanger = self._exchangers[capabilities] = Exchanger(
-                self.locations, fs, config=config
-            )
-        return exchanger
-
-    async def _sender_identity(
-        self, machine: str, remote: RemoteSender
-    ) -> tuple[Registration, str] | None:
-        """The local identity of a remote sender: its proxy, or a send-only registration."""
-        local_id = self._local_id(machine, remote.instance_id)
-        claimed = self._sender_table.claim(machine, local_id, anyio.current_time())
-        if claimed.claim is Claim.FULL:
-            return None
-        if claimed.evicted is not None and claimed.evicted not in self._proxies:
-            await self._remove_sender(claimed.evicted)
-        proxy = self._proxies.get(local_id)
-        if proxy is not None:
-            return proxy.registration, proxy.token
-        known = self._senders.get(local_id)
-        if known is not None:
-            return known.registration, known.token
-        # Made under a lock: a sender's first messages often arrive together, and two
-        # identities made at once would each write the registration with its own token, so
-        # the deliveries holding the token that lost would fail authentication, then and later.
-        async with self._making_identity:
-            return await self._new_identity(machine, local_id, remote)
-
-    async def _new_identity(
-        self, machine: str, local_id: str, remote: RemoteSender
-    ) -> tuple[Registration, str] | None:
-        proxy = self._proxies.get(local_id)
-        if proxy is not None:
-            return proxy.registration, proxy.token
-        known = self._senders.get(local_id)
-        if known is not None:
-            return known.registration, known.token
-        token = new_token()
-        now = self._wall_ms()
-        try:
-            registration = identities.build(
-                self.locations,
-                local_id=local_id,
-                machine=machine,
-                remote_id=remote.id,
-                name=remote.name,
-                cwd="",
-                status="idle",
-                inbound="refuse",
-                started_at=now,
-                updated_at=now,
-                token=token,
-            )
-            await self._write(registration, machine)
-        except CrossSessionError as exc:
-            logger.warning("cannot write the identity of a sender of %s: %s", machine, exc)
-            self._sender_table.release(machine, local_id)
-            return None
-        self._senders[local_id] = _SenderIdentity(machine, registration, token)
-        self.stats.senders_made += 1
-        return registration, token
-
-    async def _remove_sender(self, local_id: str) -> None:
-        known = self._senders.pop(local_id, None)
-        if known is not None:
-            self._sender_table.release(known.machine, local_id)
-            await self._remove_file(local_id)
-
-    async def _answer(self, msg: Msg, request: Envelope, outcome: Outcome, status: str) -> None:
-        reply = env.build(
-            kind=Kind.REPLY,
-            account=self.options.trust.account,
-            origin=self.options.machine,
-            to=request.origin,
-            nonce=secrets.token_hex(16),
-            at_ms=self._wall_ms(),
-            body=ReplyBody(outcome=outcome, status=status),
-            re=request.id,
-        )
-        payload = self._sealed_for(request.origin, env.encode(reply))
-        if payload is not None:  # None: no longer trusted since its request came; it learns nothing
-            await self._link.respond(msg, payload)
-
-    def _sealed_for(self, machine: str, data: bytes) -> bytes | None:
-        return self._pairs.seal(machine, self._verifier.trust.machines.get(machine), data)
+            if self._outbound.capped or self._outbound.held < self.options.max_proxies:
+                await self._outbound.fill_free_slots()
 
     # -- status ------------------------------------------------------------------------------------
 
@@ -1074,17 +456,15 @@ class Gateway:
         for (machine, remote_id), record in sorted(
             self._book.items(), key=lambda item: -item[1].updated_at
         ):
-            proxy = self._proxies.get(self._local_id(machine, remote_id))
+            proxy = self._outbound.registration((machine, remote_id))
             seen = self._book.seen((machine, remote_id))
             records.append(
                 {
                     "machine": machine,
                     **record.to_wire(),
                     "ageS": round(now - (seen if seen is not None else now), 1),
-                    "proxy": None
-                    if proxy is None
-                    else {"name": proxy.registration.name, "ref": proxy.registration.ref},
-                    "noProxy": "cap" if (machine, remote_id) in self._capped else None,
+                    "proxy": None if proxy is None else {"name": proxy.name, "ref": proxy.ref},
+                    "noProxy": "cap" if self._outbound.is_capped((machine, remote_id)) else None,
                 }
             )
         diagnostics = self._verifier.diagnostics()
@@ -1108,20 +488,20 @@ class Gateway:
             "skewMs": dict(self._mirror.skew_ms),
             "published": self._publisher.stats.published,
             "machines": self._machines(),
-            "proxies": len(self._proxies),
+            "proxies": self._outbound.held,
             "maxProxies": self.options.max_proxies,
-            "proxyShare": self._shares.share,
-            "capped": len(self._capped),
+            "proxyShare": self._outbound.share,
+            "capped": self._outbound.capped,
             "recentErrors": self.problems.to_json(),
             "trustChanges": self.trust_changes,
             "rosterSeq": None if self.options.watch is None else self.options.watch.roster_seq,
-            "senders": len(self._senders),
+            "senders": self._inbound.senders,
             "forwarded": dict(self.stats.forwarded),
             "delivered": dict(self.stats.delivered),
             "rejected": dict(diagnostics.rejected),
             "recentRejections": list(diagnostics.recent),
-            "refusedByMachineBounds": self._flow.refused,
-            "refusedBySessionBounds": self._doors.refused,
+            "refusedByMachineBounds": self._inbound.refused_by_machine_bounds,
+            "refusedBySessionBounds": self._inbound.refused_by_session_bounds,
             "recordsIgnored": self._book.ignored,
             "unsignedDeletes": self._mirror.unsigned_deletes,
             "staleRecords": self._mirror.stale_records,
@@ -1136,10 +516,8 @@ class Gateway:
         sessions: dict[str, int] = {}
         for (machine, _), _record in self._book.items():
             sessions[machine] = sessions.get(machine, 0) + 1
-        capped: dict[str, int] = {}
-        for machine, _ in self._capped:
-            capped[machine] = capped.get(machine, 0) + 1
-        held = self._held_per_machine()
+        capped = self._outbound.capped_per_machine()
+        held = self._outbound.held_per_machine()
         return [
             {
                 "machine": machine,
