@@ -88,6 +88,7 @@ from pi_cross_session._internal.protocol.frames import (
 )
 from pi_cross_session._internal.protocol.io import memory, sockets
 from pi_cross_session._internal.protocol.io.deadline import DeadlineScope, deadline_scope
+from pi_cross_session._internal.protocol.io.deadline import now as loop_now
 from pi_cross_session._internal.protocol.io.peercred import (
     PeerCredentialsReader,
     read_peer_credentials,
@@ -585,7 +586,7 @@ class Endpoint(Generic[SessionT]):
         conns = list(self._open.values())
         holds = sum(1 for conn in conns if conn.pid == newcomer_pid) if known else 0
         chosen = self._shedding.victim(
-            [conn.slot() for conn in conns], newcomer_holds=holds, now=anyio.current_time()
+            [conn.slot() for conn in conns], newcomer_holds=holds, now=loop_now()
         )
         return None if chosen is None else self._open.get(chosen.key)
 
@@ -628,7 +629,7 @@ class Endpoint(Generic[SessionT]):
         self, stream: anyio.abc.ByteStream, peer: PeerCredentials | None
     ) -> _Connection[SessionT]:
         """Open a connection's accounts: counted, visible to shedding, its deadline running."""
-        now = anyio.current_time()
+        now = loop_now()
         conversation = ServerConversation(opened_at=now, bounds=self._bounds, memo=self._memo)
         conn: _Connection[SessionT] = _Connection(
             stream=stream,
@@ -702,7 +703,7 @@ class Endpoint(Generic[SessionT]):
                     await stream.send(conversation.refuse_hello(reply))
                     return
                 conn.session = session
-                await stream.send(conversation.accept_hello(reply, anyio.current_time()))
+                await stream.send(conversation.accept_hello(reply, loop_now()))
             elif type(event) is RequestReceived:
                 assert conn.session is not None  # a refused hello ends the conversation
                 # Synchronous, so admission is atomic; from here on the connection is never shed.
@@ -732,7 +733,7 @@ class Endpoint(Generic[SessionT]):
         read budget allows."""
         reads = self._reads
         # Not in debt: no need to ask the clock (most reads).
-        wait = reads.delay(conn.pid, anyio.current_time()) if reads.owes(conn.pid) else 0.0
+        wait = reads.delay(conn.pid, loop_now()) if reads.owes(conn.pid) else 0.0
         if wait > 0:
             # Its process has had more read than its share: its bytes wait in the kernel (and
             # its writes block), while every other process is read at once.
@@ -742,7 +743,7 @@ class Endpoint(Generic[SessionT]):
             data = await conn.stream.receive(READ_CHUNK_BYTES)
         except anyio.EndOfStream:
             data = b""
-        now = anyio.current_time()
+        now = loop_now()
         conn.bytes_read += len(data)
         self._reads.charge(conn.pid, len(data), now)
         return data, now

@@ -61,6 +61,7 @@ from pi_cross_session._internal.protocol.frames import (
 )
 from pi_cross_session._internal.protocol.io import sockets
 from pi_cross_session._internal.protocol.io.deadline import deadline_scope
+from pi_cross_session._internal.protocol.io.deadline import now as loop_now
 from pi_cross_session._internal.protocol.io.offload import Offload
 from pi_cross_session._internal.protocol.limits import (
     MAX_FRAME_BYTES,
@@ -293,7 +294,7 @@ class Exchanger:
                 second,
                 peer_id=peer.id,
                 peer_instance_id=peer.instance_id,
-                started_at=anyio.current_time(),
+                started_at=loop_now(),
                 deadline_s=deadline_s,
                 max_frame_bytes=self._config.max_frame_bytes,
                 known=self._known_replies,
