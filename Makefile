@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # Python processes that import the package, and two workers each import every test module.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 
-.PHONY: demo demo-cli demo-mcp demo-remote test test-long lint typecheck pytest bench bench-remote-scale clean fuzz soak
+.PHONY: demo demo-cli demo-mcp demo-remote test test-long lint typecheck pytest bench bench-remote-scale clean fuzz soak dist
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,26 @@ bench-remote-scale: $(STAMP)
 # 50 s: the slow connections last the contract's 30 s deadline). Exits 1 if an invariant fails.
 soak: $(STAMP)
 	$(BIN)/python bench/soak.py
+
+# The wheel and the sdist, into dist/ (`make dist DIST=DIR` for another dir), checked: the wheel is
+# built from the sdist (so the sdist is complete), `twine check --strict` reads both, and the wheel
+# is unpacked beside the dev venv's dependencies (pip --target, no index) where its own copy of the
+# package must import and its `pi-cross-session` script must run. Offline: the build uses the dev
+# venv's hatchling (--no-isolation). Install with `pip install dist/pi_cross_session-*.whl`.
+DIST ?= dist
+DIST_CHECK = $(abspath $(DIST))/.check
+# Exits non-zero unless the package imported is the wheel's copy (not the checkout's editable one).
+DIST_IMPORTED = import sys, pi_cross_session as p, pi_cross_session.sanitize; \
+	sys.exit(0 if p.__file__.startswith(sys.argv[1]) else f"imported {p.__file__}")
+dist: $(STAMP)
+	rm -rf $(DIST)
+	$(BIN)/python -m build --no-isolation --outdir $(DIST) .
+	$(BIN)/twine check --strict $(DIST)/*.whl $(DIST)/*.tar.gz
+	$(BIN)/python -m pip install --quiet --no-deps --no-index --target $(DIST_CHECK) $(DIST)/*.whl
+	PYTHONPATH=$(DIST_CHECK) $(BIN)/python -c '$(DIST_IMPORTED)' $(DIST_CHECK)/
+	PYTHONPATH=$(DIST_CHECK) $(DIST_CHECK)/bin/pi-cross-session paths --json > /dev/null
+	rm -rf $(DIST_CHECK)
+	ls $(DIST)
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -13,7 +13,8 @@ Three promises:
   process the file names is proven gone (``kill(pid, 0)`` → ``ESRCH``), or, for a socket, when the
   kernel says nobody listens on it. For a file of a process that still runs it names the process
   and what to do instead (``chmod 600`` for a loose mode, the agent dir spelling for a session
-  registered under another one).
+  registered under another one). A zombie (exited, not yet reaped by its parent) is named as one,
+  with the parent that has to reap it; its files are not proven stale, so they are left alone.
 * **It stays bounded** whatever fills the dirs: it reads the 512 registrations a listing reads and
   a sample past them, shows at most a few findings of one kind and counts the rest, and groups the
   registrations of one process that answers for none of them (decoys).
@@ -40,6 +41,7 @@ from pi_cross_session._internal.plugin.doctor_settings import (
 from pi_cross_session._internal.plugin.doctor_survey import (
     Entry,
     Listener,
+    Process,
     SocketEntry,
     Spelling,
     Standing,
@@ -195,6 +197,30 @@ def _who(entry: Entry) -> str:
     return f"session {entry.name} [{ref}]" if valid and entry.name else f"registration {ref}"
 
 
+def _reaper(process: Process) -> str:
+    """``its parent, process 77 (bash),``: who has to reap a zombie."""
+    parent = process.parent
+    return f"its parent, {parent.describe()}," if parent is not None else "its parent"
+
+
+def _runs(process: Process) -> str:
+    """``which still runs``, or, for a zombie, that it has exited and who has to reap it."""
+    if not process.zombie:
+        return "which still runs"
+    return f"which has exited but is not reaped: a zombie until {_reaper(process)} collects it"
+
+
+def _zombie_fix(process: Process) -> str:
+    """What to do about the files of a zombie: nothing by hand (it is not proven gone)."""
+    parent = process.parent
+    look = f" (ps -o pid,stat,args -p {parent.pid})" if parent is not None else ""
+    return (
+        "leave it in place: while the pid exists nothing proves it stale, and no session removes "
+        f"it. Its parent has to reap it{look}: a parent that is stuck or never waits for its "
+        "children must be fixed or stopped; once the zombie is gone, the next listing removes it"
+    )
+
+
 def _pid_words(entry: Entry) -> str:
     """``; it names process 1234 (sleep), which still runs`` and the like."""
     process = entry.process
@@ -202,7 +228,7 @@ def _pid_words(entry: Entry) -> str:
         return "; it names no process that can be checked"
     if process.gone:
         return f"; {process.describe()}, which it names, is gone"
-    return f"; it names {process.describe()}, which still runs"
+    return f"; it names {process.describe()}, {_runs(process)}"
 
 
 def _refused_fix(entry: Entry) -> str:
@@ -212,6 +238,8 @@ def _refused_fix(entry: Entry) -> str:
         return f"its process is gone and no listing removes a file it refuses: rm {path}"
     if process is None:
         return "find out who wrote it before changing it; every session skips it"
+    if process.zombie:
+        return _zombie_fix(process)
     keep = f"it names {process.describe()}, which still runs: leave it in place"
     if entry.reason is fs.Reason.LOOSE_MODE:
         return f"chmod 600 {path} ({keep})"
@@ -259,6 +287,8 @@ def _entry_finding(entry: Entry, *, past: bool) -> Finding:
         fix = f"its process is gone: rm {path}"
     elif process is None:
         fix = "find out who wrote it before changing it; every session skips it"
+    elif process.zombie:
+        fix = _zombie_fix(process)
     else:
         fix = (
             f"it names {process.describe()}, which still runs: leave it in place, and update or "
@@ -288,7 +318,12 @@ class _Verdict:
     def hidden(self) -> bool:
         """Its process runs but it does not answer: a listing hides it and never removes it."""
         process = self.entry.process
-        return self.failure is not None and process is not None and not process.gone
+        return (
+            self.failure is not None
+            and process is not None
+            and not process.gone
+            and not process.zombie
+        )
 
 
 async def _check(
@@ -300,6 +335,8 @@ async def _check(
     assert process is not None
     if process.gone:
         return _Verdict(entry, "gone")
+    if process.zombie:
+        return _Verdict(entry, "zombie")  # it has exited: nothing answers, no probe needed
     if entry.socket_refusal is not None:
         if entry.instance_id in cli_instance_ids and entry.socket_refusal == "ENOENT":
             return Finding(Severity.OK, _who(entry), "the command line, sending (it has no inbox)")
@@ -332,6 +369,15 @@ def _valid_finding(verdict: _Verdict, window: int) -> Finding:
                 f"its process is gone: rm {path}",
                 kind="other spelling",
             )
+        if process.zombie:
+            return Finding(
+                Severity.INFO,
+                _who(entry),
+                f"registered under the agent dir spelled '{other}'; it names "
+                f"{process.describe()}, {_runs(process)}",
+                _zombie_fix(process),
+                kind="other spelling",
+            )
         return Finding(
             Severity.WARNING,
             _who(entry),
@@ -352,6 +398,16 @@ def _valid_finding(verdict: _Verdict, window: int) -> Finding:
             f"{process.describe()} is gone; the registration is stale",
             fix,
             kind="stale registration",
+        )
+    if process.zombie:
+        return Finding(
+            Severity.WARNING,
+            _who(entry),
+            f"{process.describe()}, which it names, has exited but is not reaped: a zombie "
+            f"until {_reaper(process)} collects it. It answers nothing, and no listing removes "
+            "its registration while the pid exists",
+            _zombie_fix(process),
+            kind="unreaped process",
         )
     if past:
         state = "live" if verdict.failure is None else f"not answering ({verdict.failure})"
@@ -493,8 +549,10 @@ def _socket_finding(socket_entry: SocketEntry, entry: Entry | None) -> Finding |
                 Severity.INFO,
                 "runtime dir",
                 f"{name}: no process listens on it; its registration names "
-                f"{process.describe()}, which still runs",
-                "leave it in place while that process runs",
+                f"{process.describe()}, {_runs(process)}",
+                _zombie_fix(process)
+                if process.zombie
+                else "leave it in place while that process runs",
                 kind="silent socket",
             )
         return Finding(

@@ -11,7 +11,9 @@ rules;
 * the runtime dir's sockets (at most 512) are asked, with one non-blocking ``connect`` each, which
   process listens on them (the kernel's ``SO_PEERCRED``), never sent a byte;
 * a process is "gone" only when ``kill(pid, 0)`` says ``ESRCH``; its name comes from
-  ``/proc/<pid>/comm`` where that exists.
+  ``/proc/<pid>/comm`` where that exists. One that ``kill`` still finds but whose
+  ``/proc/<pid>/stat`` says ``Z`` is a zombie: it has exited and its parent has not reaped it, so
+  it answers nothing, yet no listing reaps its files (they too wait for ``ESRCH``).
 
 Every string another process chose (a name, a path, a process name) is escaped here, once, with
 :func:`~pi_cross_session._internal.protocol.sanitize.line`.
@@ -105,25 +107,55 @@ class Process:
     gone: bool
     #: ``/proc/<pid>/comm``, escaped; ``None`` when gone or unreadable.
     name: str | None = None
+    #: Not gone, but a zombie (``/proc/<pid>/stat`` state ``Z``): it has exited and waits for its
+    #: parent to reap it. Not proven gone: ``kill`` still finds the pid, so no listing reaps it.
+    zombie: bool = False
+    #: A zombie's parent, the process that has to reap it (``None`` if it could not be read).
+    parent: Process | None = None
 
     def describe(self) -> str:
         """``process 1234 (python3)``."""
         return f"process {self.pid}" + (f" ({self.name})" if self.name else "")
 
 
-def look_up_process(pid: int) -> Process:
-    """What the kernel says about ``pid``, changing nothing."""
-    if fs.pid_is_dead(pid):
-        return Process(pid, gone=True)
+def _process_name(pid: int) -> str | None:
     try:
         with open(f"{_PROC}/{pid}/comm", "rb") as comm:
             raw = comm.read(256)
     except OSError:
-        return Process(pid, gone=False)
+        return None
     # The kernel ends the name with a line feed; the rest is the process's own choice.
     text = raw.decode("utf-8", "replace").removesuffix("\n")
-    name = sanitize.line(text, DISPLAY_PROCESS_NAME_CODE_POINTS)
-    return Process(pid, gone=False, name=name or None)
+    return sanitize.line(text, DISPLAY_PROCESS_NAME_CODE_POINTS) or None
+
+
+def _zombie_parent(pid: int) -> int | None:
+    """The parent's pid if ``pid`` is a zombie (``/proc/<pid>/stat`` state ``Z``), else ``None``.
+
+    The line is ``pid (comm) state ppid …``; the name may hold spaces and parentheses, so the
+    fields are read after its last ``)``. Linux only: elsewhere nothing is a zombie here.
+    """
+    try:
+        with open(f"{_PROC}/{pid}/stat", "rb") as stat_file:
+            raw = stat_file.read(4096)
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 1 :].split()
+    if len(fields) < 2 or fields[0] != b"Z" or not fields[1].isdigit():
+        return None
+    return int(fields[1])
+
+
+def look_up_process(pid: int) -> Process:
+    """What the kernel says about ``pid``, changing nothing."""
+    if fs.pid_is_dead(pid):
+        return Process(pid, gone=True)
+    name = _process_name(pid)
+    parent_pid = _zombie_parent(pid)
+    if parent_pid is None:
+        return Process(pid, gone=False, name=name)
+    parent = Process(parent_pid, gone=False, name=_process_name(parent_pid)) if parent_pid else None
+    return Process(pid, gone=False, name=name, zombie=True, parent=parent)
 
 
 # -- registrations ---------------------------------------------------------------------------------
