@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pi_cross_session._internal.plugin import cli_identity
+from pi_cross_session._internal.plugin.render import listings
 from pi_cross_session._internal.protocol.io import discovery, environment
 from pi_cross_session._internal.protocol.io.exchange import Exchanger
 from pi_cross_session._internal.protocol.paths import Locations
@@ -47,10 +48,15 @@ def token_of(locations: Locations, instance_id: str) -> str:
     return token
 
 
-def test_no_sessions(cli: Cli) -> None:
+def test_no_sessions(cli: Cli, private_agent_dir: Path) -> None:
+    # Issue 24 item 3: an empty listing says which agent dir it looked in, and how to look in
+    # another.
     text = cli("peers")
     assert text.returncode == 0, text
-    assert text.stdout == "No other live sessions.\n"
+    looked_in = f'No other live sessions in the agent dir "{private_agent_dir}". '
+    assert text.stdout.startswith(looked_in)
+    assert "set PI_CODING_AGENT_DIR to that dir" in text.stdout
+    assert text.stdout == listings.no_peers(str(private_agent_dir)) + "\n"
     assert text.stderr == ""
     as_json = cli("peers", "--json")
     assert as_json.returncode == 0, as_json
@@ -185,6 +191,21 @@ def test_peers_with_a_mistyped_agent_dir_creates_nothing(tmp_path: Path) -> None
     assert listed.json() == {"peers": [], "unread": 0, "unchecked": 0, "capped": []}
     assert not (tmp_path / "agnet").exists()
     assert not exists(runtime_dir)
+
+
+@pytest.mark.hostile
+def test_an_empty_listing_names_the_dir_it_looked_in_escaped(tmp_path: Path) -> None:
+    """The typo shows, quoted exactly (a trailing slash counts), and a control character in it
+    is an escape, never sent to the terminal."""
+    typo = f"{tmp_path}/agnet\x1b]0;owned\x07/"
+    listed = run_cli(typo, "peers", cwd=tmp_path)
+    assert listed.returncode == 0, listed
+    assert f'"{tmp_path}/agnet\\u001b]0;owned\\u0007/"' in listed.stdout
+    assert listed.stdout == listings.no_peers(typo) + "\n"
+    assert "\x1b" not in listed.stdout
+    assert "\x07" not in listed.stdout
+    assert listed.stdout.count("\n") == 1
+    assert not (tmp_path / "agnet\x1b]0;owned\x07").exists()
 
 
 def test_peers_changes_nothing_in_an_existing_agent_dir(

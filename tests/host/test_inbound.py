@@ -223,10 +223,12 @@ async def test_an_aborted_assistant_message_latches_before_the_run_ends(
 async def test_resume_while_nothing_is_latched_reports_an_open_inbox(
     harnesses: Callable[..., Any],
 ) -> None:
+    # Issue 24 item 2(d): an open inbox is not "reopened"; the command says it was open.
     harness = await harnesses()
     text = await reply_text(harness, "/cross-session-resume")
-    assert text.startswith("Inbox reopened")
-    assert "nothing was pending" in text
+    assert text.startswith("The inbox was already open"), text
+    assert "Inbox reopened" not in text
+    assert "nothing to reopen" in text
 
 
 async def test_inbound_refuse_is_applied_published_and_saved(

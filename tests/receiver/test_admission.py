@@ -1146,7 +1146,7 @@ def test_resume_drops_leftovers_as_user_reset_and_never_replays() -> None:
     ids = kit.queue_from("alice", 2)
     assert settle(kit) is True  # idle, two still queued
     outcome = kit.admission.resume()
-    assert outcome == ResumeOutcome(reopened=True, dropped=2)
+    assert outcome == ResumeOutcome(reopened=True, dropped=2, was_open=True)
     assert [kit.state("alice", m) for m in ids] == [Code.DROPPED_USER_RESET] * 2
     assert kit.admission.flush_one() is None
     assert kit.host.attempts == 0

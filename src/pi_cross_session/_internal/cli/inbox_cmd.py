@@ -128,7 +128,7 @@ class InboxPrinter:
         registration = runtime.registration()
         me = None if registration is None else PublicPeer.from_registration(registration)
         lines = [
-            receiving.status_text(snapshot, me=me),
+            receiving.status_text(snapshot, me=me, reopen=runtime.reopen),
             *host_status.peer_check_lines(checks),
             words.inbox_inbound(self._refusing),
         ]
@@ -156,6 +156,8 @@ async def _inbox(args: argparse.Namespace, console: Console) -> int:
         host,
         options=RuntimeOptions(inbound="refuse" if args.refuse else "accept"),
         on_row=printer.row,
+        # No /cross-session-resume here: a closed inbox says what reopens this one.
+        reopen=receiving.REOPEN_CLI_INBOX,
     )
     try:
         await _serve(printer, host, runtime)

@@ -8,8 +8,9 @@ on the spot. Like every lister it still reaps the registration of a session whos
 dead (spec §1.5) and repairs the mode of a peers dir of ours.
 
 Fast when there is nothing to list: a missing or empty peers dir is answered without the probe,
-the exchange, the event loop or the registration models (see docs/performance.md and
-``bench/cli_start.py``).
+the exchange or the event loop (see docs/performance.md and ``bench/cli_start.py``). An empty
+listing names the agent dir it looked in and how to look in another
+(:func:`~pi_cross_session._internal.plugin.render.listings.no_peers`).
 """
 
 from __future__ import annotations
@@ -90,11 +91,17 @@ def run(args: argparse.Namespace, console: Console) -> int:
             }
         )
         return exits.EXIT_OK
-    from pi_cross_session._internal.cli import words
+    if not found.peers and not found.unchecked:
+        # An empty listing says where it looked, and how to look elsewhere.
+        from pi_cross_session._internal.plugin.render.listings import no_peers
 
-    table = words.peer_table(found.peers, unchecked=bool(found.unchecked))
-    if table:
-        console.result(table)
+        console.result(no_peers(locations.agent_dir))
+    else:
+        from pi_cross_session._internal.cli import words
+
+        table = words.peer_table(found.peers, unchecked=bool(found.unchecked))
+        if table:
+            console.result(table)
     capped = capped_sessions(locations)
     if found.unread or found.unchecked or capped is not None:
         from pi_cross_session._internal.plugin.render.listings import (

@@ -72,8 +72,22 @@ async def peers(runtime: SessionRuntime) -> str:
     listing = await runtime.list_peers()
     capped = await anyio.to_thread.run_sync(capped_sessions, runtime.locations)
     return listings.listing(
-        me, listing.peers, unread=listing.unread, unchecked=listing.unchecked, capped=capped
+        me,
+        listing.peers,
+        unread=listing.unread,
+        unchecked=listing.unchecked,
+        capped=capped,
+        agent_dir=runtime.locations.agent_dir,
+        closed=closed_line(runtime),
     )
+
+
+def closed_line(runtime: SessionRuntime) -> str | None:
+    """The line a listing of this session adds while its inbox is closed: why, and how its user
+    reopens it (the registration cannot say it: spec §1.3 allows only ``idle``/``busy`` and
+    ``accept``/``refuse``, so only this session's own listings show it)."""
+    latch = runtime.latch
+    return None if latch is None else receiving.closed_line(latch, runtime.reopen)
 
 
 def _me(runtime: SessionRuntime) -> PublicPeer | None:
@@ -127,6 +141,7 @@ def status(runtime: SessionRuntime, args: str, report: HostReport) -> str:
         warnings=report.warnings,
         problems=report.problems,
         sections=_status_sections(runtime, report),
+        reopen=runtime.reopen,
     )
 
 
@@ -207,6 +222,7 @@ __all__ = [
     "STATUS",
     "CommandSpec",
     "HostReport",
+    "closed_line",
     "inbound",
     "name",
     "peers",

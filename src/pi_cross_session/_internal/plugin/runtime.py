@@ -39,7 +39,7 @@ from pi_cross_session._internal.plugin.assembly import (
     assemble,
 )
 from pi_cross_session._internal.plugin.host import HostPort
-from pi_cross_session._internal.plugin.render import host_status, peer_text
+from pi_cross_session._internal.plugin.render import host_status, peer_text, receiving
 from pi_cross_session._internal.plugin.reports import GoalView, PeerChecks, Pressure, SendReport
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.codes import Code
@@ -61,8 +61,10 @@ from pi_cross_session._internal.protocol.registration import (
 )
 from pi_cross_session._internal.security.admission import (
     Delivery,
+    Latch,
     ResumeOutcome,
     Snapshot,
+    TurnOutcome,
 )
 from pi_cross_session._internal.security.auth import LocalIdentity
 from pi_cross_session._internal.security.goals import (
@@ -104,8 +106,12 @@ class SessionRuntime:
         options: RuntimeOptions | None = None,
         on_row: Callable[[Row], None] | None = None,
         on_goal_evidence: Callable[[Mapping[str, object]], None] | None = None,
+        reopen: str = receiving.REOPEN_WITH_COMMAND,
     ) -> None:
         self.host = host
+        #: How this host's user reopens a closed inbox, in the words the notices and the status
+        #: use (``/cross-session-resume`` by default; the command-line inbox has its own).
+        self.reopen = reopen
         self._on_row = on_row
         # Where task ownership evidence is journaled (the host's session journal), if anywhere.
         self._on_goal_evidence = on_goal_evidence
@@ -270,7 +276,11 @@ class SessionRuntime:
         )
 
     def _on_latch(self, incarnation: Incarnation, reason: str) -> None:
-        self._notify(host_status.inbox_latched(reason, incarnation.goals.last_end))
+        latch = incarnation.admission.latch
+        if latch is not None:  # always, once admission called this; kept for the type
+            self._notify(
+                host_status.inbox_latched(latch, incarnation.goals.last_end, reopen=self.reopen)
+            )
         self._wake(incarnation, refresh=True)
 
     def _on_registration_lost(self, incarnation: Incarnation, exc: BaseException) -> None:
@@ -390,6 +400,13 @@ class SessionRuntime:
 
     # -- host events -----------------------------------------------------------------------------
 
+    def note_turn_outcome(self, outcome: TurnOutcome) -> None:
+        """The host says how the turn now ending ended (its stop reason and error text), just
+        before it reports that abort or end with :meth:`on_turn`: if the event closes the inbox,
+        this is part of the reason the user, the status and refused senders are given."""
+        if (inc := self._current) is not None:
+            inc.admission.note_turn_outcome(outcome)
+
     def on_turn(self, event: TurnEvent) -> None:
         """The host reports one turn event (the vocabulary is
         :mod:`pi_cross_session._internal.security. turns`'s). The tracker applies it and tells
@@ -466,6 +483,12 @@ class SessionRuntime:
         outcome = inc.admission.resume()
         self._wake(inc, refresh=True)
         return outcome
+
+    @property
+    def latch(self) -> Latch | None:
+        """Why the running incarnation's inbox is closed, while it is."""
+        inc = self._current
+        return None if inc is None else inc.admission.latch
 
     def snapshot(self) -> Snapshot | None:
         """The receiver's state, for ``/cross-session-status``: the running incarnation's, else

@@ -25,7 +25,7 @@ import anyio
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from pi_cross_session._internal.plugin.capped import capped_sessions
-from pi_cross_session._internal.plugin.render import host_tools, listings, sending
+from pi_cross_session._internal.plugin.render import host_tools, listings, receiving, sending
 from pi_cross_session._internal.plugin.runtime import NotReadyError, SessionRuntime
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.frames import ID_RE, INSTANCE_ID_RE
@@ -308,8 +308,17 @@ async def run_list_pi(runtime: SessionRuntime) -> ToolOutput:
     capped = await anyio.to_thread.run_sync(capped_sessions, runtime.locations)
     if capped is not None:
         details["capped"] = list(capped.names)
+    latch = runtime.latch
+    if latch is not None:
+        details["inboxClosed"] = receiving.closed_data(latch)
     text = listings.listing(
-        me, listing.peers, unread=listing.unread, unchecked=listing.unchecked, capped=capped
+        me,
+        listing.peers,
+        unread=listing.unread,
+        unchecked=listing.unchecked,
+        capped=capped,
+        agent_dir=runtime.locations.agent_dir,
+        closed=None if latch is None else receiving.closed_line(latch, runtime.reopen),
     )
     ids = listings.runtime_ids(listing.peers)
     return ToolOutput(text if ids is None else f"{text}\n{ids}", details)

@@ -56,6 +56,12 @@ Everything else is ``busy``: we never guess.
 a submission that does not start a turn within 5 s closes the inbox: every queued message ends as
 ``dropped_cancelled`` and new ones are refused ``stopped`` until the local user resumes. Resuming
 drops what is left (``dropped_user_reset``), never replays, and does not refill the budget.
+
+Why it closed is kept as a :class:`Latch`: the trigger, how the host said the turn ended (its stop
+reason and error text, given through :meth:`Admission.note_turn_outcome` before the turn event),
+and the peer message whose turn it was, if one was. The local user is shown all of it; a refused
+sender is told only the trigger and the stop reason (:meth:`Latch.wire_text`): never another
+sender's message, nor the host's own error text.
 """
 
 from __future__ import annotations
@@ -79,6 +85,7 @@ from pi_cross_session._internal.protocol.frames import (
 from pi_cross_session._internal.protocol.limits import (
     MAX_CACHE_ENTRIES,
     MAX_QUEUED,
+    MAX_STATUS_UNITS,
     MESSAGE_MAX_AGE_S,
     MESSAGE_MAX_FUTURE_SKEW_S,
     QUEUE_TTL_S,
@@ -113,6 +120,43 @@ class LatchReason(StrEnum):
     UNSAFE_END = "a turn ended without a clean stop"
     SUBMIT_FAILED = "the host refused a message submission"
     NO_TURN_START = "a submitted message did not start a turn within 5 s"
+
+
+#: How much of the host's own error text a latch keeps (it is shown cut shorter still; a host may
+#: put a whole provider response in it).
+HOST_WORDS_KEPT: Final = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    """How the host said a turn ended, as the host adapter read it: the stop reason word of its
+    last assistant message (``None`` when it gave none) and its error text, if any. Local words,
+    never a peer's; still shown escaped, as anything a host wrote."""
+
+    stop_reason: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Latch:
+    """Why the inbox is closed: the trigger, when, how the host said the turn ended, and the
+    peer message whose turn it was (its id and sender), when one was."""
+
+    reason: LatchReason
+    at_ms: int
+    outcome: TurnOutcome | None = None
+    message_id: str | None = None
+    sender_name: str | None = None
+    sender_instance_id: str | None = None
+
+    def wire_text(self) -> str:
+        """The ``error`` of a ``stopped`` refusal while latched (spec §3.4 leaves its words to
+        us): the trigger and the stop reason the host reported, nothing of another sender's."""
+        text = f"{refusal_text(Code.STOPPED)}: {self.reason.value}"
+        outcome = self.outcome
+        if outcome is not None and outcome.stop_reason is not None:
+            text += f" (stop reason: {sanitize.line(outcome.stop_reason, MAX_STATUS_UNITS)})"
+        return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,15 +201,19 @@ class Snapshot:
     evicted_rows: int
     refusals: dict[str, int]
     admitted: int
+    #: Why the inbox is closed, while it is.
+    latch: Latch | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ResumeOutcome:
-    """What ``/cross-session-resume`` did: reopened or not, and how many messages it dropped."""
+    """What ``/cross-session-resume`` did: reopened (reset) or not, and how many messages it
+    dropped; ``was_open`` when the inbox was not closed in the first place."""
 
     reopened: bool
     dropped: int
     reason: str | None = None
+    was_open: bool = False
 
 
 @dataclass(slots=True)
@@ -233,7 +281,11 @@ class Admission:
         # (security/rows.py); pending rows never are.
         self._rows = RowTable(max_final=max_rows)
         self._stopped = False
-        self._latch_reason: str | None = None
+        self._closed: Latch | None = None
+        # How the host said the turn now ending ended (told just before the turn event), and the
+        # first message of ours that entered the conversation since the last turn settled.
+        self._outcome: TurnOutcome | None = None
+        self._turn_message: RowKey | None = None
         self._shut_down = False
         self._counters = _Counters()
 
@@ -249,7 +301,9 @@ class Admission:
         if self._inbound() != "accept":
             return self._refuse(message.request_id, Code.REFUSED)
         if self._stopped or self._shut_down:
-            return self._refuse(message.request_id, Code.STOPPED)
+            latch = self._closed if self._stopped else None
+            error = None if latch is None else latch.wire_text()
+            return self._refuse(message.request_id, Code.STOPPED, error=error)
         now_ms = self._clock.wall_ms()
         age = now_ms - message.sent_at
         if age > self._max_age_ms or -age > self._future_skew_ms:
@@ -368,6 +422,7 @@ class Admission:
         submitting = self._submitting
         if submitting is not None and _key(submitting) == key:
             self._confirmed_while_submitting = True
+            self._turn_message = self._turn_message or key
             return _claim(submitting.goal_id, submitting.sender.instance_id, submitting.sender.id)
         row = self._rows.get(key)
         if row is None or row.state is not RowState.SUBMITTED:
@@ -377,19 +432,31 @@ class Admission:
         )
         self._store(confirmed)
         self._observe(confirmed)
+        self._turn_message = self._turn_message or key
         return _claim(row.goal_id, row.sender_instance_id, row.sender_session_id)
+
+    def note_turn_outcome(self, outcome: TurnOutcome) -> None:
+        """How the host says the turn now ending ended; told just before the abort or end event
+        it explains, and kept as part of the latch's reason if that event closes the inbox."""
+        error = outcome.error
+        if error is not None and len(error) > HOST_WORDS_KEPT:
+            outcome = replace(outcome, error=error[:HOST_WORDS_KEPT])
+        self._outcome = outcome
 
     def turn_aborted(self) -> None:
         """The running turn was aborted (or its signal fired): latch."""
-        self._latch(LatchReason.ABORT)
+        self._latch(LatchReason.ABORT, self._turn_message)
 
     def turn_settled(self, settle: Settle) -> None:
         """A turn ended: an unsafe end latches; a safe one owes the queue one submission
         (see :attr:`flush_owed`), made by :meth:`flush_one` once the host has settled."""
         if settle is Settle.UNSAFE:
-            self._latch(LatchReason.UNSAFE_END)
+            self._latch(LatchReason.UNSAFE_END, self._turn_message)
         elif settle is Settle.SAFE:
             self._flush_owed = bool(self._queue) and not self._stopped
+        # The next turn is a new one: what this one said and carried is forgotten.
+        self._outcome = None
+        self._turn_message = None
 
     @property
     def flush_owed(self) -> bool:
@@ -442,21 +509,29 @@ class Admission:
                 self._store(
                     replace(row, diagnostic=UNCONFIRMED, updated_at_ms=self._clock.wall_ms())
                 )
-            self._latch(LatchReason.NO_TURN_START)
+            self._latch(LatchReason.NO_TURN_START, key)
 
     # -- local user ------------------------------------------------------------------------------
 
     def resume(self) -> ResumeOutcome:
-        """``/cross-session-resume``: reopen the inbox, only when nothing is running."""
+        """``/cross-session-resume``: reopen the inbox, only when nothing is running.
+
+        On an inbox that is not closed it resets all the same (spec §5.6: what is still pending
+        ends ``dropped_user_reset``), and says it was open (``was_open``)."""
         if self._shut_down:
             return ResumeOutcome(False, 0, "this incarnation has shut down")
+        was_open = not self._stopped
         if self._turns.state not in _RESUMABLE or not self._host_idle():
-            return ResumeOutcome(False, 0, "a turn is still running; wait until it has settled")
+            return ResumeOutcome(
+                False, 0, "a turn is still running; wait until it has settled", was_open=was_open
+            )
         dropped = self._drop_all(RowState.DROPPED_USER_RESET, "Dropped when the user resumed")
         self._turns.reset()
         self._stopped = False
-        self._latch_reason = None
-        return ResumeOutcome(True, dropped)
+        self._closed = None
+        self._outcome = None
+        self._turn_message = None
+        return ResumeOutcome(True, dropped, was_open=was_open)
 
     def revoke_goal(self, goal_id: str) -> int:
         """A goal ended (see :meth:`Goals.revoke`): its queued messages end
@@ -498,6 +573,11 @@ class Admission:
         """True while the abort latch is closed."""
         return self._stopped
 
+    @property
+    def latch(self) -> Latch | None:
+        """Why the inbox is closed, while it is."""
+        return self._closed if self._stopped else None
+
     def row(self, sender_instance_id: str, message_id: str) -> Row | None:
         """The row of one message, if the receiver still has it."""
         return self._rows.get((sender_instance_id, message_id))
@@ -510,7 +590,7 @@ class Admission:
         return Snapshot(
             phase=self._turns.phase,
             stopped=self._stopped,
-            latch_reason=self._latch_reason,
+            latch_reason=None if self._closed is None else self._closed.reason.value,
             shut_down=self._shut_down,
             remaining_budget=self._budget.remaining,
             total_budget=self._budget.total,
@@ -520,6 +600,7 @@ class Admission:
             evicted_rows=self._rows.evicted,
             refusals=dict(self._counters.refusals),
             admitted=self._counters.admitted,
+            latch=self.latch,
         )
 
     # -- internals -------------------------------------------------------------------------------
@@ -544,7 +625,8 @@ class Admission:
             self._set_state(
                 delivery, RowState.INJECTION_FAILED, f"The host refused it: {exc}"[:400]
             )
-            self._latch(LatchReason.SUBMIT_FAILED)
+            self._outcome = TurnOutcome(error=(str(exc) or type(exc).__name__)[:HOST_WORDS_KEPT])
+            self._latch(LatchReason.SUBMIT_FAILED, key)
             return RowState.INJECTION_FAILED
         finally:
             self._submitting = None
@@ -571,7 +653,7 @@ class Admission:
         self._texts.commit(text_key, now)
         self._rate.commit(sender_id, now)
 
-    def _latch(self, reason: LatchReason) -> None:
+    def _latch(self, reason: LatchReason, key: RowKey | None = None) -> None:
         self._flush_owed = False
         # The latch ends the goal too (goal-scoped-v1 §1.6): its queued messages are dropped as
         # revoked first, then every other pending message as cancelled.
@@ -580,10 +662,21 @@ class Admission:
         )
         if not self._stopped:
             self._stopped = True
-            self._latch_reason = reason.value
+            self._closed = self._describe_latch(reason, key)
             if self._on_latch is not None:
                 self._on_latch(reason.value)
         self._drop_all(RowState.DROPPED_CANCELLED, f"Dropped: {reason.value}")
+
+    def _describe_latch(self, reason: LatchReason, key: RowKey | None) -> Latch:
+        row = None if key is None else self._rows.get(key)
+        return Latch(
+            reason=reason,
+            at_ms=self._clock.wall_ms(),
+            outcome=self._outcome,
+            message_id=None if key is None else key[1],
+            sender_name=None if row is None else row.sender_name,
+            sender_instance_id=None if key is None else key[0],
+        )
 
     def _still_member(self, delivery: Delivery) -> bool:
         goals = self._goals
@@ -679,14 +772,17 @@ class Admission:
             peer=self._identity.peer_identity(),
         )
 
-    def _refuse(self, request_id: str, code: Code) -> Response:
+    def _refuse(self, request_id: str, code: Code, *, error: str | None = None) -> Response:
         refusals = self._counters.refusals
         refusals[code] = refusals.get(code, 0) + 1
-        return self._response(request_id, code)
+        return self._response(request_id, code, error=error)
 
-    def _response(self, request_id: str, code: Code) -> Response:
+    def _response(self, request_id: str, code: Code, *, error: str | None = None) -> Response:
         return self._replies.build(
-            request_id=request_id, ok=False, status=code, error=refusal_text(code)
+            request_id=request_id,
+            ok=False,
+            status=code,
+            error=refusal_text(code) if error is None else error,
         )
 
 
@@ -706,14 +802,17 @@ def _claim(goal_id: str | None, instance_id: str, session_id: str) -> PeerClaim:
 __all__ = [
     "CONFIRMED",
     "FINAL_STATES",
+    "HOST_WORDS_KEPT",
     "NOT_YET_CONFIRMED",
     "UNCONFIRMED",
     "Admission",
     "Clock",
     "Delivery",
+    "Latch",
     "LatchReason",
     "Phase",
     "ResumeOutcome",
     "Row",
     "Snapshot",
+    "TurnOutcome",
 ]

@@ -34,7 +34,9 @@ starts at
 * **How a turn ended** (gap 1): the last assistant message of ``agent_end.messages``: ``stop`` is
   safe; ``aborted`` reports the abort, then the end; ``error``, any other reason, or no assistant
   message at all are unsafe and close the inbox (fail closed). An assistant ``message_end`` with
-  ``stopReason == "aborted"`` reports the abort at once (spec §5.6).
+  ``stopReason == "aborted"`` reports the abort at once (spec §5.6). Each abort and end carries
+  the message's stop reason and ``errorMessage`` as the host wrote them (:func:`outcome_of`), so a
+  closed inbox says how its turn ended.
 * **Submission** (gap 3): ``api._require_bridge().trigger_message("cross-session", text,
   details=...)``, the host's only way for an extension to start a turn; it is looked up with
   ``getattr`` and its absence raises, so admission reports ``injection_failed`` — never a silent
@@ -96,7 +98,7 @@ from pi_cross_session._internal.protocol.io import environment
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.protocol.registration import PublicPeer
 from pi_cross_session._internal.security import goal_turns
-from pi_cross_session._internal.security.admission import Delivery
+from pi_cross_session._internal.security.admission import Delivery, TurnOutcome
 from pi_cross_session._internal.security.call_gate import fail_closed, judge_call
 from pi_cross_session._internal.security.gate import DEFAULT_POLICY, GatePolicy
 from pi_cross_session._internal.security.goals import Authority
@@ -162,6 +164,25 @@ def ending_of(messages: object) -> TurnEnding:
             reason = _field(message, "stopReason")
             return _ENDINGS.get(reason, TurnEnding.OTHER) if reason else TurnEnding.UNKNOWN
     return TurnEnding.UNKNOWN
+
+
+def outcome_of(messages: object) -> TurnOutcome:
+    """How the host said a run ended, for the latch's reason: the stop reason of its last
+    assistant message as written (``None`` without one) and that message's ``errorMessage``."""
+    if isinstance(messages, list):
+        for message in reversed(messages):
+            if _field(message, "role") == "assistant":
+                return _outcome(message)
+    return TurnOutcome()
+
+
+def _outcome(message: object) -> TurnOutcome:
+    reason = _field(message, "stopReason")
+    error = _field(message, "errorMessage")
+    return TurnOutcome(
+        stop_reason=reason if isinstance(reason, str) and reason else None,
+        error=error if isinstance(error, str) and error else None,
+    )
 
 
 def message_details(delivery: Delivery) -> dict[str, Any]:
@@ -560,7 +581,9 @@ class PiPythonSession:
         """The session's turn tracker (the runtime's), which the hooks below feed."""
         return self.runtime.turns
 
-    def _report(self, event: TurnEvent) -> None:
+    def _report(self, event: TurnEvent, outcome: TurnOutcome | None = None) -> None:
+        if outcome is not None:
+            self.runtime.note_turn_outcome(outcome)
         self.runtime.on_turn(event)
 
     def _preparing_turn(self) -> None:
@@ -627,7 +650,7 @@ class PiPythonSession:
                 and _field(message, "role") == "assistant"
                 and _field(message, "stopReason") == "aborted"
             ):
-                self._report(TurnAborted())
+                self._report(TurnAborted(), _outcome(message))
         except Exception as exc:
             self._problem("tracking an abort", exc)
 
@@ -642,10 +665,14 @@ class PiPythonSession:
             # events the host synthesises without a run id, so an empty one counts too; an end
             # with no start on record (the run failed before agent_start) still settles the turn
             # being prepared — as unsafe, since nothing vouches for it.
-            ending = ending_of(_field(event, "messages"))
+            messages = _field(event, "messages")
+            ending = ending_of(messages)
+            # How the host said it ended (its stop reason and error text): the reason the user
+            # is shown if this end closes the inbox.
+            outcome = outcome_of(messages)
             if ending is TurnEnding.ABORTED:
-                self._report(TurnAborted())
-            self._report(TurnEnded(ending))
+                self._report(TurnAborted(), outcome)
+            self._report(TurnEnded(ending), outcome)
         except Exception as exc:
             self._problem("tracking the end of a turn", exc)
 
@@ -819,5 +846,6 @@ __all__ = [
     "default_session_name",
     "ending_of",
     "message_details",
+    "outcome_of",
     "runtime_for",
 ]

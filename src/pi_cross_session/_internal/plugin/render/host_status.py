@@ -9,12 +9,16 @@ from typing import Any, Final
 
 from pi_cross_session._internal.plugin.render.host_commands import INBOUND_SOURCES
 from pi_cross_session._internal.plugin.render.peer_text import shown_diagnostic, shown_word
-from pi_cross_session._internal.plugin.render.receiving import status_text
+from pi_cross_session._internal.plugin.render.receiving import (
+    REOPEN_WITH_COMMAND,
+    closed_reason,
+    status_text,
+)
 from pi_cross_session._internal.plugin.reports import GoalView, PeerChecks, Pressure
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.limits import DISPLAY_DIAGNOSTIC_CODE_POINTS
 from pi_cross_session._internal.protocol.registration import PublicPeer
-from pi_cross_session._internal.security.admission import Snapshot
+from pi_cross_session._internal.security.admission import Latch, Snapshot
 from pi_cross_session._internal.security.auth import RefusalCause
 from pi_cross_session._internal.security.goals import GoalEnd, RevokeReason
 
@@ -40,9 +44,15 @@ def goal_ended(end: GoalEnd | None) -> str:
     )
 
 
-def inbox_latched(reason: str, goal_end: GoalEnd | None = None) -> str:
-    """The notice when the abort latch closes the inbox (and ended the goal, if one was on)."""
-    text = f"Cross-session inbox closed: {reason}. Run /cross-session-resume to reopen."
+def inbox_latched(
+    latch: Latch, goal_end: GoalEnd | None = None, *, reopen: str = REOPEN_WITH_COMMAND
+) -> str:
+    """The notice when the abort latch closes the inbox (and ended the goal, if one was on):
+    which turn, how it ended as the host said, what that means for senders, how to reopen."""
+    text = (
+        f"Cross-session inbox closed: {closed_reason(latch)}. Other sessions' messages are "
+        f"refused (stopped) until you reopen it: {reopen}."
+    )
     if goal_end is not None and goal_end.reason in (RevokeReason.LATCH, RevokeReason.UNSAFE_END):
         text += f" {goal_ended(goal_end)} Resuming does not restore it."
     return text
@@ -220,11 +230,14 @@ def host_status_text(
     warnings: Sequence[str] = (),
     problems: Sequence[str] = (),
     sections: Sequence[str] = (),
+    reopen: str = REOPEN_WITH_COMMAND,
 ) -> str:
     """The readable ``/cross-session-status`` of a host session: the receiver's state, further
     ``sections`` (the goal, peer checks), then the inbound setting and anything that went wrong
     in the host adapter."""
-    lines = [INBOX_NOT_RUNNING] if snapshot is None else [status_text(snapshot, me=me)]
+    lines = (
+        [INBOX_NOT_RUNNING] if snapshot is None else [status_text(snapshot, me=me, reopen=reopen)]
+    )
     lines.extend(sections)
     where = INBOUND_SOURCES.get(inbound_source, inbound_source)
     lines.append(f"Inbound: {inbound} (set by {where})")

@@ -1,6 +1,7 @@
 """What a listing of the live sessions reads: ``list_pi``, ``/peers`` and ``pi-cross-session
 peers``, with the lines a listing adds when it could not read or check every session or when the
-gateway keeps remote sessions without a proxy, and the address a peer is named by."""
+gateway keeps remote sessions without a proxy, what an empty one says (where it looked, and how to
+look elsewhere), and the address a peer is named by."""
 
 from __future__ import annotations
 
@@ -9,10 +10,27 @@ from typing import Final
 
 from pi_cross_session._internal.plugin.capped import Capped
 from pi_cross_session._internal.plugin.render.peer_text import shown_name
-from pi_cross_session._internal.protocol.limits import MAX_LISTED_REGISTRATIONS
+from pi_cross_session._internal.protocol import sanitize
+from pi_cross_session._internal.protocol.limits import (
+    DISPLAY_CWD_CODE_POINTS,
+    MAX_LISTED_REGISTRATIONS,
+)
 from pi_cross_session._internal.protocol.registration import PublicPeer, Registration, display_line
 
 NO_PEERS: Final = "No other live sessions."
+
+
+def no_peers(agent_dir: str) -> str:
+    """What an empty listing says (``peers``, ``list_pi``, ``/peers``, and any other surface that
+    lists): that it found no other live session, in which agent dir it looked (quoted as JSON and
+    escaped, so a trailing slash or space shows), and how to look in another one. Sessions see
+    each other only within one agent dir string (spec §1.1)."""
+    where = sanitize.dumps(agent_dir[:DISPLAY_CWD_CODE_POINTS])
+    return (
+        f"No other live sessions in the agent dir {where}. A session that uses another agent "
+        "dir is not seen from here: set PI_CODING_AGENT_DIR to that dir (exactly as that "
+        "session has it) to list it."
+    )
 
 
 INBOX_UNAVAILABLE: Final = "This session: cross-session inbox unavailable"
@@ -25,12 +43,16 @@ def listing(
     unread: int = 0,
     unchecked: int = 0,
     capped: Capped | None = None,
+    agent_dir: str | None = None,
+    closed: str | None = None,
 ) -> str:
-    """The text of ``list_pi`` and ``/peers``: this session first, then one line per peer, then
-    a line for the registrations the listing left unread, for the sessions it could not check,
-    and for the remote sessions the gateway keeps no proxy for, if any."""
+    """The text of ``list_pi`` and ``/peers``: this session first (and ``closed``, the line
+    saying its inbox is closed, while it is), then one line per peer, or :func:`no_peers` of
+    ``agent_dir``, then a line for the registrations the listing left unread, for the sessions
+    it could not check, and for the remote sessions the gateway keeps no proxy for, if any."""
     first = f"This session: {display_line(me)}" if me is not None else INBOX_UNAVAILABLE
-    lines = [first, *peer_lines(peers, unread=unread, unchecked=unchecked)]
+    lines = [first] if closed is None else [first, closed]
+    lines.extend(peer_lines(peers, unread=unread, unchecked=unchecked, agent_dir=agent_dir))
     if capped is not None:
         lines.append(capped_line(capped))
     return "\n".join(lines)
@@ -81,12 +103,19 @@ def runtime_ids(peers: Sequence[PublicPeer]) -> str | None:
     return f"Runtime ids (for peer_goal bind): {ids}"
 
 
-def peer_lines(peers: Sequence[PublicPeer], *, unread: int = 0, unchecked: int = 0) -> list[str]:
-    """One display line per live peer, or a line saying there is none (never when sessions went
-    unchecked); then the :func:`unread_line` and the :func:`unchecked_line`, if they apply."""
+def peer_lines(
+    peers: Sequence[PublicPeer],
+    *,
+    unread: int = 0,
+    unchecked: int = 0,
+    agent_dir: str | None = None,
+) -> list[str]:
+    """One display line per live peer, or a line saying there is none (:func:`no_peers` when
+    the ``agent_dir`` looked in is given; never when sessions went unchecked); then the
+    :func:`unread_line` and the :func:`unchecked_line`, if they apply."""
     lines = [display_line(peer) for peer in peers]
     if not lines and not unchecked:
-        lines = [NO_PEERS]
+        lines = [NO_PEERS if agent_dir is None else no_peers(agent_dir)]
     note = unread_line(unread)
     if note is not None:
         lines.append(note)
@@ -124,6 +153,7 @@ __all__ = [
     "capped_hint",
     "capped_line",
     "listing",
+    "no_peers",
     "peer_lines",
     "runtime_ids",
     "unchecked_line",

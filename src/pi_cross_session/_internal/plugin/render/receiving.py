@@ -1,10 +1,11 @@
 """What this session's inbox looks like to its own user: the messages and state changes
 ``pi-cross-session inbox`` prints, the receiver's part of ``/cross-session-status`` (readable and
-``--json``), and what ``/cross-session-resume`` did."""
+``--json``), why a closed inbox is closed and how to reopen it, and what
+``/cross-session-resume`` did."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from pi_cross_session._internal.plugin.render.listings import address
 from pi_cross_session._internal.plugin.render.peer_text import (
@@ -17,7 +18,93 @@ from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.limits import MAX_SUMMARY_CODE_POINTS
 from pi_cross_session._internal.protocol.registration import PublicPeer
-from pi_cross_session._internal.security.admission import Delivery, ResumeOutcome, Row, Snapshot
+from pi_cross_session._internal.security.admission import (
+    Delivery,
+    Latch,
+    LatchReason,
+    ResumeOutcome,
+    Row,
+    Snapshot,
+)
+
+#: How the user of a host session reopens its closed inbox.
+REOPEN_WITH_COMMAND: Final = "run /cross-session-resume in this session once nothing is running"
+#: How the user of ``pi-cross-session inbox`` does: it has no command of its own, so a new one.
+REOPEN_CLI_INBOX: Final = (
+    "stop this inbox (Ctrl-C) and start it again; the new one is a new incarnation"
+)
+#: What a closed inbox is, wherever its own state is shown.
+CLOSED: Final = "closed until its user reopens it"
+
+
+def _latched_message(latch: Latch) -> str | None:
+    """``message <id> from <name> [ref]`` of the peer message whose turn it was, if any."""
+    if latch.message_id is None:
+        return None
+    who = "" if latch.sender_name is None else f"{shown_name(latch.sender_name)} "
+    ref = shown_word((latch.sender_instance_id or "")[:8])
+    return f"message {shown_message_id(latch.message_id)} from {who}[{ref}]"
+
+
+def _what_closed(latch: Latch) -> str:
+    message = _latched_message(latch)
+    outcome = latch.outcome
+    if latch.reason is LatchReason.SUBMIT_FAILED:
+        return f"the host could not take {message or 'a message'} into its conversation"
+    if latch.reason is LatchReason.NO_TURN_START:
+        return f"{message or 'a message'} did not start a turn within 5 s"
+    turn = "a turn" if message is None else f"the turn in which {message} arrived"
+    if latch.reason is LatchReason.ABORT:
+        return f"{turn} was aborted"
+    if outcome is not None and outcome.stop_reason == "stop":
+        # A clean stop closes the inbox only when nothing showed who started the turn.
+        return f"{turn} ended without anything showing who started it"
+    return f"{turn} ended without a clean stop"
+
+
+def closed_reason(latch: Latch) -> str:
+    """Why the inbox closed, one escaped line: which turn (the peer message it carried and its
+    sender, if one did), how, and the host's own words on how it ended (its stop reason, and its
+    error text, cut)."""
+    text = _what_closed(latch)
+    outcome = latch.outcome
+    said: list[str] = []
+    if outcome is not None:
+        if outcome.stop_reason is not None:
+            said.append(f"stop reason {shown_word(outcome.stop_reason)}")
+        elif latch.reason is LatchReason.UNSAFE_END:
+            said.append("no stop reason")
+        if outcome.error:
+            said.append(f'"{shown_diagnostic(outcome.error)}"')
+    if said:
+        text += f" (the host reported {': '.join(said)})"
+    return text
+
+
+def closed_line(latch: Latch, reopen: str = REOPEN_WITH_COMMAND) -> str:
+    """One line wherever this session's own state is listed: closed, why, how to reopen."""
+    return (
+        f"This session's inbox is {CLOSED}: {closed_reason(latch)}. Other sessions' messages are "
+        f"refused (stopped) meanwhile. To reopen it: {reopen}."
+    )
+
+
+def closed_data(latch: Latch | None) -> dict[str, Any] | None:
+    """Why the inbox is closed, for ``--json`` (``None`` while it is open)."""
+    if latch is None:
+        return None
+    outcome = latch.outcome
+    return {
+        "reason": latch.reason.value,
+        "at": latch.at_ms,
+        "stopReason": None if outcome is None else outcome.stop_reason,
+        "hostError": None if outcome is None else outcome.error,
+        "messageId": latch.message_id,
+        "sender": None
+        if latch.sender_instance_id is None
+        else {"name": latch.sender_name, "instanceId": latch.sender_instance_id},
+        "text": closed_reason(latch),
+    }
 
 
 def inbox_message(delivery: Delivery) -> str:
@@ -57,11 +144,21 @@ def _row_line(row: Row) -> str:
     return line
 
 
-def status_text(snapshot: Snapshot, *, me: PublicPeer | None = None, recent: int = 20) -> str:
-    """The readable ``/cross-session-status``."""
-    latch = (
-        f"closed ({shown_diagnostic(str(snapshot.latch_reason))})" if snapshot.stopped else "open"
-    )
+def status_text(
+    snapshot: Snapshot,
+    *,
+    me: PublicPeer | None = None,
+    recent: int = 20,
+    reopen: str = REOPEN_WITH_COMMAND,
+) -> str:
+    """The readable ``/cross-session-status`` (``reopen``: how this host's user reopens a
+    closed inbox)."""
+    if not snapshot.stopped:
+        latch = "open"
+    elif snapshot.latch is not None:
+        latch = f"{CLOSED}: {closed_reason(snapshot.latch)}"
+    else:
+        latch = f"{CLOSED}: {shown_diagnostic(str(snapshot.latch_reason))}"
     lines = [
         f"Inbox: {address(me) if me is not None else 'not registered'}",
         f"Phase: {snapshot.phase}; inbox {latch}" + ("; shut down" if snapshot.shut_down else ""),
@@ -81,8 +178,8 @@ def status_text(snapshot: Snapshot, *, me: PublicPeer | None = None, recent: int
         lines.append("No messages received in this incarnation.")
     if snapshot.evicted_rows:
         lines.append(f"({snapshot.evicted_rows} older finished messages no longer kept)")
-    if snapshot.stopped:
-        lines.append("Run /cross-session-resume once idle to reopen the inbox.")
+    if snapshot.stopped and not snapshot.shut_down:
+        lines.append(f"To reopen the inbox: {reopen}.")
     return "\n".join(lines)
 
 
@@ -91,6 +188,7 @@ def status_data(snapshot: Snapshot) -> dict[str, Any]:
     return {
         "stopped": snapshot.stopped,
         "latchReason": snapshot.latch_reason,
+        "latch": closed_data(snapshot.latch),
         "phase": str(snapshot.phase),
         "remainingBudget": snapshot.remaining_budget,
         "pending": snapshot.queued,
@@ -117,6 +215,17 @@ def status_json(snapshot: Snapshot) -> str:
 
 def resume_text(outcome: ResumeOutcome) -> str:
     """What ``/cross-session-resume`` tells the user, including what it does not do."""
+    if outcome.was_open:
+        text = (
+            "The inbox was already open: other sessions can message this one; there was nothing "
+            "to reopen."
+        )
+        if outcome.dropped:
+            text += (
+                f" {outcome.dropped} pending message(s) were dropped all the same and will not "
+                "be replayed."
+            )
+        return text
     if not outcome.reopened:
         return f"The inbox was not reopened: {shown_diagnostic(str(outcome.reason))}."
     dropped = (
@@ -131,6 +240,12 @@ def resume_text(outcome: ResumeOutcome) -> str:
 
 
 __all__ = [
+    "CLOSED",
+    "REOPEN_CLI_INBOX",
+    "REOPEN_WITH_COMMAND",
+    "closed_data",
+    "closed_line",
+    "closed_reason",
     "inbox_message",
     "inbox_row",
     "resume_text",
