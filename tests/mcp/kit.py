@@ -6,7 +6,8 @@ SDK's real client over the SDK's in-memory transport.
 :class:`mcp.client.ClientSession` to it, with a binding that records every channel notification.
 Senders are ``WireSender``s (tests/support/wire_session.py): published registrations that speak
 the wire byte by byte, so every receipt is shape-checked, into a ``Ledger`` that
-``assert_accounted`` checks the receiver against.
+``assert_accounted`` checks the receiver against. :func:`receipt_of` sends one message as any
+registration (its name need not make a valid request id) and tells a missing receipt apart.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ from pi_cross_session._internal.plugin.hosts.mcp import (
 )
 from pi_cross_session._internal.plugin.hosts.mcp_seat import DeliveryMode
 from pi_cross_session._internal.plugin.runtime import SessionRuntime
+from pi_cross_session._internal.protocol import frames
 from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.registration import Registration
+from tests.support import raw_client
 from tests.support.clocks import FakeClock
 from tests.support.waiting import eventually
 from tests.support.wire_session import Ledger, SessionViews, runtime_options
@@ -123,3 +127,31 @@ async def mcp_peer(
         await client_streams[1].aclose()
         with anyio.fail_after(10):
             await runtime.wait_finished()
+
+
+async def receipt_of(
+    sender: Registration,
+    target: Registration,
+    text: str,
+    *,
+    message_id: str,
+    summary: str = "a summary",
+    sent_at: int | None = None,
+) -> frames.Response | None:
+    """Send one message from ``sender`` (a published registration) to ``target``; returns the
+    receipt, or ``None`` when the receiver closed the connection without one."""
+    async with raw_client.RawClient.connect(target.socket_path) as client:
+        hello = raw_client.hello(target, sender=sender, request_id=f"h-{message_id}")
+        await client.send(raw_client.line(hello))
+        ready = await client.read_reply()
+        assert (ready.ok, ready.status) == (True, "ready"), ready
+        body = raw_client.message_body(
+            text=text,
+            request_id=f"r-{message_id}",
+            message_id=message_id,
+            summary=summary,
+            sent_at=sent_at,
+        )
+        await client.send(raw_client.line(body))
+        raw = await client.read_line()
+        return None if raw is None else raw_client.parse_reply(raw)

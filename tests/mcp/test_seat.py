@@ -22,6 +22,7 @@ from pi_cross_session._internal.security.turns import (
     TurnEvent,
     TurnStarted,
 )
+from tests.mcp.kit import receipt_of
 from tests.support.clocks import FakeClock
 from tests.support.socket_peers import make_registration, published_sender
 from tests.support.waiting import eventually
@@ -141,7 +142,12 @@ async def test_a_failed_push_closes_the_inbox_until_the_local_user_resumes(
         alice = WireSender(
             published_sender(locations, "alice"), target, ledger=Ledger(), wall_ms=clock.wall_ms
         )
-        assert (await alice.send("first", message_id="m1")).status == Code.SUBMITTED
+        # The notification never reached the host: no receipt claims it was submitted.
+        first = await receipt_of(
+            alice.registration, target(), "first", message_id="m1", sent_at=clock.wall_ms()
+        )
+        assert first is None
+        assert (await alice.status("m1")).status == Code.SUBMITTED  # handed over, then failed
         await eventually(lambda: bool(runtime.snapshot() and runtime.snapshot().stopped))  # type: ignore[union-attr]
         snapshot = runtime.snapshot()
         assert snapshot is not None
@@ -149,7 +155,12 @@ async def test_a_failed_push_closes_the_inbox_until_the_local_user_resumes(
         assert (await alice.send("second")).status == Code.STOPPED
         assert host.resume_text().startswith("Inbox reopened")
         assert seat.is_idle()
-        assert (await alice.send("third")).status == Code.SUBMITTED
+        # Reopened, it takes the next message again (its write fails too: the host is gone).
+        third = await receipt_of(
+            alice.registration, target(), "third", message_id="m3", sent_at=clock.wall_ms()
+        )
+        assert third is None
+        assert (await alice.status("m3")).status == Code.SUBMITTED
         host.close()
         with anyio.CancelScope(shield=True):
             await runtime.stop()

@@ -9,7 +9,8 @@ Options, narrowest first: ``--name``, then ``PI_CROSS_SESSION_NAME``, then the n
 working directory the host started the server in; ``--inbound``, then
 ``PI_CROSS_SESSION_INBOUND`` (anything but ``accept`` or ``refuse`` means refuse, and says so),
 then ``accept``; ``--delivery push`` for Claude Code with channels, ``pull`` (the default) for
-every other host.
+every other host. The agent dir is ``PI_CODING_AGENT_DIR``, else ``~/.pi/agent``; the server says
+on stderr which one it serves in once it is registered.
 """
 
 from __future__ import annotations
@@ -39,21 +40,25 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.problem(words.MCP_EXTRA_MISSING)
         return exits.EXIT_LOCAL
     # Imported here: the SDK and its dependencies load only for this command.
-    from pi_cross_session._internal.plugin.hosts.mcp import McpOptions, default_name
+    from pi_cross_session._internal.plugin.hosts.mcp import McpOptions, name_origin
     from pi_cross_session._internal.plugin.hosts.mcp_seat import DeliveryMode
+    from pi_cross_session._internal.protocol.paths import AGENT_DIR_ENV
 
     cwd = os.path.abspath(args.cwd or os.getcwd())
     name = parse_name(args.name) if args.name is not None else None
+    name, name_source = (name, "flag") if name is not None else name_origin(cwd)
     inbound, source, warnings = _inbound(args.inbound)
     for warning in warnings:
         console.problem(f"{words.PROG} mcp: {warning}")
     options = McpOptions(
-        name=name or default_name(cwd),
+        name=name,
         cwd=cwd,
         delivery=DeliveryMode(args.delivery),
         inbound=inbound,
         inbound_source=source,
         warnings=warnings,
+        name_source=name_source,
+        agent_dir_from_env=bool(os.environ.get(AGENT_DIR_ENV)),
     )
     return anyio.run(_serve, options, console)
 
@@ -75,6 +80,7 @@ async def _serve(options: McpOptions, console: Console) -> int:
 
             group.start_soon(on_signal)
             runtime = await group.start(partial(serve, options, stop=stop, finished=finished))
+            _say_where(runtime, options, console)
             await finished.wait()
             code = _exit_code(runtime, console)
             if stop.is_set():
@@ -85,6 +91,25 @@ async def _serve(options: McpOptions, console: Console) -> int:
                 os._exit(code)
             listening.cancel()  # the host closed stdin: the transport ends by itself
     return code
+
+
+def _say_where(runtime: SessionRuntime, options: McpOptions, console: Console) -> None:
+    """One line on stderr: who this server is and which agent dir it serves in (two sides on
+    different agent dirs never see each other, and an MCP host may not pass the variable on)."""
+    from pi_cross_session._internal.plugin.render import mcp_host
+
+    registration = runtime.registration()
+    name = runtime.name or options.name
+    ref = "" if registration is None else registration.ref
+    console.problem(
+        mcp_host.mcp_started(
+            name,
+            ref,
+            options.delivery.value,
+            runtime.locations.agent_dir,
+            from_env=options.agent_dir_from_env,
+        )
+    )
 
 
 def _exit_code(runtime: SessionRuntime, console: Console) -> int:

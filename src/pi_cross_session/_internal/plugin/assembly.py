@@ -20,7 +20,7 @@ from typing import Final
 
 import anyio
 
-from pi_cross_session._internal.plugin.host import HostPort
+from pi_cross_session._internal.plugin.host import HoldsReceipts, HostPort
 from pi_cross_session._internal.protocol.capabilities import ADVERTISED
 from pi_cross_session._internal.protocol.io.discovery import Registrar
 from pi_cross_session._internal.protocol.io.endpoint import Endpoint, EndpointConfig
@@ -158,7 +158,11 @@ def assemble(wiring: Wiring) -> Incarnation:
     )
     endpoint: Endpoint[object] = Endpoint(
         locations.socket_path(identity.instance_id),
-        SessionReceiver(authenticator, admission),  # type: ignore[arg-type]
+        SessionReceiver(
+            authenticator,
+            admission,
+            hold=host.hold_receipt if isinstance(host, HoldsReceipts) else None,
+        ),  # type: ignore[arg-type]
         files=fs,
         config=options.endpoint,
     )

@@ -17,7 +17,8 @@ works around, never a reason for the runtime to guess.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Awaitable
+from typing import Protocol, runtime_checkable
 
 from pi_cross_session._internal.security.admission import Delivery
 
@@ -54,4 +55,16 @@ class HostPort(Protocol):
 
     def notify(self, text: str) -> None:
         """Show one line to the local user (never to the model)."""
+        ...
+
+
+@runtime_checkable
+class HoldsReceipts(Protocol):
+    """A host whose submission call returns before the hand-over is done: the MCP host in push
+    mode writes the notification afterwards. The receipt of a message it took waits for that."""
+
+    def hold_receipt(self, sender_instance_id: str, message_id: str) -> Awaitable[bool] | None:
+        """What the ``submitted`` receipt of that message waits for: ``True`` once it is handed
+        over, ``False`` if that failed (no receipt is given then); ``None``: nothing to wait
+        for."""
         ...

@@ -9,13 +9,15 @@ the same code as for every other host; this module only translates.
 What it offers the host's model (built on the official MCP Python SDK's low-level server):
 
 * the tools ``list_pi`` and ``send_pi_message``, with the same parameters and result texts as the
-  pi-python extension (:mod:`~pi_cross_session._internal.plugin.tools`);
+  pi-python extension (:mod:`~pi_cross_session._internal.plugin.tools`), plus what this host must
+  add: the agent dir a listing looked in, and a note when a summary was cut to what a message
+  carries;
 * in **pull** mode, ``read_pi_messages`` (what waits now) and ``wait_pi_message`` (wait, bounded),
   for hosts that cannot receive pushes;
 * in **push** mode, the ``claude/channel`` capability: each message becomes a
   ``notifications/claude/channel`` notification, ``content`` framed exactly as the pi-python host
   frames it (:func:`~pi_cross_session._internal.plugin.render.peer_text.peer_message`), ``meta``
-  the sender's name, ref, reply address, message id and summary
+  the sender's name, ref, reply address (or why it has none), message id and summary
   (:func:`~pi_cross_session._internal.plugin.render.mcp_host.channel_meta`). No permission relay is
   declared: a peer can never answer a permission prompt;
 * ``instructions`` in the initialize result: what a peer message is and how to reply;
@@ -28,17 +30,26 @@ an MCP server cannot tell the user's turn from one a peer's message started. The
 goal-scoped messages (``send_pi_message`` with ``goalId``) to sessions whose user bound it.
 
 When a message counts as taken, and what ``submitted`` and ``delivered`` mean, is decided in
-:mod:`.mcp_seat`. Nothing but MCP messages is ever written to stdout: the SDK's stdio transport
-points file descriptor 1 at stderr while it serves, and logging goes to stderr.
+:mod:`.mcp_seat`. In push mode the receipt of a message waits until its notification reached the
+host's pipe (:meth:`McpHost.hold_receipt`), so ``submitted`` never runs ahead of the write.
+
+Nothing but MCP messages is ever written to stdout: while the server runs, file descriptor 1
+points at stderr and the messages go to a private copy of the host's pipe (:func:`serve`), and
+logging goes to stderr. When the host closes stdin, the requests already read are answered before
+the server exits (:func:`serve_streams`, bounded by ``MCP_DRAIN_TIMEOUT_S``).
 """
 
 from __future__ import annotations
 
+import fcntl
+import io
 import logging
 import os
+import sys
 import uuid
-from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -59,6 +70,7 @@ from pi_cross_session._internal.plugin.hosts.mcp_settings import (
     MAX_PULL_MESSAGES,
     MAX_PULL_UNITS,
     MAX_PULL_WAIT_S,
+    MCP_DRAIN_TIMEOUT_S,
     MCP_STOP_TIMEOUT_S,
     PULL_HANDOFF_STEP_S,
 )
@@ -68,9 +80,10 @@ from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRun
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.limits import (
     MAX_QUEUED,
+    MAX_SUMMARY_CODE_POINTS,
 )
 from pi_cross_session._internal.protocol.paths import Locations
-from pi_cross_session._internal.protocol.text import utf16_length
+from pi_cross_session._internal.protocol.text import clean_line, utf16_length
 from pi_cross_session._internal.security.admission import Delivery, Row
 from pi_cross_session._internal.security.rows import RowState
 
@@ -97,6 +110,54 @@ class _Writer(Protocol):
     async def send(self, item: SessionMessage, /) -> None:
         """Hand one message to the transport, which writes it to stdout."""
         ...
+
+
+class PipeWrites(anyio.AsyncFile[str]):
+    """The host's pipe as the SDK's transport writes to it, counting the lines whose flush
+    returned: those are in the pipe. Every message is one line (JSON has no raw line break), in
+    the order the transport took them (:class:`_Transport` numbers them so)."""
+
+    def __init__(self, fp: io.TextIOWrapper) -> None:
+        super().__init__(fp)
+        self.lines = 0
+        self._unflushed = 0
+        self._flushed = anyio.Event()
+
+    async def write(self, b: str) -> int:
+        """Write (part of) the next lines."""
+        written = await super().write(b)
+        self._unflushed += b.count("\n")
+        return written
+
+    async def flush(self) -> None:
+        """Flush into the pipe: every line written so far is then in it."""
+        await super().flush()
+        if self._unflushed:
+            self.lines += self._unflushed
+            self._unflushed = 0
+            self._flushed.set()
+            self._flushed = anyio.Event()
+
+    async def written(self, line: int) -> None:
+        """Return once the first ``line`` lines are in the pipe."""
+        while self.lines < line:
+            await self._flushed.wait()
+
+
+@dataclass(slots=True)
+class _HandOver:
+    """One pushed message on its way to the pipe: done once written (``ok``) or failed."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    ok: bool = False
+
+    def end(self, *, ok: bool) -> None:
+        self.ok = ok
+        self.done.set()
+
+    async def wait(self) -> bool:
+        await self.done.wait()
+        return self.ok
 
 
 class ReadPiMessagesParams(BaseModel):
@@ -148,9 +209,16 @@ class McpOptions:
     cwd: str
     delivery: DeliveryMode = DeliveryMode.PULL
     inbound: str = "accept"
-    #: Where the inbound setting came from, for the status prompt.
+    #: Where the inbound setting came from, for the status prompt (``flag``, ``env``,
+    #: ``default``: :data:`~pi_cross_session._internal.plugin.render.mcp_host.INBOUND_SOURCES`).
     inbound_source: str = "default"
     warnings: tuple[str, ...] = ()
+    #: Where the name came from, for the status prompt (``flag``, ``env``, ``cwd``, ``fallback``:
+    #: :data:`~pi_cross_session._internal.plugin.render.mcp_host.NAME_SOURCES`).
+    name_source: str = "flag"
+    #: Whether ``PI_CODING_AGENT_DIR`` named the agent dir (else the default one is used), for
+    #: what ``list_pi`` and the start-up line say about it.
+    agent_dir_from_env: bool = True
 
 
 @dataclass(slots=True)
@@ -194,6 +262,8 @@ class McpHost:
             MemoryObjectReceiveStream[tuple[Delivery, str]],
         ] = anyio.create_memory_object_stream[tuple[Delivery, str]](1)
         self._pushes_in, self._pushes_out = pushes
+        # Push: each message handed over until its notification is in the pipe, by its key.
+        self._hand_overs: dict[tuple[str, str], _HandOver] = {}
         self._reader: _Reader | None = None
         self._read_lock = anyio.Lock()
         self._changed = anyio.Event()
@@ -268,6 +338,7 @@ class McpHost:
         if seat.mode is DeliveryMode.PUSH:
             self._pushes_in.send_nowait((delivery, content))
             seat.take(delivery)
+            self._hand_overs[_key(delivery)] = _HandOver()
             return
         reader = self._reader
         if reader is None:  # the seat is idle in pull mode only while a reader is here
@@ -281,6 +352,14 @@ class McpHost:
         """A line for the local user: MCP hosts show a server's stderr in their logs."""
         logger.warning("%s", sanitize.line(text))
 
+    def hold_receipt(self, sender_instance_id: str, message_id: str) -> Awaitable[bool] | None:
+        """The receiver's receipt of a message just submitted waits on this (a
+        :class:`~pi_cross_session._internal.plugin.host.HoldsReceipts` host): in push mode, until
+        its notification is in the host's pipe (``True``) or could not be written (``False``: no
+        receipt is given, the outcome is unknown). ``None``: nothing to wait for (pull mode)."""
+        hand_over = self._hand_overs.get((sender_instance_id, message_id))
+        return None if hand_over is None else hand_over.wait()
+
     # -- push ------------------------------------------------------------------------------------
 
     async def run_pushes(
@@ -290,23 +369,34 @@ class McpHost:
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Write each pushed message to the host as a channel notification, one at a time; each
-        written one ends its hand-over cleanly, a failed write unsafely (the inbox closes)."""
+        written one ends its hand-over cleanly, a failed write unsafely (the inbox closes). A
+        notification counts as written when ``write.send`` returns: over the real stdout, once
+        its line is in the pipe (:meth:`_Transport.into_pipe`)."""
         task_status.started()
-        async with self._pushes_out:
-            async for delivery, content in self._pushes_out:
-                notification = types.JSONRPCNotification(
-                    jsonrpc="2.0",
-                    method=CHANNEL_METHOD,
-                    params={"content": content, "meta": mcp_host.channel_meta(delivery)},
-                )
-                ok = True
-                try:
-                    await write.send(SessionMessage(notification))
-                    self.pushed += 1
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-                    ok = False
-                    self.notify(mcp_host.mcp_push_failed(exc))
-                self.seat.handed(ok=ok)
+        try:
+            async with self._pushes_out:
+                async for delivery, content in self._pushes_out:
+                    notification = types.JSONRPCNotification(
+                        jsonrpc="2.0",
+                        method=CHANNEL_METHOD,
+                        params={"content": content, "meta": mcp_host.channel_meta(delivery)},
+                    )
+                    ok = True
+                    try:
+                        await write.send(SessionMessage(notification))
+                        self.pushed += 1
+                    except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+                        ok = False
+                        self.notify(mcp_host.mcp_push_failed(exc))
+                    hand_over = self._hand_overs.pop(_key(delivery), None)
+                    if hand_over is not None:
+                        hand_over.end(ok=ok)
+                    self.seat.handed(ok=ok)
+        finally:
+            # Whatever was not written by now never will be: no receipt may wait for it.
+            for hand_over in self._hand_overs.values():
+                hand_over.end(ok=False)
+            self._hand_overs.clear()
 
     # -- pull ------------------------------------------------------------------------------------
 
@@ -374,11 +464,15 @@ class McpHost:
     # -- prompts ---------------------------------------------------------------------------------
 
     def status_text(self) -> str:
-        """``cross-session-status``."""
+        """``cross-session-status``: where the name and the inbound setting came from is said in
+        this server's words (its option, its variable, its working directory)."""
+        options = self.options
         report = commands.HostReport(
-            inbound_source=self.options.inbound_source,
-            warnings=self.options.warnings,
-            name_source="host",
+            inbound_source=mcp_host.INBOUND_SOURCES.get(
+                options.inbound_source, options.inbound_source
+            ),
+            warnings=options.warnings,
+            name_source=mcp_host.NAME_SOURCES.get(options.name_source, options.name_source),
         )
         return commands.status(self.runtime, "", report)
 
@@ -391,6 +485,10 @@ class McpHost:
             return commands.resume(self.runtime)
         finally:
             seat.reader_left()
+
+
+def _key(delivery: Delivery) -> tuple[str, str]:
+    return delivery.sender.instance_id, delivery.message_id
 
 
 # -- the MCP server ------------------------------------------------------------------------------
@@ -534,11 +632,30 @@ class McpServer:
     # -- tools -----------------------------------------------------------------------------------
 
     async def _list_pi(self, params: BaseModel) -> tools.ToolOutput:
-        return await tools.run_list_pi(self.host.runtime)
+        runtime = self.host.runtime
+        output = await tools.run_list_pi(runtime)
+        if output.is_error:
+            return output
+        where = mcp_host.listing_where(
+            runtime.locations.agent_dir,
+            empty=not output.details.get("peers"),
+            from_env=self.host.options.agent_dir_from_env,
+        )
+        return tools.ToolOutput(f"{output.text}\n{where}", output.details)
 
     async def _send(self, params: BaseModel) -> tools.ToolOutput:
         assert isinstance(params, tools.SendPiMessageParams)
-        return await tools.run_send_pi_message(self.host.runtime, params)
+        output = await tools.run_send_pi_message(self.host.runtime, params)
+        summary = params.summary
+        if summary is None or output.details.get("messageWritten") is False:
+            return output
+        # The wire's summary is the caller's folded to one line of at most 200 code points: a
+        # longer one is cut, and the model is told so rather than finding out from a reply.
+        folded = len(clean_line(summary, len(summary)))
+        if folded <= MAX_SUMMARY_CODE_POINTS:
+            return output
+        text = f"{output.text}\n{mcp_host.summary_cut(folded)}"
+        return tools.ToolOutput(text, output.details, is_error=output.is_error)
 
     async def _read(self, params: BaseModel) -> tools.ToolOutput:
         result = await self.host.read()
@@ -554,11 +671,127 @@ class McpServer:
 # -- one process, one peer -----------------------------------------------------------------------
 
 
+class _OpenRequests:
+    """The requests read from the host and not answered yet, by id (a multiset: a host may
+    reuse an id), so the server can answer them all when the host closes stdin."""
+
+    def __init__(self) -> None:
+        self._open: Counter[int | str] = Counter()
+        self._changed = anyio.Event()
+
+    def read(self, message: types.JSONRPCMessage) -> None:
+        """A message from the host: a request opens; a cancellation closes the request it names
+        (the SDK never answers a request its host cancelled)."""
+        if isinstance(message, types.JSONRPCRequest):
+            self._open[message.id] += 1
+        elif isinstance(message, types.JSONRPCNotification) and (
+            message.method == "notifications/cancelled" and isinstance(message.params, dict)
+        ):
+            request_id = message.params.get("requestId")
+            if isinstance(request_id, int | str):
+                self.answered(request_id)
+
+    def answered(self, request_id: int | str | None) -> None:
+        """A response or error for ``request_id`` went to the transport (or never will)."""
+        if request_id is None or self._open[request_id] <= 0:
+            return
+        self._open[request_id] -= 1
+        if self._open[request_id] == 0:
+            del self._open[request_id]
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def all_answered(self) -> None:
+        """Return once every request read so far is answered."""
+        while self._open:
+            await self._changed.wait()
+
+
+class _Transport:
+    """The transport's write side, shared by the server and the push loop: one message at a time,
+    each numbered as the line it becomes on stdout; each answer closes its request."""
+
+    def __init__(self, inner: Any, requests: _OpenRequests, pipe: PipeWrites | None) -> None:
+        self._inner = inner
+        self._requests = requests
+        self._pipe = pipe
+        self._lock = anyio.Lock()
+        self._lines = 0
+
+    async def _send(self, item: SessionMessage) -> int:
+        message = item.message
+        async with self._lock:  # the transport takes messages in this order, and writes them so
+            try:
+                await self._inner.send(item)
+            finally:
+                if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+                    self._requests.answered(message.id)
+            self._lines += 1
+            return self._lines
+
+    async def send(self, item: SessionMessage, /) -> None:
+        """Hand one message to the transport."""
+        await self._send(item)
+
+    async def into_pipe(self, item: SessionMessage) -> None:
+        """Hand one message to the transport; return once it is in the host's pipe (once the
+        transport took it, when there is no pipe: an in-memory transport)."""
+        line = await self._send(item)
+        if self._pipe is not None:
+            await self._pipe.written(line)
+
+    def pushes(self) -> _Writer:
+        """The write side of the push loop: a notification is written once it is in the pipe."""
+        return _IntoPipe(self)
+
+    async def aclose(self) -> None:
+        """Close the transport's write side."""
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _Transport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class _IntoPipe:
+    transport: _Transport
+
+    async def send(self, item: SessionMessage, /) -> None:
+        await self.transport.into_pipe(item)
+
+
+async def _relay_until_answered(
+    source: Any,
+    sink: MemoryObjectSendStream[SessionMessage | Exception],
+    requests: _OpenRequests,
+    on_eof: Callable[[], None],
+) -> None:
+    """Pass the host's messages on to the server; when the host closes stdin, stop taking peer
+    messages (``on_eof``), let the requests already read be answered (bounded by
+    ``MCP_DRAIN_TIMEOUT_S``), and only then tell the server the input ended. The SDK's server
+    cancels every request still running when its input ends, so without this a request written
+    just before stdin closed would get "Connection closed" instead of its answer."""
+    async with sink:
+        async for item in source:
+            if isinstance(item, SessionMessage):
+                requests.read(item.message)
+            await sink.send(item)
+        on_eof()
+        with anyio.move_on_after(MCP_DRAIN_TIMEOUT_S) as scope:
+            await requests.all_answered()
+        if scope.cancelled_caught:
+            logger.warning("requests still unanswered when the host closed stdin; ending anyway")
+
+
 async def serve_streams(
     options: McpOptions,
     read_stream: Any,
     write_stream: Any,
     *,
+    pipe: PipeWrites | None = None,
     locations: Locations | None = None,
     runtime_options: RuntimeOptions | None = None,
     stop: anyio.Event | None = None,
@@ -566,8 +799,10 @@ async def serve_streams(
     task_status: anyio.abc.TaskStatus[SessionRuntime] = anyio.TASK_STATUS_IGNORED,
 ) -> SessionRuntime:
     """Run one peer that talks MCP over ``read_stream`` / ``write_stream`` (the SDK's transport
-    streams) until the host closes its side (or ``stop`` is set); the registration is withdrawn
-    before this returns, and ``finished`` is set once it is. Reports the runtime once it is
+    streams) until the host closes its side (or ``stop`` is set); the requests already read then
+    get their answers, and the registration is withdrawn before this returns; ``finished`` is set
+    once it is. ``pipe`` is the host's pipe behind ``write_stream`` when there is one (a pushed
+    message counts as written once it is in the pipe). Reports the runtime once it is
     registered; returns it (for its ``last_error``). Raises the runtime's error if the inbox
     cannot start."""
     host = McpHost(options)
@@ -579,10 +814,13 @@ async def serve_streams(
     )
     seat = host.attach(runtime)
     mcp_server = McpServer(host)
+    requests = _OpenRequests()
+    writer = _Transport(write_stream, requests, pipe)
+    relayed_in, relayed_out = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     async with anyio.create_task_group() as group:
         await group.start(runtime.run)
         seat.open()
-        await group.start(host.run_pushes, write_stream)
+        await group.start(host.run_pushes, writer.pushes())
 
         async def stop_when_asked() -> None:
             if stop is not None:
@@ -590,11 +828,10 @@ async def serve_streams(
                 group.cancel_scope.cancel()
 
         group.start_soon(stop_when_asked)
+        group.start_soon(_relay_until_answered, read_stream, relayed_in, requests, host.close)
         task_status.started(runtime)
         try:
-            await mcp_server.server.run(
-                read_stream, write_stream, mcp_server.initialization_options()
-            )
+            await mcp_server.server.run(relayed_out, writer, mcp_server.initialization_options())
         finally:
             host.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(MCP_STOP_TIMEOUT_S):
@@ -622,27 +859,55 @@ async def serve(
     returns only once the host closes stdin. ``finished`` says when the peer has withdrawn, which
     is what a signalled process waits for before it exits.
     """
-    async with stdio_server() as (read_stream, write_stream):
-        return await serve_streams(
-            options,
-            read_stream,
-            write_stream,
-            locations=locations,
-            runtime_options=runtime_options,
-            stop=stop,
-            finished=finished,
-            task_status=task_status,
-        )
+    with _pipe_to_host() as pipe:
+        async with stdio_server(stdout=pipe) as (read_stream, write_stream):
+            return await serve_streams(
+                options,
+                read_stream,
+                write_stream,
+                pipe=pipe,
+                locations=locations,
+                runtime_options=runtime_options,
+                stop=stop,
+                finished=finished,
+                task_status=task_status,
+            )
 
 
-def default_name(cwd: str, environ: Mapping[str, str] | None = None) -> str:
-    """The name of a server started without ``--name``: ``PI_CROSS_SESSION_NAME``, else the name
-    of the host's working directory, cleaned as the wire cleans names."""
+@contextmanager
+def _pipe_to_host() -> Iterator[PipeWrites]:
+    """Descriptor 1 for MCP messages alone, as the SDK's transport claims it when given no
+    stdout of its own: the messages go to a private copy of the host's pipe, fd 1 points at
+    stderr while the server runs (a stray print cannot corrupt the protocol), and is pointed back
+    at the pipe afterwards. The copy is never closed: a worker thread may still be writing to it
+    when the server ends, and a closed descriptor could be reused under it."""
+    sys.stdout.flush()
+    wire = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)  # above 0-2, so never taken for a standard one
+    os.dup2(2, 1)
+    try:
+        text = io.TextIOWrapper(os.fdopen(wire, "wb", closefd=False), encoding="utf-8")
+        yield PipeWrites(text)
+    finally:
+        os.dup2(wire, 1)
+
+
+def name_origin(cwd: str, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The name of a server started without ``--name`` and where it came from:
+    ``PI_CROSS_SESSION_NAME`` (``env``), else the name of the host's working directory (``cwd``),
+    cleaned as the wire cleans names, else :data:`FALLBACK_NAME` (``fallback``)."""
     env = os.environ if environ is None else environ
     chosen = parse_name(env.get(NAME_ENV))
     if chosen is not None:
-        return chosen
-    return parse_name(os.path.basename(os.path.normpath(cwd))) or FALLBACK_NAME
+        return chosen, "env"
+    from_cwd = parse_name(os.path.basename(os.path.normpath(cwd)))
+    if from_cwd is not None:
+        return from_cwd, "cwd"
+    return FALLBACK_NAME, "fallback"
+
+
+def default_name(cwd: str, environ: Mapping[str, str] | None = None) -> str:
+    """The name of a server started without ``--name`` (see :func:`name_origin`)."""
+    return name_origin(cwd, environ)[0]
 
 
 __all__ = [
@@ -656,10 +921,12 @@ __all__ = [
     "McpHost",
     "McpOptions",
     "McpServer",
+    "PipeWrites",
     "PullResult",
     "ReadPiMessagesParams",
     "WaitPiMessageParams",
     "default_name",
+    "name_origin",
     "serve",
     "serve_streams",
 ]

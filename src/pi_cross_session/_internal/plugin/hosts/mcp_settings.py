@@ -4,7 +4,7 @@ long the server waits. Its own room (the wire's bounds are in
 
 from typing import Final
 
-from pi_cross_session._internal.protocol.limits import MAX_TEXT_UNITS, QUEUE_TTL_S
+from pi_cross_session._internal.protocol.limits import MAX_TEXT_UNITS, QUEUE_TTL_S, SEND_DEADLINE_S
 
 #: Longest ``wait_pi_message`` waits for a message: the queue's time to live, since a message
 #: queued when the wait began has ended by then anyway, and MCP hosts time tool calls out at a
@@ -23,3 +23,9 @@ PULL_HANDOFF_STEP_S: Final = 2.0
 #: removing the registration and socket the hard way (the SDK's client kills a server 2 s after
 #: closing its stdin, with SIGTERM, which is handled the same way).
 MCP_STOP_TIMEOUT_S: Final = 5.0
+#: How long the server keeps answering after the host closed stdin: requests it had already read
+#: are answered before it exits. A send under way ends its whole exchange within the sender's
+#: deadline (``SEND_DEADLINE_S``), and a read or wait in progress returns at once with what it
+#: holds; only a send that also waits for delivery (``waitSeconds``) can run past this, and is then
+#: answered with the SDK's "Connection closed" error.
+MCP_DRAIN_TIMEOUT_S: Final = SEND_DEADLINE_S + 1.0
