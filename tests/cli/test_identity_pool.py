@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -19,6 +20,9 @@ from pi_cross_session._internal.plugin.cli_identity import (
     ALL_SLOTS,
     Holder,
     IdentityBusyError,
+    IdentityUnusableError,
+    LockProblem,
+    SkippedSlot,
     read_holder,
 )
 from pi_cross_session._internal.plugin.cli_identity_settings import (
@@ -44,6 +48,7 @@ class Recorder:
     def __init__(self) -> None:
         self.started: list[Sequence[tuple[int, Holder | None]]] = []
         self.ended: list[int] = []
+        self.skipped: list[SkippedSlot] = []
 
     def started_wait(self, holders: Sequence[tuple[int, Holder | None]]) -> None:
         self.started.append(holders)
@@ -63,6 +68,9 @@ class Reporter:
 
     def ended(self, slot: int, elapsed_s: float) -> None:
         self.record.ended.append(slot)
+
+    def skipped(self, skipped: SkippedSlot) -> None:
+        self.record.skipped.append(skipped)
 
 
 def test_the_pool_size_and_file_names() -> None:
@@ -234,7 +242,7 @@ def test_a_wait_for_an_identity_shows_on_a_terminal(
             private_agent_dir,
             "status",
             "nobody",
-            "an-id",
+            "0b7c6f1e-3d2a-4c1b-9e8f-5a6b7c8d9e0f",
             cwd=tmp_path,
             on_terminal=release_once_the_wait_shows,
         )
@@ -247,3 +255,98 @@ def test_a_wait_for_an_identity_shows_on_a_terminal(
     assert f"identity 0: pid {os.getpid()}, send to someone" in terminal
     assert "waiting for an identity… 1 s" in terminal  # the progress line, while it lasts
     assert "got identity 0 after" in terminal
+
+
+# -- an unsafe lock file costs one identity, not every send -----------------------------------
+
+
+def unsafe_lock(locations: Locations, slot: int, elsewhere: Path) -> Path:
+    """Slot ``slot``'s lock file made a symbolic link to a file of the test's."""
+    path = Path(lock_path(locations, slot))
+    elsewhere.write_text("not a lock\n")
+    path.symlink_to(elsewhere)
+    return path
+
+
+def test_a_symlinked_lock_is_skipped_and_said_once_and_the_send_goes_out(
+    inboxes: Inboxes, locations: Locations, private_agent_dir: Path, tmp_path: Path
+) -> None:
+    inbox = inboxes.start("reachable", busy=0)
+    target = tmp_path / "someone-elses-file"
+    link = unsafe_lock(locations, 0, target)
+    sent = run_cli(private_agent_dir, "send", "reachable", "hello", "--json", cwd=tmp_path)
+    assert sent.returncode == 0, sent
+    warnings = [line for line in sent.stderr.splitlines() if "skipped" in line]
+    assert warnings == [
+        f"pi-cross-session: warning: skipped command-line identity 0: its lock file {link} is a "
+        "symbolic link; remove it if you did not put it there (it is made again, safely, when "
+        "needed)"
+    ], sent
+    second = cli_identity.load_existing(locations, 1)
+    assert second is not None  # the send went out as identity 1
+    event = inbox.wait_event("state", messageId=sent.json()["messageId"], state="delivered")
+    assert event["source"] == second.instance_id
+    assert target.read_text() == "not a lock\n"  # never opened for writing, no note in it
+    assert link.is_symlink()
+    # status asks as the identity that sent it; a question about an id no identity remembers
+    # skips the unsafe one as well, instead of failing on it.
+    message_id = sent.json()["messageId"]
+    asked = run_cli(private_agent_dir, "status", "reachable", message_id, cwd=tmp_path)
+    assert asked.returncode == 0, asked
+    cli_identity.load_or_create(locations, 0)  # so the question tries identity 0 first
+    unknown = run_cli(private_agent_dir, "status", "reachable", str(uuid.uuid4()), cwd=tmp_path)
+    assert unknown.returncode == 3, unknown  # "unknown", asked as identity 1
+    assert target.read_text() == "not a lock\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_lock_of_another_user_is_skipped(
+    inboxes: Inboxes, locations: Locations, private_agent_dir: Path, tmp_path: Path
+) -> None:
+    inboxes.start("reachable", busy=0)
+    path = Path(lock_path(locations, 0))
+    path.write_bytes(b"")
+    os.chown(path, 65534, 65534)
+    sent = run_cli(private_agent_dir, "send", "reachable", "hello", cwd=tmp_path)
+    assert sent.returncode == 0, sent
+    assert "skipped command-line identity 0: its lock file" in sent.stderr
+    assert "belongs to another user (uid 65534)" in sent.stderr
+
+
+def test_when_no_lock_is_safe_the_send_fails_at_once_saying_why(
+    locations: Locations, private_agent_dir: Path, tmp_path: Path
+) -> None:
+    for slot in ALL_SLOTS:
+        unsafe_lock(locations, slot, tmp_path / f"target-{slot}")
+    sent = run_cli(private_agent_dir, "send", "anyone", "hello", "--json", cwd=tmp_path)
+    assert sent.returncode == 1, sent
+    report = sent.json()
+    assert (report["ok"], report["status"]) == (False, "identity_unusable")
+    assert report["error"].startswith("no command-line identity can be used (identity 0: ")
+    assert "waiting" not in sent.stderr  # nothing to wait for: no lock will become safe
+    text = run_cli(private_agent_dir, "send", "anyone", "hello", cwd=tmp_path)
+    assert text.returncode == 1, text
+    assert "pi-cross-session: no command-line identity can be used" in text.stderr
+
+
+@pytest.mark.anyio
+async def test_a_skipped_slot_is_reported_once_while_the_wait_goes_on(
+    locations: Locations, tmp_path: Path
+) -> None:
+    """Slot 0 unsafe, slot 1 busy: slot 0 is said once, and the wait is for slot 1 alone."""
+    unsafe_lock(locations, 0, tmp_path / "target")
+    busy = NotedLock(lock_path(locations, 1))
+    assert busy.try_acquire()
+    record = Recorder()
+    try:
+        with pytest.raises(IdentityBusyError):
+            await cli_identity.acquire_slot(
+                locations, [0, 1], timeout_s=0.3, reporter=Reporter(record)
+            )
+    finally:
+        busy.release()
+    assert [(s.slot, s.problem) for s in record.skipped] == [(0, LockProblem.SYMLINK)]
+    [holders] = record.started
+    assert [slot for slot, _ in holders] == [1]
+    with pytest.raises(IdentityUnusableError):
+        await cli_identity.acquire_slot(locations, [0], reporter=Reporter(record))

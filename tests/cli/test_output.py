@@ -63,11 +63,25 @@ def test_verbose_logs_sanitised_lines_to_stderr(cli: Cli) -> None:
         assert all(line.startswith("pi-cross-session: info: pi_cross_session.") for line in logged)
 
 
-@pytest.mark.parametrize("command", [(), ("send",), ("status",), ("peers",)])
+@pytest.mark.parametrize("command", [(), ("send",), ("status",)])
 def test_help_lists_the_exit_codes(cli: Cli, command: tuple[str, ...]) -> None:
     shown = cli(*command, "--help")
     assert shown.returncode == 0, shown
     assert exits.TABLE in shown.stdout
+
+
+@pytest.mark.parametrize(
+    "command", ["paths", "inbox", "peers", "doctor", "mcp", "gateway", "remote"]
+)
+def test_only_send_and_status_repeat_the_table_of_exit_codes(cli: Cli, command: str) -> None:
+    """The table is about a message's fate: the other commands do not repeat it under their
+    --help (those whose job is not a message say their own codes in one line)."""
+    shown = cli(command, "--help")
+    assert shown.returncode == 0, shown
+    assert "exit codes:" not in shown.stdout
+    assert "status, send --wait" not in shown.stdout
+    if command in ("paths", "inbox", "peers"):
+        assert exits.SIMPLE in shown.stdout
 
 
 @pytest.mark.parametrize("document", ["README.md", "docs/operations.md"])

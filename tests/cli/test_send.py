@@ -38,6 +38,7 @@ NOT_REACHED_RETRIES = 20
 REPORT_KEYS = {
     "ok",
     "status",
+    "receipt",
     "state",
     "retryable",
     "next",
@@ -75,7 +76,8 @@ def test_json_report_of_a_submitted_message_with_a_summary(
     assert set(report) == REPORT_KEYS  # a success carries no "error" field at all
     assert report["ok"] is True
     assert report["status"] == "submitted"
-    assert report["state"] == "submitted"
+    assert report["receipt"] == "submitted"
+    assert report["state"] == "submitted"  # without --wait, the receipt is the latest state
     assert report["retryable"] is False
     assert report["next"] is None
     assert report["messageWritten"] is True  # a receipt came back, so the frame went out
@@ -192,7 +194,8 @@ def test_an_unknown_target_is_not_found(inboxes: Inboxes, cli: Cli, locations: L
     assert text.returncode == 4, text
     # Command-line words: a message that never left says "not sent", the advice names the
     # command to run, and nothing speaks of the model's tools or of upgrading a peer.
-    assert text.stderr.startswith('Message not sent (not_found): no live session matches "absent"')
+    assert text.stderr.startswith('Message not sent: no live session matches "absent"')
+    assert "not_found" not in text.stderr  # the code is for --json
     assert "pi-cross-session peers" in text.stderr
     assert "list_pi" not in text.stderr
     assert "upgrade" not in text.stderr
@@ -224,10 +227,13 @@ def test_two_sessions_of_one_name_are_ambiguous_until_a_ref_is_given(
     text = cli("send", "twin", "which one, in words?")
     assert text.returncode == 4, text
     head, *candidates = text.stderr.rstrip("\n").split("\n")
-    assert head.startswith('Message not sent (ambiguous): "twin" matches 2 live sessions;')
+    assert head.startswith('Message not sent: "twin" matches 2 live sessions;')
     assert sorted(c.split()[:2] for c in candidates[:2]) == sorted(
         ["twin", f"[{ref}]"] for ref in refs
     )
+    # The advice does not run into the last candidate: it is a sentence of its own, on its line.
+    assert len(candidates) == 3, text
+    assert candidates[2] == "Next: see the live sessions with: pi-cross-session peers."
     precise = cli("send", f"@twin [{refs[1]}]", "you, the second one", "--json")
     assert precise.returncode == 0, precise
     assert precise.json()["target"]["ref"] == refs[1]
@@ -268,7 +274,7 @@ def test_invalid_input_in_text_mode_goes_to_stderr(cli: Cli, private_agent_dir: 
     text = cli("send", "someone", " \n ")
     assert text.returncode == 1, text
     assert text.stdout == ""
-    assert text.stderr.startswith("Message not sent (invalid_message): the message is blank.")
+    assert text.stderr.startswith("Message not sent: the message is blank.")
     assert list(private_agent_dir.iterdir()) == []
 
 

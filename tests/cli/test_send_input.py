@@ -1,4 +1,4 @@
-"""``pi-cross-session send``: the message from stdin or a file, and a summary that is never cut.
+"""``pi-cross-session send``: the message from stdin or a file, and a summary never cut silently.
 
 A message is ``MESSAGE``, stdin with ``-``, or ``--file PATH``; a file or stdin is read at most
 one frame's size plus one byte, so an input too large to send is refused before it is read whole.
@@ -57,8 +57,11 @@ def test_a_file_larger_than_a_frame_is_refused_unsent(
     path.write_bytes(b"x" * (MAX_FRAME_BYTES + 1))
     sent = cli("send", "anyone", "--file", str(path))
     assert sent.returncode == 1, sent
-    assert sent.stderr.startswith("Message not sent (invalid_message): ")
-    assert f"holds more than {MAX_FRAME_BYTES:,} bytes" in sent.stderr
+    # Its size is known without reading it: which bound, and by how much.
+    assert sent.stderr.startswith(
+        f"Message not sent: {path} is {MAX_FRAME_BYTES + 1:,} bytes, 1 over the "
+        f"{MAX_FRAME_BYTES:,} bytes (1 MiB) one frame may hold"
+    ), sent
     assert nothing_created(private_agent_dir)
 
 
@@ -111,26 +114,44 @@ def test_the_message_is_given_exactly_once(
     assert nothing_created(private_agent_dir)
 
 
-def test_a_summary_the_wire_would_cut_is_an_error(
+def test_a_summary_is_taken_up_to_400_units_and_a_cut_is_said(
     inboxes: Inboxes, cli: Cli, private_agent_dir: Path
 ) -> None:
-    """The wire keeps 200 characters of a summary: 201 would be cut, so it is refused; 200
-    arrives whole; whitespace runs fold before counting, as the wire folds them."""
+    """As the send tool takes it: up to 400 UTF-16 units, folded, and cut to the 200 code points
+    a receiver keeps. A cut is never silent: a note on stderr, ``summaryCut`` in ``--json``.
+    Over 400 units is refused before anything is sent, saying by how much."""
     inbox = inboxes.start("summaries", busy=0)
-    cut = cli("send", "summaries", "text", "--summary", "s" * 201, "--json")
-    assert cut.returncode == 1, cut
-    assert cut.json()["status"] == "invalid_message"
-    assert "would see it cut" in cut.json()["error"]
-    over_the_tool_limit = cli("send", "summaries", "text", "--summary", "s" * 401)
-    assert over_the_tool_limit.returncode == 1, over_the_tool_limit
-    assert "Message not sent (invalid_message)" in over_the_tool_limit.stderr
+    long = "s" * 300
+    cut = cli("send", "summaries", "a text", "--summary", long, "--json")
+    assert cut.returncode == 0, cut
+    assert cut.json()["summaryCut"] == {"codePoints": 300, "kept": 200}
+    assert "note: the summary has 300 characters" in cut.stderr
+    assert "it is sent cut to its first 200" in cut.stderr
+    summary = inbox.wait_event("message", messageId=cut.json()["messageId"])["summary"]
+    assert summary == "s" * 200
+    in_words = cli("send", "summaries", "another text", "--summary", "t" * 250)
+    assert in_words.returncode == 0, in_words
+    assert in_words.stdout.startswith("Message submitted to summaries [")
+    assert "note: the summary has 250 characters" in in_words.stderr
+    over = cli("send", "summaries", "text", "--summary", "s" * 401, "--json")
+    assert over.returncode == 1, over
+    assert over.json()["status"] == "invalid_message"
+    assert over.json()["error"] == (
+        "the summary is 401 UTF-16 code units long, 1 over the 400 --summary takes; shorten it"
+    )
+    astral = cli("send", "summaries", "text", "--summary", "\U0001f600" * 201)  # 402 units
+    assert astral.returncode == 1, astral
+    assert "402 UTF-16 code units long, 2 over the 400" in astral.stderr
     whole = "w" * 200
     sent = cli("send", "summaries", "text", "--summary", whole, "--json")
     assert sent.returncode == 0, sent
+    assert "summaryCut" not in sent.json()
+    assert sent.stderr == ""
     assert inbox.wait_event("message", messageId=sent.json()["messageId"])["summary"] == whole
-    folded = "a   " * 60  # 240 characters, 119 once its runs of spaces fold
+    folded = "a   " * 60  # 240 characters, 119 once its runs of spaces fold: not a cut
     sent = cli("send", "summaries", "more text", "--summary", folded, "--json")
     assert sent.returncode == 0, sent
+    assert "summaryCut" not in sent.json()
     summary = inbox.wait_event("message", messageId=sent.json()["messageId"])["summary"]
     assert summary == " ".join(["a"] * 60)
 

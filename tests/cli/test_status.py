@@ -113,13 +113,23 @@ def test_status_of_an_unknown_target_is_not_found(cli: Cli) -> None:
     assert asked.json()["status"] == "not_found"
     text = cli("status", "nobody", str(uuid.uuid4()))
     assert text.returncode == 4, text
-    assert text.stderr.startswith('Could not ask (not_found): no live session matches "nobody"')
+    assert text.stderr.startswith('Could not ask: no live session matches "nobody"')
 
 
-def test_a_malformed_message_id_is_a_clean_usage_error(inboxes: Inboxes, cli: Cli) -> None:
+@pytest.mark.parametrize(
+    "message_id", ["not a message id!", "not-an-id", "0B7C6F1E-3D2A-4C1B-9E8F-5A6B7C8D9E0F"]
+)
+def test_a_malformed_message_id_is_a_clean_usage_error(
+    inboxes: Inboxes, cli: Cli, message_id: str
+) -> None:
+    """A MESSAGE_ID no send of ours can have printed (every one is a lowercase UUID) is a usage
+    error (exit 1, the command line's), never asked about and answered "unknown" (exit 3)."""
     inboxes.start("strict")
-    asked = cli("status", "strict", "not a message id!")
-    assert asked.returncode in (1, 2), asked
+    asked = cli("status", "strict", message_id)
+    assert asked.returncode == 1, asked
+    assert f'"{message_id}" is not a message id: give the messageId a send printed' in (
+        asked.stderr
+    ), asked
     assert "Traceback" not in asked.stderr, asked
     assert "ValidationError" not in asked.stderr, asked
 

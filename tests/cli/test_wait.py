@@ -69,11 +69,14 @@ def test_a_queued_message_is_followed_past_s_until_it_leaves_the_queue(
     sent = while_queued(inbox, partial(cli, "send", "slow", "after you", "--wait", "1", "--json"))
     assert sent.returncode == 0, sent  # 0: delivered
     report = sent.json()
-    assert report["status"] == "queued"  # the receipt
+    # One vocabulary: what the receiver answered at admission, and the latest state, under
+    # names that cannot be mistaken; "status" keeps its meaning (the receipt), and "lastState"
+    # its (the latest state).
+    assert (report["receipt"], report["state"]) == ("queued", "delivered")
+    assert (report["status"], report["lastState"]) == ("queued", "delivered")
     assert report["followed"][0] == "queued"
     assert report["followed"][-1] == "delivered"
     assert set(report["followed"]) <= {"queued", "submitted", "delivered"}
-    assert report["lastState"] == "delivered"
     assert report["deliveryConfirmable"] is True
     assert "error" not in report
 
@@ -82,11 +85,13 @@ def test_text_report_of_a_followed_message(inboxes: Inboxes, cli: Cli) -> None:
     inbox = occupy(inboxes, cli, "wordy")
     sent = while_queued(inbox, partial(cli, "send", "wordy", "in words, please", "--wait", "1"))
     assert sent.returncode == 0, sent
-    assert sent.stdout.startswith("Message queued to wordy [")
-    assert "queued → " in sent.stdout
-    assert "→ delivered: the receiving session confirmed it entered its conversation" in (
+    # The latest state first, then how it came to be known (the receipt, the states seen).
+    assert sent.stdout.startswith("Message to wordy [")
+    assert "]: delivered — the receiving session confirmed it entered its conversation" in (
         sent.stdout
     )
+    assert "Receipt: queued; followed " in sent.stdout
+    assert "queued → " in sent.stdout
     assert "not yet confirmed" not in sent.stdout
     assert sent.stderr == ""  # progress is for terminals only
 
@@ -118,6 +123,7 @@ def test_a_message_that_expires_in_the_queue_is_reported_expired(
     assert sent.returncode == 2, sent
     report = sent.json()
     assert (report["status"], report["lastState"]) == ("queued", "expired")
+    assert (report["receipt"], report["state"]) == ("queued", "expired")
     assert report["followed"] == ["queued", "expired"]
     asked = cli("status", "stuck", report["messageId"])
     assert asked.returncode == 2, asked
@@ -145,7 +151,8 @@ def test_a_terminal_sees_each_state_change_while_waiting(
     assert "pi-cross-session: queued after 0.0 s" in terminal
     assert "pi-cross-session: delivered after " in terminal
     assert terminal.index("queued after") < terminal.index("delivered after")
-    assert out.startswith("Message queued to watched [")  # the report itself stays on stdout
+    assert out.startswith("Message to watched [")  # the report itself stays on stdout
+    assert "]: delivered — " in out
 
 
 @pytest.mark.anyio

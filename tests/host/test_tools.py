@@ -9,6 +9,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from pi_cross_session._internal.plugin.render import listings
+from pi_cross_session._internal.protocol.paths import Locations
 from tests.host.pi_harness import Peer, ScriptedChat, call_tool, runtime_of, say, text_of
 from tests.support.waiting import eventually
 
@@ -60,6 +61,24 @@ async def test_list_pi_lists_a_live_peer(
     assert "token" not in result.details["peers"][0]
 
 
+async def test_list_pi_with_no_peer_says_where_it_looked(
+    harnesses: Callable[..., Any], model: ScriptedChat, locations: Locations
+) -> None:
+    # Issue 24 item 3: "no other live sessions" names the agent dir and how to look elsewhere.
+    harness = await harnesses()
+    model.responder = tool_once("list_pi", {})
+    await harness.prompt("who else is running?")
+    [result] = await tool_results(harness)
+    assert not result.isError
+    lines = result.content[0]["text"].splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("This session: ")
+    assert f'in the agent dir "{locations.agent_dir}". ' in lines[1]
+    assert "PI_CODING_AGENT_DIR" in lines[1]
+    assert lines[1] == listings.no_peers(locations.agent_dir)
+    assert result.details["peers"] == []
+
+
 async def test_send_reaches_the_peer_and_reports_honestly(
     harnesses: Callable[..., Any], model: ScriptedChat, peer: Peer
 ) -> None:
@@ -104,7 +123,9 @@ async def test_a_failed_send_is_an_error_with_structured_details(
     assert details["retryable"] is False
     assert details["next"]
     assert details["messageId"] is None  # nothing was sent, so there is nothing to ask about
-    assert result.content[0]["text"].startswith("Message not confirmed to the target: not_found")
+    text = result.content[0]["text"]
+    assert text.startswith("Message not sent: there is no such live session"), text
+    assert "next: list the live sessions with list_pi" in text
 
 
 async def test_parameters_over_the_utf16_limit_never_reach_the_runtime(

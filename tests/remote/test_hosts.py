@@ -41,6 +41,9 @@ DEFINITE: Final = {
     exits.EXIT_UNKNOWN: {"receipt_unknown"},
     # No session of that name (its proxy withdrawn): refused before any message existed.
     exits.EXIT_NO_TARGET: {"refused"},
+    # Its proxy withdrawn between the listing and the send: nothing was written, so certainly
+    # not delivered (the code says how it ended: a socket gone, a connection refused).
+    exits.EXIT_LOCAL: {"refused", "receipt_unknown"},
 }
 #: Pauses between the sends of one direction while the link is cut and mended (keeps the two
 #: cores for the gateways; the sends themselves take up to 5 s each).

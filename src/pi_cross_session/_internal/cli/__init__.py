@@ -25,7 +25,7 @@ from typing import Final
 
 from pi_cross_session._internal.cli import exits
 from pi_cross_session._internal.cli.console import PREFIX, Console, prepare_streams
-from pi_cross_session._internal.cli.parser import build_parser
+from pi_cross_session._internal.cli.parser import REMOTE_PLANE_COMMANDS, build_parser, command_word
 
 #: Commands that turn logging on themselves, once they import something that may log (so that a
 #: quick ``peers`` or ``paths`` does not pay for importing logging).
@@ -47,7 +47,8 @@ _RUNNERS: Final = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit status."""
     prepare_streams()
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(remote_plane=command_word(words) in REMOTE_PLANE_COMMANDS)
     args = parser.parse_args(argv)
     module = _RUNNERS.get(args.command or "")
     if module is None:
@@ -69,7 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if not isinstance(exc, CrossSessionError):
             raise
-        console.problem(f"{PREFIX}: {line(exc.code)}: {line(str(exc))}")
+        # People get words; a script gets the code too, in --json.
+        if getattr(args, "json", False):
+            console.json({"ok": False, "status": exc.code, "error": str(exc)})
+        else:
+            console.problem(f"{PREFIX}: {line(str(exc))}")
         return exits.EXIT_LOCAL
     return code
 

@@ -55,3 +55,9 @@ exit codes:
   6    status, send --wait: still queued at the receiver
   130  interrupted (Ctrl-C)
 peers, paths, inbox and doctor exit 0 when they did their job and 1 otherwise."""
+
+#: The epilog of the commands whose job is not a message (``paths``, ``peers``, ``inbox``): the
+#: table above is ``send``'s and ``status``'s, and ``--help`` shows it there only.
+SIMPLE: Final = """\
+exit status: 0 when it did its job, 1 otherwise, 130 when interrupted (Ctrl-C);
+'pi-cross-session --help' shows the codes of send and status."""

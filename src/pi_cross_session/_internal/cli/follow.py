@@ -103,6 +103,11 @@ class Follow:
         return max(0.0, self._started + limit - now)
 
     @property
+    def started(self) -> float:
+        """When the receipt came (the clock the rule is given)."""
+        return self._started
+
+    @property
     def bound_s(self) -> float:
         """The longest the wait can last, from the receipt."""
         return self._bound_s

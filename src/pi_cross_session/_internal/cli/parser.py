@@ -24,8 +24,11 @@ from pi_cross_session._internal.plugin.cli_identity_settings import (
 )
 from pi_cross_session._internal.protocol.limits import (
     MAX_DELIVERY_WAIT_S,
+    MAX_FRAME_BYTES,
     MAX_LISTED_REGISTRATIONS,
     MAX_SUMMARY_CODE_POINTS,
+    MAX_TEXT_UNITS,
+    MAX_TOOL_SUMMARY_UNITS,
     QUEUE_TTL_S,
 )
 from pi_cross_session._internal.protocol.paths import is_instance_id
@@ -57,12 +60,17 @@ def _wait_seconds(value: str) -> float:
     return seconds
 
 
-def _message_id(value: str) -> str:
-    # Imported here: the frame module builds pydantic models, which only status needs.
-    from pi_cross_session._internal.protocol.frames import ID_RE
+#: A message id as every send of this package makes it (``uuid4``, lowercase): the only ids
+#: ``status`` can ask about, since a receiver keeps rows per sender and the command line's
+#: identities send nothing else. Anything else is a usage error, not an "unknown" answer.
+_MESSAGE_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
-    if ID_RE.fullmatch(value) is None:
-        raise argparse.ArgumentTypeError("a message id is 1 to 128 of A-Z a-z 0-9 _ -")
+
+def _message_id(value: str) -> str:
+    if _MESSAGE_ID_RE.fullmatch(value) is None:
+        from pi_cross_session._internal.cli.words import message_id_invalid  # only on a typo
+
+        raise argparse.ArgumentTypeError(message_id_invalid(value))
     return value
 
 
@@ -173,8 +181,21 @@ _WAIT_HELP = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; exposed so tests and docs can inspect it."""
+#: The commands of the remote plane, whose many options and actions are built only when one of
+#: them runs (``remote_plane``): every other command's start-up pays for its own parser only.
+REMOTE_PLANE_COMMANDS = frozenset({"gateway", "remote"})
+
+
+def command_word(argv: Sequence[str]) -> str | None:
+    """The command an invocation names: its first word that is not an option (the top-level
+    options take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(*, remote_plane: bool = True) -> argparse.ArgumentParser:
+    """The argument parser; exposed so tests and docs can inspect it. Without ``remote_plane``,
+    ``gateway`` and ``remote`` are listed (with their help) but take no options: for an
+    invocation of another command, which never parses them."""
     parser = _Parser(
         prog=PROG,
         description="Discover and message agent sessions on this machine.",
@@ -185,13 +206,17 @@ def build_parser() -> argparse.ArgumentParser:
     _with_verbose(parser, default=0)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
 
-    def command(name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+    def command(
+        name: str, help: str, description: str | None = None, epilog: str | None = None
+    ) -> argparse.ArgumentParser:
         sub = commands.add_parser(
             name,
             help=help,
             # Filled here: the raw formatter (which keeps the exit-code table as written) would not.
             description=None if description is None else textwrap.fill(description, 79),
-            epilog=exits.TABLE,
+            # The table of exit codes is send's and status's (and the top level's); the other
+            # commands say their own in their description or in one line.
+            epilog=epilog,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         # After the command word too (``send -v``); SUPPRESS keeps a top-level -v when absent.
@@ -206,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
             "each other only when they resolve the same agent dir (PI_CODING_AGENT_DIR). "
             "Creates nothing."
         ),
+        epilog=exits.SIMPLE,
     )
     show.add_argument(
         "--instance-id",
@@ -224,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
             "agent. Ctrl-C or SIGTERM stops it and removes its files; SIGUSR1 prints its status; "
             "SIGUSR2 ends the current busy turn at once."
         ),
+        epilog=exits.SIMPLE,
     )
     inbox.add_argument("--name", help="the session name others address it by")
     inbox.add_argument("--cwd", help="the working directory it advertises (default: the current)")
@@ -248,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
             "there are more, the last line (and 'unread' in --json) says how many were left "
             "unread."
         ),
+        epilog=exits.SIMPLE,
     )
     peers.add_argument("--json", action="store_true", help="print one JSON object")
     peers.add_argument(
@@ -264,8 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
             "of an instance id). The message is MESSAGE, or stdin when MESSAGE is '-', or the "
             "file given with --file. Prints the receipt and the messageId. Nothing is retried. "
             f"Up to {CLI_IDENTITY_POOL} sends may run at once; another one waits and says for "
-            "whom."
+            f"whom. Every bound is checked before anything is sent: the text ({MAX_TEXT_UNITS:,} "
+            f"UTF-16 code units) and its frame once JSON-escaped ({MAX_FRAME_BYTES:,} bytes, "
+            "1 MiB). It never creates the agent "
+            "dir. Ctrl-C once the message was sent prints its messageId, what is known of it "
+            "and the status command that asks later (exit 130)."
         ),
+        epilog=exits.TABLE,
     )
     send.add_argument("target", metavar="TARGET")
     send.add_argument("message", metavar="MESSAGE", nargs="?", help="the text, or - for stdin")
@@ -273,8 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument(
         "--summary",
         help=(
-            f"a one-line preview (default: the first line); longer than "
-            f"{MAX_SUMMARY_CODE_POINTS} characters is an error"
+            f"a one-line preview (default: the message's first line), at most "
+            f"{MAX_TOOL_SUMMARY_UNITS} UTF-16 code units; its whitespace is folded and a receiver "
+            f"keeps the first {MAX_SUMMARY_CODE_POINTS} characters, so a longer one is sent cut, "
+            "with a note on stderr (and summaryCut in --json)"
         ),
     )
     send.add_argument("--wait", type=_wait_seconds, default=0.0, metavar="S", help=_WAIT_HELP)
@@ -287,9 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
         "status",
         help="ask a session what became of a message sent from this command line",
         description=(
-            "Ask TARGET what became of MESSAGE_ID, as the command-line identity that sent it. "
-            "The exit code says the state (see below)."
+            "Ask TARGET what became of MESSAGE_ID (the messageId a send printed), as the "
+            "command-line identity that sent it. The exit code says the state (see below). It "
+            "never creates the agent dir."
         ),
+        epilog=exits.TABLE,
     )
     status.add_argument("target", metavar="TARGET")
     status.add_argument("message_id", metavar="MESSAGE_ID", type=_message_id)
@@ -339,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="push: channel notifications (Claude Code with channels enabled); pull (default): "
         "the model reads with read_pi_messages / wait_pi_message",
     )
-    _remote_commands(command)
+    _remote_commands(command, full=remote_plane)
     return parser
 
 
@@ -404,8 +441,9 @@ def _gateway_options(gateway: argparse.ArgumentParser) -> None:
     )
 
 
-def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """``gateway`` and ``remote``: the remote plane (docs/remote.md; needs the [remote] extra)."""
+def _remote_commands(command: Callable[..., argparse.ArgumentParser], *, full: bool) -> None:
+    """``gateway`` and ``remote``: the remote plane (docs/remote.md; needs the [remote] extra);
+    without ``full``, their names and help only."""
     gateway = command(
         "gateway",
         help="carry messages between this machine's sessions and other machines over NATS",
@@ -417,7 +455,8 @@ def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
             "agent dir. Set it up first with 'remote init' and 'remote trust'."
         ),
     )
-    _gateway_options(gateway)
+    if full:
+        _gateway_options(gateway)
 
     remote = command(
         "remote",
@@ -432,6 +471,8 @@ def _remote_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
             "repair the discovery bucket (bucket), or write a private CA and certificates (pki)."
         ),
     )
+    if not full:
+        return
     actions = remote.add_subparsers(dest="remote_command", metavar="ACTION")
     init = actions.add_parser("init", help="create this machine's identity")
     init.add_argument("--machine", required=True, help="this machine's name (a-z, 0-9, -)")

@@ -9,14 +9,15 @@ command-line words (one candidate per line when several match).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Final, cast
 
 from pi_cross_session._internal.cli import exits, words
 from pi_cross_session._internal.cli.console import Console
 from pi_cross_session._internal.plugin.capped import capped_sessions
-from pi_cross_session._internal.plugin.cli_identity import Held, Holder
+from pi_cross_session._internal.plugin.cli_identity import Held, Holder, SkippedSlot
 from pi_cross_session._internal.plugin.outbound import (
     Outbox,
     find_target,
@@ -28,8 +29,25 @@ from pi_cross_session._internal.plugin.reports import SendReport
 from pi_cross_session._internal.protocol.addressing import AddressError, resolve_target
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.io.discovery import Listing
+from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.protocol.registration import PublicPeer
 from pi_cross_session._internal.protocol.sanitize import line
+
+#: The ``status`` (in ``--json``) of a send or a status question in an agent dir that does not
+#: exist: nothing was created, asked or sent.
+NO_AGENT_DIR: Final = "no_agent_dir"
+
+
+def missing_agent_dir(locations: Locations) -> SendReport | None:
+    """A report saying the agent dir does not exist (or is not a dir), or ``None`` when it is
+    there. ``send`` and ``status`` never create it: a mistyped ``PI_CODING_AGENT_DIR`` would
+    otherwise become a new, empty network, and ``doctor`` could no longer point at the typo."""
+    agent_dir = locations.agent_dir
+    if os.path.isdir(agent_dir):
+        return None
+    if os.path.lexists(agent_dir):
+        return local_failure(NO_AGENT_DIR, words.agent_dir_not_a_dir(agent_dir))
+    return local_failure(NO_AGENT_DIR, words.agent_dir_missing(agent_dir))
 
 
 class IdentityWaitNotes:
@@ -49,6 +67,10 @@ class IdentityWaitNotes:
     def ended(self, slot: int, elapsed_s: float) -> None:
         """The wait is over: say which identity this invocation got."""
         self._console.problem(words.identity_wait_over(slot, elapsed_s))
+
+    def skipped(self, skipped: SkippedSlot) -> None:
+        """Once per slot: its lock file is unsafe, so another identity is used."""
+        self._console.problem(words.identity_skipped(skipped))
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ identity remembers (sent before the pool existed, or forgotten) is asked about b
 identity in turn until one gets an answer other than ``unknown``.
 
 The exit code is the state (:mod:`.exits`): 0 delivered, 5 submitted, 6 queued, 2 expired or
-dropped, 3 unknown (or the question could not be asked), 4 no such target, 1 a local error.
+dropped, 3 unknown (or the question could not be asked), 4 no such target, 1 a local error (an
+agent dir that does not exist, which it never creates; a MESSAGE_ID no send of ours can have
+printed is a usage error of the parser, also 1).
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ import anyio
 
 from pi_cross_session._internal.cli import exits, words
 from pi_cross_session._internal.cli.console import Console
-from pi_cross_session._internal.cli.sender import AddressFailure, IdentityWaitNotes, resolve
+from pi_cross_session._internal.cli.sender import (
+    NO_AGENT_DIR,
+    AddressFailure,
+    IdentityWaitNotes,
+    missing_agent_dir,
+    resolve,
+)
 from pi_cross_session._internal.plugin import cli_identity, outbound
 from pi_cross_session._internal.plugin.reports import SendReport
 from pi_cross_session._internal.protocol import paths
@@ -47,6 +55,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 async def _status(args: argparse.Namespace, console: Console) -> int:
     locations = environment.resolve()
+    missing = missing_agent_dir(locations)
+    if missing is not None:
+        return _print(console, args, missing)
     recorded = await anyio.to_thread.run_sync(cli_identity.senders_of, locations, args.message_id)
     if recorded:
         slots = recorded
@@ -54,11 +65,20 @@ async def _status(args: argparse.Namespace, console: Console) -> int:
         known = await anyio.to_thread.run_sync(cli_identity.known_instance_ids, locations)
         slots = sorted(known.values()) or [0]
     outcome: Answer | SendReport | AddressFailure | None = None
+    unusable: cli_identity.IdentityUnusableError | None = None
     for slot in slots:
-        outcome = await _ask(args, console, locations, slot)
+        try:
+            outcome = await _ask(args, console, locations, slot)
+        except cli_identity.IdentityUnusableError as exc:
+            if recorded:
+                raise  # only the identity that sent it can learn what became of it
+            unusable = exc  # an unsafe lock file costs that identity, not the question
+            continue
         if not isinstance(outcome, Answer) or outcome.state != Code.UNKNOWN:
             break
-    assert outcome is not None
+    if outcome is None:
+        assert unusable is not None
+        raise unusable
     return _print(console, args, outcome)
 
 
@@ -127,10 +147,13 @@ def _print(
         )
         data["messageId"] = args.message_id
         data.pop("messageWritten")
+        data.pop("receipt")
         console.json(data)
     else:
         trusted = None if failure is None else failure.text
         console.problem(words.status_not_asked(report, next_text, trusted_detail=trusted))
     if failure is not None:
         return failure.exit_code
+    if report.status == NO_AGENT_DIR:
+        return exits.EXIT_LOCAL  # nothing there to ask as, or about
     return exits.EXIT_UNKNOWN  # the question went unanswered: what became of it is not known

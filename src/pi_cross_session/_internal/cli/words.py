@@ -37,7 +37,7 @@ from pi_cross_session._internal.protocol.sanitize import line
 
 if TYPE_CHECKING:  # only for annotations: these modules are heavy to import
     from pi_cross_session._internal.cli.follow import FollowResult
-    from pi_cross_session._internal.plugin.cli_identity import Holder
+    from pi_cross_session._internal.plugin.cli_identity import Holder, SkippedSlot
     from pi_cross_session._internal.plugin.reports import SendReport
     from pi_cross_session._internal.protocol.registration import PublicPeer
 
@@ -161,25 +161,89 @@ def identity_wait_over(slot: int, elapsed_s: float) -> str:
     return f"{PROG}: got identity {slot} after {elapsed_s:.1f} s"
 
 
+def identity_skipped(skipped: SkippedSlot) -> str:
+    """A slot of the pool is left alone, once per invocation: why, and what to do."""
+    from pi_cross_session._internal.plugin.render.sending import UNSAFE_LOCK_FIX
+
+    return (
+        f"{PROG}: warning: skipped command-line identity {skipped.slot}: {skipped.reason()}; "
+        f"{UNSAFE_LOCK_FIX}"
+    )
+
+
 def identity_purpose(command: str, target: str) -> str:
     """What a holder writes in its lock's note: the command and its target."""
     return f"{command} to {line(target, 80)}" if command == "send" else f"{command} at {target}"
 
 
-# -- input -------------------------------------------------------------------------------------
+# -- the agent dir -------------------------------------------------------------------------------
 
 
-def summary_too_long(limit: int) -> str:
-    """A ``--summary`` the wire would have to cut."""
+def agent_dir_missing(agent_dir: str) -> str:
+    """``send`` or ``status`` in an agent dir that does not exist (it is not created)."""
     return (
-        f"the summary is longer than {limit} characters (after folding whitespace), so the "
-        "receiver would see it cut; shorten it"
+        f"the agent dir {line(agent_dir)} does not exist, so no session has run with it: check "
+        f"its spelling (PI_CODING_AGENT_DIR; '{PROG} paths' shows the dir in effect, "
+        f"'{PROG} doctor' checks it)"
     )
 
 
-def input_too_large(source: str, limit: int) -> str:
-    """A message file or stdin larger than one frame."""
-    return f"{source} holds more than {limit:,} bytes; a message must fit one {limit:,}-byte frame"
+def agent_dir_not_a_dir(agent_dir: str) -> str:
+    """``send`` or ``status`` with an agent dir that is a file (or something else)."""
+    return (
+        f"the agent dir {line(agent_dir)} is not a directory: check PI_CODING_AGENT_DIR "
+        f"('{PROG} doctor' says more)"
+    )
+
+
+# -- input -------------------------------------------------------------------------------------
+
+
+def summary_too_long(units: int, limit: int) -> str:
+    """A ``--summary`` longer than the command line (and the tool) takes."""
+    return (
+        f"the summary is {units:,} UTF-16 code units long, {units - limit:,} over the {limit} "
+        "--summary takes; shorten it"
+    )
+
+
+def summary_cut(code_points: int, kept: int) -> str:
+    """A ``--summary`` longer than the receiver keeps: it goes out cut, and the user is told."""
+    return (
+        f"{PROG}: note: the summary has {code_points} characters once its whitespace is folded, "
+        f"and a receiver keeps {kept}: it is sent cut to its first {kept}"
+    )
+
+
+def text_too_long(units: int, limit: int) -> str:
+    """A message text longer than one message may be."""
+    return (
+        f"the message is {units:,} UTF-16 code units long, {units - limit:,} over the "
+        f"{limit:,} one message may hold; send less"
+    )
+
+
+def frame_too_large(size: int, limit: int) -> str:
+    """A message whose frame (its text JSON-escaped, with the other fields) would exceed the
+    frame's bound: said before anything is sent."""
+    return (
+        f"the message's frame would be {size:,} bytes, {size - limit:,} over the {limit:,} "
+        "bytes (1 MiB) one frame may hold: its text travels JSON-escaped, so quotes, "
+        "backslashes and control characters count twice or more"
+    )
+
+
+def input_too_large(source: str, limit: int, size: int | None = None) -> str:
+    """A message file or stdin larger than one frame (``size``: the file's, when known)."""
+    if size is not None:
+        return (
+            f"{source} is {size:,} bytes, {size - limit:,} over the {limit:,} bytes (1 MiB) one "
+            "frame may hold, and a message travels in one frame; send less"
+        )
+    return (
+        f"{source} holds more than {limit:,} bytes, the most one frame may hold (1 MiB), and a "
+        "message travels in one frame; send less"
+    )
 
 
 def input_not_utf8(source: str) -> str:
@@ -251,7 +315,9 @@ _NEXT: Final[Mapping[str, str]] = {
         f"send a different text, or wait {TEXT_DEDUP_WINDOW_S:g} s to send the same one again"
     ),
     "refused": "that session refuses messages from other sessions (its inbound setting)",
-    "stopped": "its user must run /cross-session-resume in that session first",
+    # The code alone also means an abort or a shutdown there: only the receiver's own words (in
+    # the detail) may say its inbox is closed.
+    "stopped": "that session takes no messages for now; its own words above say why",
     "budget_exhausted": "that session admits no more messages until it restarts",
     "message_too_large": "send less: one message must fit a 1 MiB frame",
     "unsupported": "that session runs an older version of the extension; upgrade it",
@@ -324,34 +390,76 @@ def _target_of(report: SendReport) -> str | None:
     return None if report.target is None else peer_address(report.target)
 
 
-def _follow_text(follow: FollowResult) -> str:
-    path = " → ".join(line(state, 32) for state in follow.states)
+def _followed_meaning(follow: FollowResult, *, interrupted: bool = False) -> str:
     state = follow.last_state
     if state == "submitted":
-        meaning = (
-            "handed to its conversation; that session cannot confirm delivery"
-            if follow.confirmable is False
-            else "handed to its conversation; delivery was not confirmed within the wait"
-        )
-    elif state == "queued":
-        meaning = "still in that session's queue when the wait ended"
-    else:
-        meaning = STATE_MEANINGS.get(state, "as that session reported it")
-    text = f"Followed {follow.elapsed_s:.1f} s: {path}: {meaning}."
+        if follow.confirmable is False:
+            return "handed to its conversation; that session cannot confirm delivery"
+        if interrupted:
+            return "handed to its conversation; delivery not confirmed yet"
+        return "handed to its conversation; delivery was not confirmed within the wait"
+    if state == "queued":
+        if interrupted:
+            return "still in that session's queue"
+        return "still in that session's queue when the wait ended"
+    return STATE_MEANINGS.get(state, "as that session reported it")
+
+
+def _followed(report: SendReport, follow: FollowResult) -> str:
+    """How the state came to be known: the receipt, then what following it saw."""
+    path = " → ".join(line(state, 32) for state in follow.states)
+    text = f"Receipt: {line(report.status, 32)}; followed {follow.elapsed_s:.1f} s: {path}."
     if follow.failed_queries and follow.confirmable is None:
         text += " (No status question was answered.)"
     return text
 
 
 def sent(report: SendReport, follow: FollowResult | None = None) -> str:
-    """A good receipt, and what following the message learnt."""
+    """A good receipt, or, once the message was followed, its latest state first (the receipt
+    and the states seen after it)."""
     where = _target_of(report) or "the target"
-    status = line(report.status, 32)
-    meaning = RECEIPT_MEANINGS.get(report.status, "the receiver took it")
-    text = f"Message {status} to {where}: {meaning}."
+    if follow is None:
+        status = line(report.status, 32)
+        meaning = RECEIPT_MEANINGS.get(report.status, "the receiver took it")
+        return f"Message {status} to {where}: {meaning}. messageId={report.message_id}"
+    state = line(follow.last_state, 32)
+    return (
+        f"Message to {where}: {state} — {_followed_meaning(follow)}. {_followed(report, follow)} "
+        f"messageId={report.message_id}"
+    )
+
+
+def interrupted(report: SendReport | None, follow: FollowResult | None) -> str:
+    """Ctrl-C during a send: what is known by then. Nothing sent, or the message id, its last
+    known state and how to ask about it later."""
+    if report is None or not report.message_written:
+        return f"{PROG}: interrupted (Ctrl-C); nothing was sent"
+    where = _target_of(report) or "the target"
+    ask = _ask_later(report)
     if follow is not None:
-        text += " " + _follow_text(follow)
-    return f"{text} messageId={report.message_id}"
+        state = line(follow.last_state, 32)
+        meaning = _followed_meaning(follow, interrupted=True)
+        known = f"last known state {state} — {meaning}. {_followed(report, follow)}"
+    elif report.ok:
+        state = line(report.status, 32)
+        known = f"receipt {state} — {RECEIPT_MEANINGS.get(report.status, 'the receiver took it')}."
+    else:
+        known = "no receipt came, so it may or may not have arrived."
+    return (
+        f"Interrupted (Ctrl-C) after the message was sent to {where}: {known} Ask what became "
+        f"of it with: {ask} messageId={report.message_id}"
+    )
+
+
+def _ask_later(report: SendReport) -> str:
+    """The ``status`` command that asks about a sent message."""
+    target = "TARGET" if report.target is None else f"'{peer_address(report.target)}'"
+    return f"{PROG} status {target} {report.message_id}"
+
+
+def interrupted_next(report: SendReport) -> str:
+    """``next`` in the JSON of an interrupted send whose message was written."""
+    return f"ask what became of it with: {_ask_later(report)}"
 
 
 def _detail(report: SendReport, trusted: str | None) -> str:
@@ -362,10 +470,37 @@ def _detail(report: SendReport, trusted: str | None) -> str:
     return _sentence(line(report.detail or report.status, DISPLAY_DIAGNOSTIC_CODE_POINTS * 4))
 
 
+#: Why a message was not sent, in words, for the endings that left nothing written (a receiver
+#: that never read it, or a socket that failed its check); the code stays in ``--json``.
+NOT_SENT_WHY: Final[Mapping[str, str]] = {
+    "transport_error": "could not talk to it",
+    "timeout": "it did not answer in time, so the message was never written",
+    "connection_closed": "it closed the connection before the message could be written",
+    "cancelled": "stopped before the message was written",
+    "invalid_response": "it answered outside the protocol before the message was written",
+    "unsafe_endpoint": "its socket failed the safety check",
+    "missing_endpoint": "its socket is gone (the session may have just stopped)",
+    "wrong_endpoint": "its socket is not where its registration says",
+}
+
+
+def _not_sent(report: SendReport, detail: str, where: str | None) -> str:
+    to = f" to {where}" if where else ""
+    why = NOT_SENT_WHY.get(report.status)
+    if why is None:
+        return f"Message not sent{to}: {detail}"
+    return f"Message not sent{to}: {why} ({detail.rstrip('.')})."
+
+
 def not_delivered(
     report: SendReport, next_text: str | None, *, trusted_detail: str | None = None
 ) -> str:
-    """A send that did not end in a good receipt: not sent, refused, or outcome unknown."""
+    """A send that did not end in a good receipt: not sent, refused, or outcome unknown.
+
+    A message that never left says so, and why, in words (its code is for ``--json``); a
+    receiver's answer keeps its word (``busy``, ``timeout``…), which the receipts table explains.
+    A detail of several lines (the candidates of an ambiguous target) ends its line, so what
+    follows starts a line of its own."""
     code = line(report.status, 64)
     detail = _detail(report, trusted_detail)
     where = _target_of(report)
@@ -382,7 +517,7 @@ def not_delivered(
             f"{where or 'the target'}."
         )
     elif not report.message_written:
-        head = f"Message not sent{' to ' + where if where else ''} ({code}): {detail}"
+        head = _not_sent(report, detail, where)
     elif report.state == SenderState.RECEIPT_UNKNOWN:
         head = (
             f"Message to {where or 'the target'}: outcome unknown ({code}): {detail} "
@@ -395,7 +530,15 @@ def not_delivered(
         parts.append(f"Next: {next_text}.")
     if report.message_written and report.message_id and not (meaning and not_sent):
         parts.append(f"messageId={report.message_id}")
-    return " ".join(parts)
+    return _joined(parts)
+
+
+def _joined(parts: Sequence[str]) -> str:
+    """Sentences after one another; after a part of several lines, on a line of their own."""
+    text = parts[0]
+    for part in parts[1:]:
+        text += ("\n" if "\n" in text else " ") + part
+    return text
 
 
 def gateway_not_connected(machine: str, problem: str, retry_s: float) -> str:
@@ -469,13 +612,30 @@ def send_json(
     next_text: str | None,
     follow: FollowResult | None = None,
     candidates: Sequence[PublicPeer] = (),
+    interrupted: bool = False,
+    summary_cut: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """The ``send --json`` object: no ``error`` unless it failed, no field that contradicts
-    another."""
+    another (docs/user-guide.md says what each means).
+
+    * ``status`` — the receipt's word, or the code of an ending without one (as always);
+    * ``receipt`` — what the receiver answered when it took the message (``null``: it took
+      nothing, or no answer came);
+    * ``state`` — the latest state known: the receipt; after ``--wait``, the last state the
+      receiver reported (``lastState`` says the same, for scripts that read it); without a
+      receipt, how the send ended (``refused`` or ``receipt_unknown``).
+    """
+    if follow is not None:
+        state = follow.last_state
+    elif report.ok:
+        state = report.status
+    else:
+        state = report.state or report.status
     data: dict[str, Any] = {
         "ok": report.ok,
         "status": report.status,
-        "state": report.state or report.status,
+        "receipt": report.status if report.ok else None,
+        "state": state,
         "retryable": report.retryable,
         "next": next_text,
         "messageId": report.message_id,
@@ -491,6 +651,10 @@ def send_json(
         data["followed"] = list(follow.states)
         data["deliveryConfirmable"] = follow.confirmable
         data["followedSeconds"] = round(follow.elapsed_s, 1)
+    if summary_cut is not None:
+        data["summaryCut"] = {"codePoints": summary_cut[0], "kept": summary_cut[1]}
+    if interrupted:
+        data["interrupted"] = True
     return data
 
 
@@ -534,6 +698,7 @@ def status_json(
     data: dict[str, Any] = {
         "ok": True,
         "status": state,
+        "state": state,  # the same word under the name a send's JSON gives the latest state
         "messageId": message_id,
         "target": peer.to_dict(),
         "deliveryConfirmable": confirmable,
@@ -546,14 +711,22 @@ def status_json(
 def status_not_asked(
     report: SendReport, next_text: str | None, *, trusted_detail: str | None = None
 ) -> str:
-    """A status question that got no answer (no such target, or the exchange failed)."""
-    code = line(report.status, 64)
+    """A status question that got no answer (no such target, or the exchange failed), in
+    words: the code is for ``--json``."""
     detail = _detail(report, trusted_detail)
     where = _target_of(report)
-    text = f"Could not ask{' ' + where if where else ''} ({code}): {detail}"
+    parts = [f"Could not ask{' ' + where if where else ''}: {detail}"]
     if next_text:
-        text += f" Next: {next_text}."
-    return text
+        parts.append(f"Next: {next_text}.")
+    return _joined(parts)
+
+
+def message_id_invalid(value: str) -> str:
+    """``status`` with a MESSAGE_ID that no send of the command line can have printed."""
+    return (
+        f"{_quoted(value)} is not a message id: give the messageId a send printed (a UUID such "
+        "as 0b7c6f1e-3d2a-4c1b-9e8f-5a6b7c8d9e0f)"
+    )
 
 
 # -- inbox -------------------------------------------------------------------------------------

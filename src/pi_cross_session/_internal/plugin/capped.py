@@ -11,12 +11,12 @@ name. A snapshot whose gateway is gone says nothing.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Final
 
 from pi_cross_session._internal.protocol.errors import CrossSessionError
 from pi_cross_session._internal.protocol.paths import Locations, node_join
-from pi_cross_session._internal.security.io import fs
 
 #: The gateway's snapshot, under ``<agentDir>/cross-session/remote/``.
 SNAPSHOT_FILE: Final = "remote-peers.json"
@@ -40,10 +40,13 @@ class Capped:
 
 def read_live_snapshot(locations: Locations) -> dict[str, Any] | None:
     """The snapshot of a gateway that is still running, or ``None`` (blocking)."""
+    path = snapshot_path(locations)
+    if not os.path.lexists(path):
+        return None  # no gateway ever ran here: the common case, and the file layer not loaded
+    from pi_cross_session._internal.security.io import fs
+
     try:
-        body: Any = json.loads(
-            fs.read_registration_bytes(snapshot_path(locations), max_bytes=MAX_SNAPSHOT_BYTES)
-        )
+        body: Any = json.loads(fs.read_registration_bytes(path, max_bytes=MAX_SNAPSHOT_BYTES))
     except (CrossSessionError, ValueError):
         return None
     if not isinstance(body, dict):

@@ -23,6 +23,11 @@ receiver, so it does not grow.
 **Who holds what.** The holder writes a note into its lock file (pid, what it does, since when);
 an invocation that has to wait reads the notes and says who holds each identity.
 
+**An unsafe lock file costs one identity, not all.** A slot whose lock file is a symbolic link,
+not a regular file, another user's, or cannot be opened or locked is skipped (the reporter is
+told once, with why) and the next slot is tried; only when no slot is usable does taking one fail
+(:class:`IdentityUnusableError`), at once rather than after the wait for a busy one.
+
 **Status asks the right identity.** Status rows are per sender, so each identity remembers the
 message ids it sent (a bounded list beside it); ``status`` asks as the identity that sent the
 message, and only waits for that one.
@@ -35,14 +40,17 @@ while its process lives, and hide it.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import stat
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -83,6 +91,48 @@ class IdentityBusyError(CrossSessionError):
     """Every identity an invocation may use stayed in use for too long."""
 
     code = "identity_busy"
+
+
+class LockProblem(StrEnum):
+    """Why a slot's lock file cannot be used safely (the slot is skipped)."""
+
+    SYMLINK = "symlink"
+    NOT_A_FILE = "not_a_file"
+    FOREIGN_OWNER = "foreign_owner"
+    #: It could not be inspected, opened or locked for another reason (``error`` says which).
+    UNUSABLE = "unusable"
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedSlot:
+    """A slot left alone because its lock file is unsafe."""
+
+    slot: int
+    path: str
+    problem: LockProblem
+    #: The file's owner, for :attr:`LockProblem.FOREIGN_OWNER`.
+    owner: int | None = None
+    #: The system's words, for :attr:`LockProblem.UNUSABLE`.
+    error: str | None = None
+
+    def reason(self) -> str:
+        """Why the slot was skipped, as a person reads it."""
+        from pi_cross_session._internal.plugin.render.sending import unsafe_lock
+
+        return unsafe_lock(self.path, self.problem, owner=self.owner, error=self.error)
+
+
+class IdentityUnusableError(CrossSessionError):
+    """No identity an invocation may use has a lock file that is safe to use."""
+
+    code = "identity_unusable"
+
+    def __init__(self, skipped: Sequence[SkippedSlot]) -> None:
+        # Imported here: the texts a person reads live with the sender's other texts.
+        from pi_cross_session._internal.plugin.render.sending import identities_unusable
+
+        super().__init__(identities_unusable([(entry.slot, entry.reason()) for entry in skipped]))
+        self.skipped = tuple(skipped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +325,45 @@ class WaitReporter(Protocol):
     def ended(self, slot: int, elapsed_s: float) -> None:
         """The wait is over: ``slot`` is ours."""
 
+    def skipped(self, skipped: SkippedSlot) -> None:
+        """A slot is left alone because its lock file is unsafe (told once per invocation)."""
+
+
+def lock_problem(path: str) -> SkippedSlot | None:
+    """Why the lock file at ``path`` must not be used (slot -1: the caller fills it in), or
+    ``None`` when it is absent or a regular file of ours. Opening it does not follow a link
+    either (:class:`~pi_cross_session._internal.security.io.fs.NotedLock`), so a link put
+    there after this check is refused then."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return SkippedSlot(-1, path, LockProblem.UNUSABLE, error=exc.strerror or str(exc))
+    if stat.S_ISLNK(st.st_mode):
+        return SkippedSlot(-1, path, LockProblem.SYMLINK)
+    if not stat.S_ISREG(st.st_mode):
+        return SkippedSlot(-1, path, LockProblem.NOT_A_FILE)
+    if st.st_uid != os.geteuid():
+        return SkippedSlot(-1, path, LockProblem.FOREIGN_OWNER, owner=st.st_uid)
+    return None
+
+
+def _try_slot(slot: int, lock: fs.NotedLock) -> bool | SkippedSlot:
+    """Take ``lock`` if it is free and safe: True taken, False held by another, else why it
+    must be skipped."""
+    problem = lock_problem(lock.path)
+    if problem is not None:
+        return SkippedSlot(slot, problem.path, problem.problem, problem.owner, problem.error)
+    try:
+        return lock.try_acquire()
+    except CrossSessionError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.errno == errno.ELOOP:
+            return SkippedSlot(slot, lock.path, LockProblem.SYMLINK)  # put there since the check
+        error = (cause.strerror if isinstance(cause, OSError) else None) or str(cause or exc)
+        return SkippedSlot(slot, lock.path, LockProblem.UNUSABLE, error=error)
+
 
 async def acquire_slot(
     locations: Locations,
@@ -295,14 +384,27 @@ async def acquire_slot(
     started = time.monotonic()
     told = False
     ticks = 0
+    skipped: list[SkippedSlot] = []
+    untold: list[SkippedSlot] = []
     while True:
-        for slot, lock in locks:
-            if lock.try_acquire():
+        for slot, lock in list(locks):
+            taken = _try_slot(slot, lock)
+            if isinstance(taken, SkippedSlot):
+                # Unsafe: never used, and said once; the other slots stay usable.
+                locks.remove((slot, lock))
+                skipped.append(taken)
+                untold.append(taken)
+                continue
+            if taken:
+                _tell_skipped(untold, reporter)
                 lock.write_note(Holder(os.getpid(), purpose, _now_ms()).to_bytes())
                 logger.info("took command-line identity %d (%s)", slot, purpose or "no purpose")
                 if told and reporter is not None:
                     reporter.ended(slot, time.monotonic() - started)
                 return slot, lock
+        if not locks:
+            raise IdentityUnusableError(skipped)  # which already says every one of them
+        _tell_skipped(untold, reporter)
         elapsed = time.monotonic() - started
         holders = None
         if not told:
@@ -317,6 +419,21 @@ async def acquire_slot(
             ticks = int(elapsed)
             reporter.still_waiting(elapsed)
         await anyio.sleep(retry_s)
+
+
+def _tell_skipped(untold: list[SkippedSlot], reporter: WaitReporter | None) -> None:
+    """Say (once) which slots were skipped, and forget them."""
+    for skipped in untold:
+        if reporter is None:
+            logger.warning(
+                "skipped command-line identity %d: its lock file %s is unsafe (%s)",
+                skipped.slot,
+                skipped.path,
+                skipped.problem,
+            )
+        else:
+            reporter.skipped(skipped)
+    untold.clear()
 
 
 def _busy_text(holders: Sequence[tuple[int, Holder | None]], timeout_s: float) -> str:

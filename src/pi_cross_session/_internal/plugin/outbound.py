@@ -34,6 +34,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -84,8 +85,10 @@ from pi_cross_session._internal.protocol.text import (
     is_well_formed,
     utf16_length,
 )
-from pi_cross_session._internal.security.goals import GoalConfirmations, Reservation
-from pi_cross_session._internal.security.limits import LifetimeBudget
+
+if TYPE_CHECKING:  # annotations only: a command-line send has neither budget nor goals
+    from pi_cross_session._internal.security.goals import GoalConfirmations, Reservation
+    from pi_cross_session._internal.security.limits import LifetimeBudget
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from pi_cross_session._internal.protocol.codes import (
     FINAL_ROW_STATES,
@@ -24,8 +24,10 @@ from pi_cross_session._internal.protocol.codes import (
     SenderState,
 )
 from pi_cross_session._internal.protocol.registration import PublicPeer
-from pi_cross_session._internal.security.auth import AuthDiagnostics
-from pi_cross_session._internal.security.goals import GoalEnd, GoalStatus
+
+if TYPE_CHECKING:  # annotations only: a send's report needs none of them (start-up time)
+    from pi_cross_session._internal.security.auth import AuthDiagnostics
+    from pi_cross_session._internal.security.goals import GoalEnd, GoalStatus
 
 
 class SendOutcome(StrEnum):

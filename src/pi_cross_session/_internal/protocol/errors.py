@@ -28,6 +28,7 @@ control flow that never leaves its module) are left out.
     ├── GoalError                         security.goals.errors: a goal action was refused
     ├── NotReadyError                     plugin.runtime: no running incarnation
     ├── IdentityBusyError                 plugin.cli_identity: every CLI identity stayed busy
+    ├── IdentityUnusableError             plugin.cli_identity: no CLI identity's lock file is safe
     ├── InputError                        cli.send_cmd: the message to send could not be read
     ├── EnvelopeError                     protocol.remote.envelope: bytes that are no envelope
     ├── MachineKeyError                   security.remote.identity: a key that cannot be read

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.limits import (
@@ -26,8 +26,10 @@ from pi_cross_session._internal.protocol.limits import (
     MAX_SUMMARY_CODE_POINTS,
 )
 from pi_cross_session._internal.protocol.registration import display_name
-from pi_cross_session._internal.security.admission import Delivery
-from pi_cross_session._internal.security.goals import GoalStatus
+
+if TYPE_CHECKING:  # annotations only: a send, which shows no delivery, need not import them
+    from pi_cross_session._internal.security.admission import Delivery
+    from pi_cross_session._internal.security.goals import GoalStatus
 
 #: The statement appended to every inbound peer message (spec §7.1 lists what it must cover).
 PEER_TEXT_NOTICE: Final = (

@@ -13,13 +13,18 @@ from pi_cross_session._internal.plugin.render.peer_text import shown_diagnostic
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.registration import PublicPeer
-from pi_cross_session._internal.protocol.remote.envelope import machine_of_name
 
 
 def remote_machine(peer: PublicPeer | None) -> str:
     """The machine a proxy stands for, by its name (``bob@buildbox``), as shown; "the remote
     machine" when its name names none."""
-    machine = None if peer is None else machine_of_name(peer.name)
+    if peer is None:
+        return "the remote machine"
+    # Imported here: the envelope module builds the remote plane's models, which a send that
+    # ends well never needs (start-up time, docs/performance.md).
+    from pi_cross_session._internal.protocol.remote.envelope import machine_of_name
+
+    machine = machine_of_name(peer.name)
     return "the remote machine" if machine is None else sanitize.line(machine, 32)
 
 

@@ -4,7 +4,7 @@ and ``--json``, and what each receipt and delivery outcome means."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from pi_cross_session._internal.plugin.render.listings import address
@@ -23,6 +23,35 @@ def library_send_purpose(target: str) -> str:
     """What a library send notes on the command-line identity it holds (``doctor`` and an
     invocation waiting for that identity show it)."""
     return f"library send to {sanitize.line(target, 80)}"
+
+
+def unsafe_lock(path: str, problem: str, *, owner: int | None, error: str | None) -> str:
+    """Why a command-line identity's lock file was left alone (its path escaped); ``problem``
+    is a :class:`~pi_cross_session._internal.plugin.cli_identity.LockProblem`."""
+    where = f"its lock file {sanitize.line(path)}"
+    if problem == "symlink":
+        return f"{where} is a symbolic link"
+    if problem == "not_a_file":
+        return f"{where} is not a regular file"
+    if problem == "foreign_owner":
+        return f"{where} belongs to another user (uid {owner})"
+    return f"{where} cannot be used ({sanitize.line(error or 'unknown error', 120)})"
+
+
+#: What to do about an unsafe lock file.
+UNSAFE_LOCK_FIX: Final = (
+    "remove it if you did not put it there (it is made again, safely, when needed)"
+)
+
+
+def identities_unusable(reasons_by_slot: Sequence[tuple[int, str]]) -> str:
+    """No command-line identity has a lock file safe to use: which, and why (each reason as
+    :func:`unsafe_lock` says it)."""
+    reasons = "; ".join(f"identity {slot}: {reason}" for slot, reason in reasons_by_slot)
+    return (
+        f"no command-line identity can be used ({reasons}); remove those files if you did not "
+        "put them there (each is made again, safely, when needed)"
+    )
 
 
 #: ``next`` of a send that ended for lack of a kernel resource before anything was written.
@@ -86,13 +115,23 @@ def send_result(report: SendReport) -> str:
             text += f" Then: {delivery_text(report.delivery)}."
         return f"{text} messageId={shown_message_id(report.message_id)}"
     explained = remote_refusal(report.status, remote_machine(report.target))
+    next_step = report.next
     if explained is not None:
         # The remote plane's endings in our own words, by their code alone: the proxy's text
         # would only say the same less precisely.
         head = "not sent to" if report.status in REMOTE_NOT_SENT else "refused for"
         parts = [f"Message {head} {where}: {shown_word(report.status)}", explained]
     else:
-        parts = [f"Message not confirmed to {where}: {shown_word(report.status)}"]
+        # Said as it is: never written (and why), refused by the receiver, or unknown.
+        if report.status in NOT_SENT_HEADS and not report.message_written:
+            parts = [NOT_SENT_HEADS[report.status]]
+            next_step = NOT_SENT_NEXT[report.status]
+        elif not report.message_written:
+            parts = [f"Message not sent to {where}: {shown_word(report.status)}"]
+        elif report.state == SenderState.RECEIPT_UNKNOWN:
+            parts = [f"Message to {where}: outcome unknown ({shown_word(report.status)})"]
+        else:
+            parts = [f"Message refused by {where}: {shown_word(report.status)}"]
         if report.detail:
             parts.append(shown_diagnostic(report.detail))
     if report.state == SenderState.RECEIPT_UNKNOWN:
@@ -100,11 +139,23 @@ def send_result(report: SendReport) -> str:
             parts.append("it may or may not have been admitted")
         else:
             parts.append("it was not delivered")
-    if report.next:
-        parts.append(f"next: {shown_diagnostic(report.next)}")
-    if report.message_id:
+    if next_step:
+        parts.append(f"next: {shown_diagnostic(next_step)}")
+    if report.message_id and report.message_written:
         parts.append(f"messageId={shown_message_id(report.message_id)}")
     return "; ".join(parts)
+
+
+#: The first words of a send whose target names no single live session (nothing was sent).
+NOT_SENT_HEADS: Final[Mapping[str, str]] = {
+    "not_found": "Message not sent: there is no such live session",
+    "ambiguous": "Message not sent: the target names more than one live session",
+}
+#: What to do then (instead of the generic advice of a refusal).
+NOT_SENT_NEXT: Final[Mapping[str, str]] = {
+    "not_found": "list the live sessions with list_pi, then address one as @name [ref]",
+    "ambiguous": "address one of them as @name [ref], with a ref from the list",
+}
 
 
 def status_query_result(report: SendReport) -> str:
@@ -172,13 +223,18 @@ def send_details(report: SendReport) -> dict[str, Any]:
 __all__ = [
     "DELIVERY_MEANINGS",
     "NEXT_SHORT_OF_RESOURCES",
+    "NOT_SENT_HEADS",
+    "NOT_SENT_NEXT",
     "RECEIPT_MEANINGS",
     "STATE_MEANINGS",
+    "UNSAFE_LOCK_FIX",
     "delivery_text",
+    "identities_unusable",
     "library_send_purpose",
     "listing_short",
     "send_details",
     "send_result",
     "status_query_result",
     "target_unchecked",
+    "unsafe_lock",
 ]

@@ -55,16 +55,16 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Final, NamedTuple, Protocol
+from typing import Final, Protocol
 
 import anyio
-import filelock
 from anyio.abc import TaskStatus
 
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.errors import CrossSessionError, LocalProtocolError
 from pi_cross_session._internal.protocol.io.gitinfo import resolve_git_info
+from pi_cross_session._internal.protocol.io.name_window import NameWindow
 from pi_cross_session._internal.protocol.limits import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_RETRY_S,
@@ -122,15 +122,6 @@ Probe = Callable[[Registration], Awaitable[bool]]
 #: Maps each distinct cwd to its git metadata (``None`` when there is none); see
 #: :func:`~pi_cross_session._internal.protocol.io.gitinfo.resolve_git_info`.
 GitResolver = Callable[[Sequence[str]], Awaitable[Mapping[str, GitInfo | None]]]
-
-
-class NameWindow(NamedTuple):
-    """The registration names a listing reads, and how many it leaves unread (spec §1.5)."""
-
-    #: At most the listing's limit, in directory order.
-    names: list[str]
-    #: Names past the limit: counted, never read.
-    unread: int
 
 
 class RegistryFiles(Protocol):
@@ -597,6 +588,8 @@ def _settle_failed(
     # How many were settled under the lock: a release that fails after them must not count them
     # a second time.
     done = 0
+    import filelock  # only when a dead peer is to be reaped (start-up time)
+
     try:
         lock = filelock.FileLock(lock_path, timeout=lock_timeout_s, mode=0o600)
         with lock:

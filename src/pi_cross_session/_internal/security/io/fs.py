@@ -57,8 +57,8 @@ from typing import Final
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.errors import CrossSessionError
-from pi_cross_session._internal.protocol.io.discovery import NameWindow
 from pi_cross_session._internal.protocol.io.environment import resolve_uid
+from pi_cross_session._internal.protocol.io.name_window import NameWindow
 from pi_cross_session._internal.protocol.limits import (
     DISPLAY_PATH_CODE_POINTS,
     MAX_LISTED_REGISTRATIONS,
