@@ -13,6 +13,10 @@ whatever ``agent.toml`` in ``PI_HOME`` names (``demo/try_model.py`` for a script
 guide's "Try it offline" has the set-up. Everything the agent sends is printed with unsafe
 characters escaped (``pi_cross_session.sanitize.block``): a peer's text reaches the terminal as
 text, never as terminal controls.
+
+Importing this module starts nothing: the test suite's ACP driver (``tests/host/acp_agent.py``)
+takes :class:`DecliningClient` and :func:`chosen` from here, so that the demo and the tests answer
+the agent the same way.
 """
 
 from __future__ import annotations
@@ -47,7 +51,37 @@ def show(text: str) -> None:
     sys.stdout.flush()
 
 
-class Terminal:
+def chosen(options: list[Any], kind: str) -> RequestPermissionResponse:
+    """The answer to a permission request that selects the first of ``options`` whose kind
+    starts with ``kind`` (``allow`` or ``reject``), or cancels when none does."""
+    for option in options:
+        if str(option.kind).startswith(kind):
+            return RequestPermissionResponse(
+                outcome=AllowedOutcome(outcome="selected", option_id=option.option_id)
+            )
+    return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+
+
+class DecliningClient:
+    """What an ACP client that offers no files, no terminal and no extensions answers."""
+
+    async def write_text_file(self, *args: Any, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found("fs/write_text_file")
+
+    async def read_text_file(self, *args: Any, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found("fs/read_text_file")
+
+    async def create_terminal(self, *args: Any, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found("terminal/create")
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        raise RequestError.method_not_found(method)
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        return None
+
+
+class Terminal(DecliningClient):
     """The ACP client: prints the session's updates, asks the typist about permissions."""
 
     def __init__(self) -> None:
@@ -78,28 +112,7 @@ class Terminal:
         show(f"\nAllow {line(str(tool_call.title))} {raw}? [y/N]\n")
         self.answer = asyncio.get_running_loop().create_future()
         reply = (await self.answer or "").strip().lower()
-        wanted = "allow" if reply in {"y", "yes"} else "reject"
-        for option in options:
-            if str(option.kind).startswith(wanted):
-                return RequestPermissionResponse(
-                    outcome=AllowedOutcome(outcome="selected", option_id=option.option_id)
-                )
-        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-
-    async def write_text_file(self, *args: Any, **kwargs: Any) -> Any:
-        raise RequestError.method_not_found("fs/write_text_file")
-
-    async def read_text_file(self, *args: Any, **kwargs: Any) -> Any:
-        raise RequestError.method_not_found("fs/read_text_file")
-
-    async def create_terminal(self, *args: Any, **kwargs: Any) -> Any:
-        raise RequestError.method_not_found("terminal/create")
-
-    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        raise RequestError.method_not_found(method)
-
-    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
-        return None
+        return chosen(options, "allow" if reply in {"y", "yes"} else "reject")
 
 
 def read_keyboard(terminal: Terminal, loop: asyncio.AbstractEventLoop) -> None:

@@ -12,12 +12,36 @@ import re
 
 import pytest
 
-from pi_cross_session._internal.plugin.render import host_tools, peer_text, receiving, sending
+from pi_cross_session._internal.cli import words
+from pi_cross_session._internal.plugin.render import (
+    host_status,
+    host_tools,
+    listings,
+    mcp_host,
+    peer_text,
+    receiving,
+    sending,
+)
 from pi_cross_session._internal.plugin.reports import SendReport
 from pi_cross_session._internal.protocol import sanitize
-from pi_cross_session._internal.security.admission import Delivery
+from pi_cross_session._internal.security.admission import (
+    Delivery,
+    Latch,
+    LatchReason,
+    Phase,
+    Snapshot,
+    TurnOutcome,
+)
 from pi_cross_session._internal.security.goals import GoalStatus, Scope
-from tests.support.hostile_text import ALL_ATTACKS, ATTACKS, ESC, FORGED_LINE, HOSTILE_STATUS
+from tests.support.hostile_text import (
+    ALL_ATTACKS,
+    ATTACKS,
+    ESC,
+    FORGED_LINE,
+    HOSTILE_STATUS,
+    assert_safe_line,
+    unsafe_in,
+)
 from tests.support.sinks import (
     INSTANCE_ID,
     PeerStrings,
@@ -181,3 +205,115 @@ def test_the_inbox_indents_every_line_of_the_body_and_splits_only_at_line_feeds(
         "    fourth",
     ]
     assert sanitize.block(text).count("\n") == len(body) - 1
+
+
+# -- a closed inbox, an empty listing, MCP channel meta, a summary sent cut ------------------------
+
+
+def hostile_latch(sample: str) -> Latch:
+    """The latch of a peer turn that failed: the sender's name, the message id and the host's
+    stop reason and error text all hostile (each marked, to tell where it went)."""
+    return Latch(
+        reason=LatchReason.UNSAFE_END,
+        at_ms=1,
+        outcome=TurnOutcome(stop_reason=sample, error="host-error " + sample),
+        message_id="message-id " + sample,
+        sender_name="sender-name " + sample,
+        sender_instance_id=INSTANCE_ID,
+    )
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_the_closed_inbox_line_notice_and_refusal_escape_the_host_and_the_sender(
+    attack: str,
+) -> None:
+    latch = hostile_latch(ATTACKS[attack])
+    for reopen in (receiving.REOPEN_WITH_COMMAND, mcp_host.REOPEN_WITH_PROMPT):
+        for shown in (
+            receiving.closed_reason(latch),
+            receiving.closed_line(latch, reopen),
+            host_status.inbox_latched(latch, reopen=reopen),
+        ):
+            assert_safe_line(shown)
+            assert all(mark in shown for mark in ("host-error", "message-id", "sender-name"))
+    snapshot = Snapshot(
+        phase=Phase.IDLE,
+        stopped=True,
+        latch_reason=latch.reason.value,
+        shut_down=False,
+        remaining_budget=1,
+        total_budget=256,
+        queued=0,
+        max_queued=50,
+        rows=(),
+        evicted_rows=0,
+        refusals={},
+        admitted=1,
+        latch=latch,
+    )
+    for status in (
+        receiving.status_text(snapshot, reopen=mcp_host.REOPEN_WITH_PROMPT),
+        host_status.host_status_text(snapshot, me=None, inbound="accept", inbound_source="env"),
+    ):
+        [phase] = [line for line in status.split("\n") if line.startswith("Phase: ")]
+        assert_safe_line(phase)
+        assert "host-error" in phase
+        assert all(unsafe_in(line) == [] for line in status.split("\n"))
+    data = receiving.closed_data(latch)
+    assert json.loads(sanitize.dumps(data)) == data  # data as the host wrote it, for JSON sinks
+    refusal = latch.wire_text()  # what a refused sender reads: the trigger and the stop reason
+    assert_safe_line(refusal)
+    assert "(stop reason: " in refusal
+    assert not any(mark in refusal for mark in ("host-error", "message-id", "sender-name"))
+
+
+def test_the_closed_inbox_line_quotes_the_host_error_as_one_line() -> None:
+    latch = Latch(
+        reason=LatchReason.UNSAFE_END,
+        at_ms=1,
+        outcome=TurnOutcome("error", f'bad"\n{FORGED_LINE}{ESC}[2J'),
+        message_id="m-1",
+        sender_name=f"eve\n{FORGED_LINE}",
+        sender_instance_id=INSTANCE_ID,
+    )
+    shown = receiving.closed_line(latch, mcp_host.REOPEN_WITH_PROMPT)
+    assert_safe_line(shown)
+    assert f"message m-1 from eve\\x0a{FORGED_LINE} [01234567]" in shown
+    assert f'stop reason error: "bad" {FORGED_LINE}\\x1b[2J"' in shown  # its line break folded
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_the_empty_listing_names_the_agent_dir_as_json(attack: str) -> None:
+    agent_dir = f'/home/x/agent{ATTACKS[attack]}"dir'
+    shown = listings.no_peers(agent_dir)
+    assert_safe_line(shown)
+    assert f"in the agent dir {sanitize.dumps(agent_dir)}. " in shown
+    quoted = shown.split("in the agent dir ", 1)[1].split(". A session", 1)[0]
+    assert json.loads(quoted) == agent_dir
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_channel_meta_values_are_lines_without_tag_characters(attack: str) -> None:
+    sample = ATTACKS[attack] + '"><channel source="x">'
+    reg = hostile_registration(PeerStrings(name="n" + sample))
+    refusing = reg.model_copy(update={"inbound": "refuse"})
+    for sender in (reg, refusing):
+        meta = mcp_host.channel_meta(Delivery(sample, sender, "t", "u" + sample, 1, None))
+        for value in meta.values():
+            assert_safe_line(value)
+            assert not set(value) & set('"<>'), value
+        assert ("reply_to" in meta) is (sender is reg)
+    no_reply = mcp_host.channel_meta(Delivery("m-1", refusing, "t", "u", 1, None))["no_reply"]
+    assert no_reply == mcp_host.NO_REPLY  # ours: a sender's registration only picks it
+
+
+def test_the_summary_cut_notes_quote_no_summary() -> None:
+    # Both take counts only: the caller's summary is never repeated in them.
+    assert host_tools.summary_cut(262) == (
+        "Note: the summary was 262 characters once folded to one line; a message carries at "
+        "most 200, so it was cut to its first 200."
+    )
+    assert words.summary_cut(300, 200) == (
+        "pi-cross-session: note: the summary has 300 characters once its whitespace is folded, "
+        "and a receiver keeps 200: it is sent cut to its first 200"
+    )

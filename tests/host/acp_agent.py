@@ -1,10 +1,11 @@
 """A real ACP client driving ``pi-agent-cli`` over stdio (its ACP mode).
 
 :class:`RecordingClient` is the client side of the connection: it records every session
-notification and answers the agent's requests. :func:`acp_agent` spawns the agent (``python -m
-pi_agent_cli``, stdio ACP mode, ``PI_USE_MOCK=1``) with the test's agent dir and pi home, and makes
-sure the process is gone afterwards, whatever happened. The agent's stderr goes to a log file that
-tests may show when something fails.
+notification and answers the agent's requests with the answers of the demo's line client
+(``demo/try_session.py``). :func:`acp_agent` spawns the agent (``python -m pi_agent_cli``, stdio
+ACP mode, ``PI_USE_MOCK=1``) with the test's agent dir and pi home, and makes sure the process is
+gone afterwards, whatever happened. The agent's stderr goes to a log file that tests may show
+when something fails.
 """
 
 from __future__ import annotations
@@ -20,15 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process
+from acp import PROTOCOL_VERSION, spawn_agent_process
 from acp.client.connection import ClientSideConnection
-from acp.schema import (
-    AgentMessageChunk,
-    AllowedOutcome,
-    AvailableCommandsUpdate,
-    DeniedOutcome,
-    RequestPermissionResponse,
-)
+from acp.schema import AgentMessageChunk, AvailableCommandsUpdate, RequestPermissionResponse
+from demo.try_session import DecliningClient, chosen
 
 #: Every wait on the agent ends after this long at most: generous, because a loaded machine can take
 #: many seconds to start the agent, and a wait that is met ends at once.
@@ -39,7 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
-class RecordingClient:
+class RecordingClient(DecliningClient):
     """The ACP client: records session updates, declines file and terminal access."""
 
     updates: list[tuple[str, Any]] = field(default_factory=list)
@@ -54,27 +50,7 @@ class RecordingClient:
         # Only a question about trusting the project could come here (no tool needs asking in
         # these tests): decline, which leaves the project's own resources out.
         self.permission_requests.append((session_id, tool_call, options))
-        reject = [option for option in options if str(option.kind).startswith("reject")]
-        if reject:
-            return RequestPermissionResponse(
-                outcome=AllowedOutcome(outcome="selected", option_id=reject[0].option_id)
-            )
-        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-
-    async def write_text_file(self, *args: Any, **kwargs: Any) -> Any:
-        raise RequestError.method_not_found("fs/write_text_file")
-
-    async def read_text_file(self, *args: Any, **kwargs: Any) -> Any:
-        raise RequestError.method_not_found("fs/read_text_file")
-
-    async def create_terminal(self, *args: Any, **kwargs: Any) -> Any:
-        raise RequestError.method_not_found("terminal/create")
-
-    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        raise RequestError.method_not_found(method)
-
-    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
-        return None
+        return chosen(options, "reject")
 
     # -- what the tests look at -------------------------------------------------------------------
 

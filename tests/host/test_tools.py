@@ -1,16 +1,23 @@
-"""The model's tools in a real harness, against a live peer session in the same process."""
+"""The model's tools in a real harness, against a live peer session in the same process (and a
+real ``pi-cross-session inbox`` process where a summary sent cut is checked as it arrived)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from pi_cross_session._internal.plugin.render import listings
+from pi_cross_session._internal.plugin.render import host_tools, listings
+from pi_cross_session._internal.protocol.limits import MAX_SUMMARY_CODE_POINTS
 from pi_cross_session._internal.protocol.paths import Locations
+from pi_cross_session._internal.protocol.text import utf16_length
 from tests.host.pi_harness import Peer, ScriptedChat, call_tool, runtime_of, say, text_of
+from tests.support.processes import Inboxes
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
@@ -106,6 +113,78 @@ async def test_send_reaches_the_peer_and_reports_honestly(
     assert text.startswith("Message submitted to beta [")
     assert "not yet read or acted on" in text  # honest: submitted is not "read"
     assert me.remaining_budget() == 255
+
+
+#: A summary within the tool's 400 UTF-16 units that folds to 262 code points: 120 letters, one
+#: space for the tabs, 130 astral characters (two units each), one space for the line break and
+#: the spaces around it, 10 letters. The wire keeps the first 200 code points of the folded line.
+LONG_SUMMARY = "  " + "a" * 120 + "\t\t" + "\U0001f600" * 130 + "  \n " + "z" * 10
+FOLDED_LONG_SUMMARY = "a" * 120 + " " + "\U0001f600" * 130 + " " + "z" * 10
+
+
+async def test_a_summary_longer_than_a_message_carries_is_sent_cut_and_the_result_says_so(
+    harnesses: Callable[..., Any], model: ScriptedChat, private_agent_dir: Path, tmp_path: Path
+) -> None:
+    # Issue 24: the tool took a 262-character summary and sent 200 of it without a word.
+    assert utf16_length(LONG_SUMMARY) == 398  # within the tool's bound: not refused
+    inboxes = Inboxes(private_agent_dir, tmp_path)
+    try:
+        inbox = inboxes.start("bob")
+        harness = await harnesses()
+        model.responder = tool_once(
+            "send_pi_message", {"target": "bob", "message": "hi", "summary": LONG_SUMMARY}
+        )
+        await harness.prompt("tell bob hi")
+        received = await anyio.to_thread.run_sync(partial(inbox.wait_event, "message"))
+    finally:
+        inboxes.close()
+    assert received["summary"] == FOLDED_LONG_SUMMARY[:MAX_SUMMARY_CODE_POINTS]
+    [result] = await tool_results(harness)
+    assert not result.isError
+    text = result.content[0]["text"]
+    first, note = text.split("\n")
+    assert first.startswith("Message submitted to bob [")
+    assert note == host_tools.summary_cut(262)
+    assert note == (
+        "Note: the summary was 262 characters once folded to one line; a message carries at "
+        "most 200, so it was cut to its first 200."
+    )
+    assert result.details["summaryCut"] == {"codePoints": 262, "kept": 200}
+    assert result.details["messageId"] == received["messageId"]
+
+
+async def test_a_summary_that_folds_to_what_a_message_carries_gets_no_note(
+    harnesses: Callable[..., Any], model: ScriptedChat, peer: Peer
+) -> None:
+    beta_host, _ = peer
+    harness = await harnesses()
+    # 204 characters, 200 once its whitespace is folded: nothing is cut.
+    summary = "  a summary\tof   exactly two hundred after folding " + "x" * 153
+    model.responder = tool_once(
+        "send_pi_message", {"target": "beta", "message": "hi", "summary": summary}
+    )
+    await harness.prompt("tell beta hi")
+    await eventually(lambda: beta_host.delivered)
+    [result] = await tool_results(harness)
+    assert not result.isError
+    assert "\n" not in result.content[0]["text"]
+    assert "summaryCut" not in result.details
+    assert len(beta_host.delivered[0].summary) == MAX_SUMMARY_CODE_POINTS
+
+
+async def test_a_send_that_wrote_nothing_says_nothing_of_its_summary(
+    harnesses: Callable[..., Any], model: ScriptedChat, peer: Peer
+) -> None:
+    harness = await harnesses()
+    model.responder = tool_once(
+        "send_pi_message", {"target": "gamma", "message": "hi", "summary": LONG_SUMMARY}
+    )
+    await harness.prompt("tell gamma hi")
+    [result] = await tool_results(harness)
+    assert result.isError
+    assert result.details["code"] == "not_found"
+    assert "Note: the summary" not in result.content[0]["text"]
+    assert "summaryCut" not in result.details
 
 
 async def test_a_failed_send_is_an_error_with_structured_details(

@@ -29,22 +29,13 @@ from pi_cross_session._internal.protocol.io import environment
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.protocol.registration import Registration
 from tests.mcp.kit import receipt_of
+from tests.mcp.test_process import INITIALIZE
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.socket_peers import make_registration, publish, published_sender
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
-INITIALIZE: Final[dict[str, Any]] = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "raw-host", "version": "0"},
-    },
-}
 INITIALIZED: Final[dict[str, Any]] = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 #: How long the host leaves stdout unread while a notification cannot fit in the pipe: the
 #: receipt must not come in this window (a window in which nothing may happen, not a bound).
@@ -93,34 +84,43 @@ def result_text(answer: dict[str, Any]) -> str:
     return str(block["text"])
 
 
+def answered_before_exit(
+    agent_dir: Path, workdir: Path, name: str, *calls: bytes
+) -> tuple[dict[Any, dict[str, Any]], float]:
+    """Run ``pi-cross-session mcp --name NAME`` as a host that is leaving: the handshake and
+    ``calls`` written at once, then stdin closed. Once it exited 0 (its stderr in
+    ``workdir/err.log``): its answers by request id, and how long it ran."""
+    started = time.monotonic()
+    with (workdir / "err.log").open("wb") as err:
+        done = subprocess.run(
+            [sys.executable, "-m", "pi_cross_session", "mcp", "--name", name],
+            input=b"".join([line(INITIALIZE), line(INITIALIZED), *calls]),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=server_env(agent_dir),
+            cwd=workdir,
+            timeout=MUST_HAPPEN_S,
+            check=False,
+        )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, (workdir / "err.log").read_text()
+    return answers(done.stdout), elapsed
+
+
 def test_requests_written_just_before_stdin_closes_are_answered_before_the_exit(
     private_agent_dir: Path, tmp_path: Path
 ) -> None:
     # The host writes its requests and closes stdin at once, as a host that is leaving does; a
     # wait that would take 30 s returns at once with what it holds.
-    requests = (
-        line(INITIALIZE)
-        + line(INITIALIZED)
-        + tool_call(2, "list_pi")
-        + tool_call(3, "wait_pi_message", {"seconds": 30})
-        + tool_call(4, "read_pi_messages")
+    answered, elapsed = answered_before_exit(
+        private_agent_dir,
+        tmp_path,
+        "mcp-leaving",
+        tool_call(2, "list_pi"),
+        tool_call(3, "wait_pi_message", {"seconds": 30}),
+        tool_call(4, "read_pi_messages"),
     )
-    started = time.monotonic()
-    with (tmp_path / "err.log").open("wb") as err:
-        done = subprocess.run(
-            [sys.executable, "-m", "pi_cross_session", "mcp", "--name", "mcp-leaving"],
-            input=requests,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            env=server_env(private_agent_dir),
-            cwd=tmp_path,
-            timeout=MUST_HAPPEN_S,
-            check=False,
-        )
-    elapsed = time.monotonic() - started
-    assert done.returncode == 0, (tmp_path / "err.log").read_text()
-    answered = answers(done.stdout)
-    assert sorted(answered) == [1, 2, 3, 4], done.stdout
+    assert sorted(answered) == [1, 2, 3, 4], answered
     assert result_text(answered[2]).startswith("This session: mcp-leaving [")
     assert result_text(answered[3]) == mcp_host.NO_MESSAGES
     assert result_text(answered[4]) == mcp_host.NO_MESSAGES
@@ -148,31 +148,17 @@ def test_a_request_still_running_when_the_drain_ends_is_answered_connection_clos
         while not registrations(locations) and time.monotonic() < deadline:
             time.sleep(0.02)
         send = {"target": "mcp-nobody-reads", "message": "are you there?", "waitSeconds": 30}
-        requests = (
-            line(INITIALIZE)
-            + line(INITIALIZED)
-            + tool_call(2, "send_pi_message", send)
-            + tool_call(3, "list_pi")
+        answered, elapsed = answered_before_exit(
+            private_agent_dir,
+            tmp_path,
+            "mcp-impatient",
+            tool_call(2, "send_pi_message", send),
+            tool_call(3, "list_pi"),
         )
-        started = time.monotonic()
-        with (tmp_path / "err.log").open("wb") as err:
-            done = subprocess.run(
-                [sys.executable, "-m", "pi_cross_session", "mcp", "--name", "mcp-impatient"],
-                input=requests,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                env=server_env(private_agent_dir),
-                cwd=tmp_path,
-                timeout=MUST_HAPPEN_S,
-                check=False,
-            )
-        elapsed = time.monotonic() - started
     finally:
         assert target.stdin is not None
         target.stdin.close()
         target.wait(timeout=MUST_HAPPEN_S)
-    assert done.returncode == 0, (tmp_path / "err.log").read_text()
-    answered = answers(done.stdout)
     assert "error" in answered[2], answered[2]
     assert answered[2]["error"]["message"] == "Connection closed", answered[2]
     assert result_text(answered[3]).startswith("This session: mcp-impatient [")

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pi_cross_session._internal.plugin.render import listings, mcp_host, peer_text
+from pi_cross_session._internal.plugin.render import host_tools, listings, mcp_host, peer_text
 from pi_cross_session._internal.protocol.limits import MAX_SUMMARY_CODE_POINTS
 from tests.mcp.test_process import mcp_process
 from tests.support.processes import Inboxes, run_cli
@@ -121,7 +121,7 @@ async def test_a_summary_longer_than_a_message_carries_is_cut_and_the_result_say
                 "send_pi_message", {"target": "bob", "message": "hi", "summary": summary}
             )
             assert not is_error, text
-            assert mcp_host.summary_cut(300) in text
+            assert host_tools.summary_cut(300) in text
             listed, _ = await host.call("list_pi")
         received = await anyio.to_thread.run_sync(partial(bob.wait_event, "message"))
         assert received["summary"] == summary[:MAX_SUMMARY_CODE_POINTS]

@@ -29,7 +29,6 @@ import stat
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 
 import anyio
@@ -51,7 +50,7 @@ from pi_cross_session._internal.protocol import paths
 from pi_cross_session._internal.protocol.capabilities import can_report_delivery
 from pi_cross_session._internal.protocol.codes import RECEIVER_REFUSALS, Code, SenderState
 from pi_cross_session._internal.protocol.errors import CrossSessionError
-from pi_cross_session._internal.protocol.frames import WIRE_VERSION, Message, frame_to_bytes
+from pi_cross_session._internal.protocol.frames import frame_to_bytes
 from pi_cross_session._internal.protocol.io import environment
 from pi_cross_session._internal.protocol.io.exchange import ExchangeError
 from pi_cross_session._internal.protocol.limits import (
@@ -140,17 +139,9 @@ class Checked:
 
 def frame_size(text: str, summary: str | None) -> int:
     """The bytes of the message frame a send of ``text`` writes, newline included: the frame
-    :func:`outbound.send` builds, with ids of the same length (every id it makes is a UUID)."""
-    message = Message(
-        v=WIRE_VERSION,
-        type="message",
-        request_id=str(uuid.uuid4()),
-        message_id=str(uuid.uuid4()),
-        text=text,
-        summary=outbound.summary_for(summary, text),
-        sent_at=time.time_ns() // 1_000_000,
-        goal_id=None,
-    )
+    :func:`outbound.send` builds (:func:`outbound.new_message`): only its ids and its time differ,
+    and not in length."""
+    message = outbound.new_message(text, summary, sent_at=time.time_ns() // 1_000_000, goal_id=None)
     return len(frame_to_bytes(message, max_frame_bytes=sys.maxsize))
 
 

@@ -113,6 +113,21 @@ def summary_for(summary: str | None, text: str) -> str:
     return clean_line(source, MAX_SUMMARY_CODE_POINTS) or "message"
 
 
+def new_message(text: str, summary: str | None, *, sent_at: int, goal_id: str | None) -> Message:
+    """The message frame a send of ``text`` writes: new ids (UUIDs) and the wire summary
+    (:func:`summary_for`)."""
+    return Message(
+        v=WIRE_VERSION,
+        type="message",
+        request_id=str(uuid.uuid4()),
+        message_id=str(uuid.uuid4()),
+        text=text,
+        summary=summary_for(summary, text),
+        sent_at=sent_at,
+        goal_id=goal_id,
+    )
+
+
 def check_input(
     target: str, text: str, summary: str | None, goal_id: str | None = None
 ) -> tuple[str, str] | None:
@@ -279,16 +294,7 @@ async def send(
     if isinstance(resolved, SendReport):
         return resolved
     peer, listing = resolved
-    message = Message(
-        v=WIRE_VERSION,
-        type="message",
-        request_id=str(uuid.uuid4()),
-        message_id=str(uuid.uuid4()),
-        text=text,
-        summary=summary_for(summary, text),
-        sent_at=outbox.wall_ms(),
-        goal_id=goal_id,
-    )
+    message = new_message(text, summary, sent_at=outbox.wall_ms(), goal_id=goal_id)
     try:
         frame_to_bytes(message, max_frame_bytes=MAX_FRAME_BYTES)
     except FrameTooLargeError as exc:

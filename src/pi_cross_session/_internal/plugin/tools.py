@@ -31,11 +31,12 @@ from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.frames import ID_RE, INSTANCE_ID_RE
 from pi_cross_session._internal.protocol.limits import (
     MAX_DELIVERY_WAIT_S,
+    MAX_SUMMARY_CODE_POINTS,
     MAX_TARGET_UNITS,
     MAX_TEXT_UNITS,
     MAX_TOOL_SUMMARY_UNITS,
 )
-from pi_cross_session._internal.protocol.text import utf16_length
+from pi_cross_session._internal.protocol.text import clean_line, utf16_length
 from pi_cross_session._internal.security.gate import PEER_GOAL_TOOL
 from pi_cross_session._internal.security.goals import (
     Authority,
@@ -328,7 +329,8 @@ async def run_send_pi_message(runtime: SessionRuntime, params: SendPiMessagePara
     """Send one message; the text and details say exactly what is known of its fate.
 
     On success ``details`` holds ``status``, ``messageId`` and ``target``; on failure also
-    ``code``, ``state``, ``retryable`` and ``next``, and the output is marked as an error.
+    ``code``, ``state``, ``retryable`` and ``next``, and the output is marked as an error. A
+    message that went out with its summary cut says so (a note, and ``summaryCut``).
     """
     try:
         report = await runtime.send(
@@ -347,7 +349,24 @@ async def run_send_pi_message(runtime: SessionRuntime, params: SendPiMessagePara
     details = sending.send_details(report)
     if not report.ok:
         details["code"] = report.status
-    return ToolOutput(sending.send_result(report), details, is_error=not report.ok)
+    text = sending.send_result(report)
+    folded = cut_summary_length(params.summary)
+    if folded is not None and report.message_written:
+        # The model is told that its preview went out shorter, rather than finding out from a reply.
+        details["summaryCut"] = {"codePoints": folded, "kept": MAX_SUMMARY_CODE_POINTS}
+        text = f"{text}\n{host_tools.summary_cut(folded)}"
+    return ToolOutput(text, details, is_error=not report.ok)
+
+
+def cut_summary_length(summary: str | None) -> int | None:
+    """How long ``summary`` is once folded to one line (in code points), when that is more than
+    a message carries: the tool takes up to 400 UTF-16 units (spec §6.2), the wire keeps the
+    first 200 code points of the folded line, so a longer one is sent cut. ``None`` when nothing
+    is cut (or there is no summary)."""
+    if summary is None:
+        return None
+    folded = len(clean_line(summary, len(summary)))
+    return folded if folded > MAX_SUMMARY_CODE_POINTS else None
 
 
 async def run_peer_goal(
@@ -407,6 +426,7 @@ __all__ = [
     "SendPiMessageParams",
     "ToolOutput",
     "ToolSpec",
+    "cut_summary_length",
     "run_list_pi",
     "run_peer_goal",
     "run_send_pi_message",

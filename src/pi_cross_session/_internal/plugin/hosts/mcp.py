@@ -10,8 +10,7 @@ What it offers the host's model (built on the official MCP Python SDK's low-leve
 
 * the tools ``list_pi`` and ``send_pi_message``, with the same parameters and result texts as the
   pi-python extension (:mod:`~pi_cross_session._internal.plugin.tools`), plus what this host must
-  add: the agent dir a listing looked in, and a note when a summary was cut to what a message
-  carries;
+  add: the agent dir a listing looked in;
 * in **pull** mode, ``read_pi_messages`` (what waits now) and ``wait_pi_message`` (wait, bounded),
   for hosts that cannot receive pushes;
 * in **push** mode, the ``claude/channel`` capability: each message becomes a
@@ -78,12 +77,9 @@ from pi_cross_session._internal.plugin.options import NAME_ENV, parse_name
 from pi_cross_session._internal.plugin.render import host_tools, mcp_host
 from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session._internal.protocol import sanitize
-from pi_cross_session._internal.protocol.limits import (
-    MAX_QUEUED,
-    MAX_SUMMARY_CODE_POINTS,
-)
+from pi_cross_session._internal.protocol.limits import MAX_QUEUED
 from pi_cross_session._internal.protocol.paths import Locations
-from pi_cross_session._internal.protocol.text import clean_line, utf16_length
+from pi_cross_session._internal.protocol.text import utf16_length
 from pi_cross_session._internal.security.admission import Delivery, Row
 from pi_cross_session._internal.security.rows import RowState
 
@@ -645,17 +641,8 @@ class McpServer:
 
     async def _send(self, params: BaseModel) -> tools.ToolOutput:
         assert isinstance(params, tools.SendPiMessageParams)
-        output = await tools.run_send_pi_message(self.host.runtime, params)
-        summary = params.summary
-        if summary is None or output.details.get("messageWritten") is False:
-            return output
-        # The wire's summary is the caller's folded to one line of at most 200 code points: a
-        # longer one is cut, and the model is told so rather than finding out from a reply.
-        folded = len(clean_line(summary, len(summary)))
-        if folded <= MAX_SUMMARY_CODE_POINTS:
-            return output
-        text = f"{output.text}\n{mcp_host.summary_cut(folded)}"
-        return tools.ToolOutput(text, output.details, is_error=output.is_error)
+        # The result says when the summary went out cut, as in every host (tools.py).
+        return await tools.run_send_pi_message(self.host.runtime, params)
 
     async def _read(self, params: BaseModel) -> tools.ToolOutput:
         result = await self.host.read()
@@ -811,6 +798,8 @@ async def serve_streams(
         locations=locations,
         options=runtime_options or RuntimeOptions(inbound=options.inbound),
         on_row=host.observe_row,
+        # No /cross-session-resume here: the user reopens through this server's prompt.
+        reopen=mcp_host.REOPEN_WITH_PROMPT,
     )
     seat = host.attach(runtime)
     mcp_server = McpServer(host)

@@ -38,6 +38,7 @@ from nats.aio.subscription import Subscription
 
 from pi_cross_session._internal.plugin.remote import files
 from pi_cross_session._internal.plugin.remote.gateway_common import (
+    GatewayParts,
     GatewayStatistics,
     RefusalWarnings,
 )
@@ -162,39 +163,33 @@ class Gateway:
         self._pause_scopes: dict[str, anyio.CancelScope] = {}
         self.stats = GatewayStatistics()
         self._warnings = RefusalWarnings(self._verifier, wall_ms)
-        self._outbound = Outbound(
-            locations,
+        parts = GatewayParts(
+            locations=locations,
             machine=options.machine,
             account=options.trust.account,
-            max_proxies=options.max_proxies,
-            machines=len(self._mirror.origins),
-            hop_deadline_s=options.hop_deadline_s,
             link=link,
-            book=self._book,
             verifier=self._verifier,
             warnings=self._warnings,
             stats=self.stats,
             wall_ms=wall_ms,
             pid=self._pid,
             seal=self._sealed_for,
+        )
+        self._outbound = Outbound(
+            parts,
+            max_proxies=options.max_proxies,
+            machines=len(self._mirror.origins),
+            hop_deadline_s=options.hop_deadline_s,
+            book=self._book,
             adopt=self._adopt_sender,
             closed=self._proxy_closed,
             on_change=self._changed,
         )
         self._inbound = Inbound(
-            locations,
-            machine=options.machine,
-            account=options.trust.account,
+            parts,
             session_wait_s=options.session_wait_s,
             delivery_deadline_s=options.delivery_deadline_s,
-            link=link,
             proxies=self._outbound,
-            verifier=self._verifier,
-            warnings=self._warnings,
-            stats=self.stats,
-            wall_ms=wall_ms,
-            pid=self._pid,
-            seal=self._sealed_for,
             # Read at each request: a trust change may turn remote inbound on or off.
             accepting=lambda: self.options.inbound,
             refused=self._false_from,

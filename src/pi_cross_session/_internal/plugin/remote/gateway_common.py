@@ -1,5 +1,6 @@
 """What the gateway's parts share: its logger, its counters, what a proxy carries across the hop,
-and the warnings it says once per machine whose envelopes it refuses.
+the warnings it says once per machine whose envelopes it refuses, and the collaborators both its
+sides are made with (:class:`GatewayParts`).
 
 The gateway (:mod:`.gateway`) wires its outbound side (:mod:`.outbound`) and its inbound side
 (:mod:`.inbound`) together; both take what they share from here, so neither imports the other's
@@ -15,10 +16,12 @@ from typing import Final
 
 import anyio
 
+from pi_cross_session._internal.plugin.remote.link import Link
 from pi_cross_session._internal.plugin.remote.said import SaidOnce
 from pi_cross_session._internal.plugin.render import remote_plane
 from pi_cross_session._internal.protocol.capabilities import CANCEL_SAFE_QUEUE, DELIVERY_RECEIPTS
 from pi_cross_session._internal.protocol.codes import Code
+from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.protocol.remote.settings import OLDER_CHECK_EVERY_S
 from pi_cross_session._internal.security.remote.trust import Cause, Rejected, Verified, Verifier
 
@@ -106,3 +109,27 @@ class RefusalWarnings:
         if verdict.envelope is not None and self._said.first("clock", machine):
             skew_ms = self._wall_ms() - verdict.envelope.at
             logger.warning("%s", remote_plane.clock_skew(machine, skew_ms, what))
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayParts:
+    """What the gateway makes once and hands both its sides (:class:`~.outbound.Outbound` and
+    :class:`~.inbound.Inbound`): the same objects, so that both count into one set of figures,
+    say each warning once, and judge, MAC and time envelopes alike."""
+
+    locations: Locations
+    #: This machine's name, and the deployment's account.
+    machine: str
+    account: str
+    link: Link
+    verifier: Verifier
+    warnings: RefusalWarnings
+    stats: GatewayStatistics
+    #: The wall clock, in milliseconds (envelopes carry it).
+    wall_ms: Callable[[], int]
+    #: The gateway's process id: the one its proxies answer with, and how the inbound side tells
+    #: the gateway's own registrations from real sessions'.
+    pid: int
+    #: ``seal(machine, data)`` MACs ``data`` for a trusted ``machine`` (``None``: no longer
+    #: trusted, or a key that cannot pair).
+    seal: Callable[[str, bytes], bytes | None]

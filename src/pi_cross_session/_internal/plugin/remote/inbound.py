@@ -21,11 +21,9 @@ from nats.aio.msg import Msg
 from pi_cross_session._internal.plugin.remote import identities
 from pi_cross_session._internal.plugin.remote.gateway_common import (
     GATEWAY_LOGGER,
-    GatewayStatistics,
-    RefusalWarnings,
+    GatewayParts,
     carried,
 )
-from pi_cross_session._internal.plugin.remote.link import Link
 from pi_cross_session._internal.plugin.remote.outbound import (
     Outbound,
     remove_registration,
@@ -36,7 +34,6 @@ from pi_cross_session._internal.protocol.errors import CrossSessionError
 from pi_cross_session._internal.protocol.frames import WIRE_VERSION, Message, Sender
 from pi_cross_session._internal.protocol.io.exchange import ExchangeConfig, ExchangeError, Exchanger
 from pi_cross_session._internal.protocol.io.offload import Offload
-from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.protocol.registration import Registration, parse_registration
 from pi_cross_session._internal.protocol.remote import envelope as env
 from pi_cross_session._internal.protocol.remote.envelope import (
@@ -58,7 +55,7 @@ from pi_cross_session._internal.security.remote.senders import (
     SenderTable,
     SessionDoors,
 )
-from pi_cross_session._internal.security.remote.trust import Cause, Rejected, Verifier
+from pi_cross_session._internal.security.remote.trust import Cause, Rejected
 from pi_cross_session._internal.security.tokens import new_token
 
 logger = logging.getLogger(GATEWAY_LOGGER)
@@ -74,47 +71,29 @@ class _SenderIdentity:
 class Inbound:
     """Other machines' requests, screened, judged and delivered to local sessions.
 
+    ``parts`` are what the gateway hands both its sides (:class:`~.gateway_common.GatewayParts`).
     ``proxies`` are the outbound side's: a remote sender with a proxy here sends as its proxy,
     and the local ids of both come from it. ``accepting()`` says whether remote inbound is on now;
     ``refused(origin, cause)`` is told of every request of ``origin`` that failed its MAC or
-    signature, ``heard(origin)`` of every one that passed; ``seal(machine, data)`` MACs for a
-    trusted machine (``None``: no longer trusted). Deliveries run in the gateway's task group
-    (:meth:`start`).
+    signature, ``heard(origin)`` of every one that passed. Deliveries run in the gateway's task
+    group (:meth:`start`).
     """
 
     def __init__(
         self,
-        locations: Locations,
+        parts: GatewayParts,
         *,
-        machine: str,
-        account: str,
         session_wait_s: float,
         delivery_deadline_s: float,
-        link: Link,
         proxies: Outbound,
-        verifier: Verifier,
-        warnings: RefusalWarnings,
-        stats: GatewayStatistics,
-        wall_ms: Callable[[], int],
-        pid: int,
-        seal: Callable[[str, bytes], bytes | None],
         accepting: Callable[[], bool],
         refused: Callable[[str, Cause], None],
         heard: Callable[[str], None],
     ) -> None:
-        self._locations = locations
-        self._machine = machine
-        self._account = account
+        self._parts = parts
         self._session_wait_s = session_wait_s
         self._delivery_deadline_s = delivery_deadline_s
-        self._link = link
         self._proxies = proxies
-        self._verifier = verifier
-        self._warnings = warnings
-        self._stats = stats
-        self._wall_ms = wall_ms
-        self._pid = pid
-        self._seal = seal
         self._accepting = accepting
         self._refused = refused
         self._heard = heard
@@ -127,7 +106,7 @@ class Inbound:
         self._handled_since_sweep = False
         self._exchangers: dict[tuple[str, ...], Exchanger] = {}
         # Inline on a local filesystem, in a worker thread elsewhere (as sessions read files).
-        self._peers_dir = Offload(fs, locations.peers_dir)
+        self._peers_dir = Offload(fs, parts.locations.peers_dir)
         self._group: anyio.abc.TaskGroup | None = None
 
     def start(self, group: anyio.abc.TaskGroup) -> None:
@@ -179,7 +158,7 @@ class Inbound:
         verifies; the delivery runs in its own task, within the machine's bounds."""
         self._handled_since_sweep = True
         kinds = REQUEST_KINDS
-        screened = self._verifier.screen(msg.data, origin=origin, kinds=kinds)
+        screened = self._parts.verifier.screen(msg.data, origin=origin, kinds=kinds)
         if isinstance(screened, Rejected):
             self._refused(origin, screened.cause)
             return
@@ -190,10 +169,12 @@ class Inbound:
             signed = await anyio.to_thread.run_sync(screened.verify)
         else:
             signed = screened.verify()
-        verdict = self._verifier.judge(signed, self._wall_ms(), origin=origin, kinds=kinds)
+        verdict = self._parts.verifier.judge(
+            signed, self._parts.wall_ms(), origin=origin, kinds=kinds
+        )
         if isinstance(verdict, Rejected):
             self._refused(origin, verdict.cause)
-            self._warnings.why_refused(verdict, origin, "a message", msg.data)
+            self._parts.warnings.why_refused(verdict, origin, "a message", msg.data)
             if verdict.answer is not None and verdict.envelope is not None:
                 await self._answer(msg, verdict.envelope, Outcome.REFUSED, verdict.answer)
             return
@@ -217,7 +198,7 @@ class Inbound:
             outcome, status = await self._deliver_locally(envelope)
         finally:
             self._flow.finish(envelope.origin)
-            self._stats.count(self._stats.delivered, f"{outcome.value}:{status}")
+            self._parts.stats.count(self._parts.stats.delivered, f"{outcome.value}:{status}")
             with anyio.CancelScope(shield=True):
                 await self._answer(msg, envelope, outcome, status)
 
@@ -293,16 +274,16 @@ class Inbound:
     async def _target(self, instance_id: str) -> Registration | None:
         """The real local session ``instance_id`` (never one of the gateway's own)."""
         try:
-            path = self._locations.registration_path(instance_id)
+            path = self._parts.locations.registration_path(instance_id)
             raw = await self._peers_dir.run(fs.read_registration_bytes, path)
             registration = parse_registration(
                 raw,
                 file_stem=instance_id,
-                expected_socket_path=self._locations.socket_path(instance_id),
+                expected_socket_path=self._parts.locations.socket_path(instance_id),
             )
         except (CrossSessionError, ValueError):
             return None
-        return None if registration.pid == self._pid else registration
+        return None if registration.pid == self._parts.pid else registration
 
     def _exchanger(self, capabilities: tuple[str, ...]) -> Exchanger:
         exchanger = self._exchangers.get(capabilities)
@@ -311,7 +292,7 @@ class Inbound:
                 send_deadline_s=self._delivery_deadline_s, capabilities=capabilities
             )
             exchanger = self._exchangers[capabilities] = Exchanger(
-                self._locations, fs, config=config
+                self._parts.locations, fs, config=config
             )
         return exchanger
 
@@ -325,32 +306,35 @@ class Inbound:
             return None
         if claimed.evicted is not None and self._proxies.identity(claimed.evicted) is None:
             await self._remove_sender(claimed.evicted)
-        proxy = self._proxies.identity(local_id)
-        if proxy is not None:
-            return proxy
-        known = self._senders.get(local_id)
-        if known is not None:
-            return known.registration, known.token
+        existing = self._existing_identity(local_id)
+        if existing is not None:
+            return existing
         # Made under a lock: a sender's first messages often arrive together, and two
         # identities made at once would each write the registration with its own token, so
         # the deliveries holding the token that lost would fail authentication, then and later.
         async with self._making_identity:
             return await self._new_identity(machine, local_id, remote)
 
-    async def _new_identity(
-        self, machine: str, local_id: str, remote: RemoteSender
-    ) -> tuple[Registration, str] | None:
+    def _existing_identity(self, local_id: str) -> tuple[Registration, str] | None:
+        """The local identity ``local_id`` has already: its proxy's, else a send-only one."""
         proxy = self._proxies.identity(local_id)
         if proxy is not None:
             return proxy
         known = self._senders.get(local_id)
-        if known is not None:
-            return known.registration, known.token
+        return None if known is None else (known.registration, known.token)
+
+    async def _new_identity(
+        self, machine: str, local_id: str, remote: RemoteSender
+    ) -> tuple[Registration, str] | None:
+        # Asked again: another delivery may have made it, or a proxy opened, during the wait.
+        existing = self._existing_identity(local_id)
+        if existing is not None:
+            return existing
         token = new_token()
-        now = self._wall_ms()
+        now = self._parts.wall_ms()
         try:
             registration = identities.build(
-                self._locations,
+                self._parts.locations,
                 local_id=local_id,
                 machine=machine,
                 remote_id=remote.id,
@@ -362,32 +346,32 @@ class Inbound:
                 updated_at=now,
                 token=token,
             )
-            await write_registration(self._locations, registration, machine)
+            await write_registration(self._parts.locations, registration, machine)
         except CrossSessionError as exc:
             logger.warning("cannot write the identity of a sender of %s: %s", machine, exc)
             self._sender_table.release(machine, local_id)
             return None
         self._senders[local_id] = _SenderIdentity(machine, registration, token)
-        self._stats.senders_made += 1
+        self._parts.stats.senders_made += 1
         return registration, token
 
     async def _remove_sender(self, local_id: str) -> None:
         known = self._senders.pop(local_id, None)
         if known is not None:
             self._sender_table.release(known.machine, local_id)
-            await remove_registration(self._locations, local_id)
+            await remove_registration(self._parts.locations, local_id)
 
     async def _answer(self, msg: Msg, request: Envelope, outcome: Outcome, status: str) -> None:
         reply = env.build(
             kind=Kind.REPLY,
-            account=self._account,
-            origin=self._machine,
+            account=self._parts.account,
+            origin=self._parts.machine,
             to=request.origin,
             nonce=secrets.token_hex(16),
-            at_ms=self._wall_ms(),
+            at_ms=self._parts.wall_ms(),
             body=ReplyBody(outcome=outcome, status=status),
             re=request.id,
         )
-        payload = self._seal(request.origin, env.encode(reply))
+        payload = self._parts.seal(request.origin, env.encode(reply))
         if payload is not None:  # None: no longer trusted since its request came; it learns nothing
-            await self._link.respond(msg, payload)
+            await self._parts.link.respond(msg, payload)

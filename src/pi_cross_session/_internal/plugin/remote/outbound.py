@@ -23,13 +23,11 @@ from pi_cross_session._internal.plugin.remote import identities
 from pi_cross_session._internal.plugin.remote.gateway_common import (
     CARRIED_CAPABILITIES,
     GATEWAY_LOGGER,
-    GatewayStatistics,
-    RefusalWarnings,
+    GatewayParts,
     carried,
 )
 from pi_cross_session._internal.plugin.remote.link import (
     HopTimeoutError,
-    Link,
     NoRespondersError,
     PermissionDeniedError,
     UnreachableError,
@@ -72,7 +70,7 @@ from pi_cross_session._internal.security.io.sender_files import PeersDirFiles
 from pi_cross_session._internal.security.remote.proxy_shares import ProxyShares, Verdict
 from pi_cross_session._internal.security.remote.records import Key, RecordBook
 from pi_cross_session._internal.security.remote.senders import derive_instance_id
-from pi_cross_session._internal.security.remote.trust import Verified, Verifier
+from pi_cross_session._internal.security.remote.trust import Verified
 from pi_cross_session._internal.security.tokens import new_token
 
 logger = logging.getLogger(GATEWAY_LOGGER)
@@ -111,48 +109,30 @@ class Outbound:
     """The proxies of other machines' sessions, kept to their records within the fair cap, and
     the forwarding of what local sessions send them.
 
+    ``parts`` are what the gateway hands both its sides (:class:`~.gateway_common.GatewayParts`).
     The proxies run in the gateway's task group (:meth:`start`). A remote session that sent to
     this machine before its proxy opened has a local identity of the inbound side already:
     ``adopt(local_id)`` hands its token over (``None``: it had none), and ``closed(machine,
-    local_id)`` says that a proxy's local identity is gone. ``seal(machine, data)`` MACs for a
-    trusted machine (``None``: no longer trusted); ``on_change()`` is told whenever what the
-    status snapshot shows of the proxies changed.
+    local_id)`` says that a proxy's local identity is gone. ``on_change()`` is told whenever what
+    the status snapshot shows of the proxies changed.
     """
 
     def __init__(
         self,
-        locations: Locations,
+        parts: GatewayParts,
         *,
-        machine: str,
-        account: str,
         max_proxies: int,
         machines: int,
         hop_deadline_s: float,
-        link: Link,
         book: RecordBook,
-        verifier: Verifier,
-        warnings: RefusalWarnings,
-        stats: GatewayStatistics,
-        wall_ms: Callable[[], int],
-        pid: int,
-        seal: Callable[[str, bytes], bytes | None],
         adopt: Callable[[str], str | None],
         closed: Callable[[str, str], None],
         on_change: Callable[[], None],
     ) -> None:
-        self._locations = locations
-        self._machine = machine
-        self._account = account
+        self._parts = parts
         self._max_proxies = max_proxies
         self._hop_deadline_s = hop_deadline_s
-        self._link = link
         self._book = book
-        self._verifier = verifier
-        self._warnings = warnings
-        self._stats = stats
-        self._wall_ms = wall_ms
-        self._pid = pid
-        self._seal = seal
         self._adopt = adopt
         self._closed = closed
         self._on_change = on_change
@@ -273,7 +253,7 @@ class Outbound:
         # gateway's cost in bench/remote_scale.py).
         if registration != proxy.registration:
             proxy.registration = registration
-            await write_registration(self._locations, registration, machine)
+            await write_registration(self._parts.locations, registration, machine)
 
     async def close_all(self) -> None:
         """Close every proxy (the gateway stops)."""
@@ -292,7 +272,7 @@ class Outbound:
         if decision.verdict is Verdict.FULL:
             if key not in self._capped:
                 self._capped.add(key)
-                self._stats.proxies_refused += 1
+                self._parts.stats.proxies_refused += 1
             return
         if decision.verdict is Verdict.EVICT:
             assert decision.victim is not None
@@ -300,7 +280,7 @@ class Outbound:
                 (p for p in self._proxies.values() if p.machine == decision.victim),
                 key=lambda p: p.opened,
             )
-            self._stats.proxies_evicted += 1
+            self._parts.stats.proxies_evicted += 1
             await self._close_proxy(newest.registration.instance_id)
             self._capped.add((newest.machine, newest.record.instance_id))
         self._capped.discard(key)
@@ -310,7 +290,7 @@ class Outbound:
         self, machine: str, local_id: str, record: PeerRecord, token: str
     ) -> Registration:
         return identities.build(
-            self._locations,
+            self._parts.locations,
             local_id=local_id,
             machine=machine,
             remote_id=record.id,
@@ -334,12 +314,12 @@ class Outbound:
             return
         capabilities = carried(record.capabilities)
         identity = LocalIdentity(
-            session_id=registration.id, instance_id=local_id, token=token, pid=self._pid
+            session_id=registration.id, instance_id=local_id, token=token, pid=self._parts.pid
         )
         authenticator = Authenticator(
             identity,
-            self._locations,
-            files=PeersDirFiles(self._locations),
+            self._parts.locations,
+            files=PeersDirFiles(self._parts.locations),
             capabilities=capabilities,
         )
         socket = ProxySocket(
@@ -356,12 +336,12 @@ class Outbound:
         )
         try:
             await self._group.start(self._serve_proxy, socket, scope)
-            await write_registration(self._locations, registration, machine)
+            await write_registration(self._parts.locations, registration, machine)
         except (OSError, CrossSessionError) as exc:
             logger.warning("proxy for %s on %s failed to start: %s", record.name, machine, exc)
             await self._close_proxy(local_id)
             return
-        self._stats.proxies_opened += 1
+        self._parts.stats.proxies_opened += 1
         self._on_change()
 
     @staticmethod
@@ -379,17 +359,19 @@ class Outbound:
         if proxy is None:
             return
         # The registration goes first, so no lister finds a registration without its socket.
-        await remove_registration(self._locations, local_id)
+        await remove_registration(self._parts.locations, local_id)
         proxy.scope.cancel()
         self._closed(proxy.machine, local_id)
-        self._stats.proxies_closed += 1
+        self._parts.stats.proxies_closed += 1
         self._on_change()
 
     # -- a proxy's second frame, carried to the remote machine -----------------------------------
 
     def _proxy_reply(self, proxy: _Proxy, request_id: str, *, ok: bool, status: str) -> Response:
         peer = PeerIdentity(
-            id=proxy.registration.id, instance_id=proxy.registration.instance_id, pid=self._pid
+            id=proxy.registration.id,
+            instance_id=proxy.registration.instance_id,
+            pid=self._parts.pid,
         )
         return Response.build(
             request_id=request_id,
@@ -445,21 +427,21 @@ class Outbound:
         nonce = secrets.token_hex(16)
         envelope = env.build(
             kind=kind,
-            account=self._account,
-            origin=self._machine,
+            account=self._parts.account,
+            origin=self._parts.machine,
             to=proxy.machine,
             nonce=nonce,
-            at_ms=self._wall_ms(),
+            at_ms=self._parts.wall_ms(),
             body=body,
         )
-        payload = self._seal(proxy.machine, env.encode(envelope))
+        payload = self._parts.seal(proxy.machine, env.encode(envelope))
         if payload is None:
             # No longer trusted (its proxy is closing), or a key that cannot pair.
-            self._stats.count(self._stats.forwarded, Code.NOT_FOUND)
+            self._count_forwarded(Code.NOT_FOUND)
             return self._refuse(proxy, request, Code.NOT_FOUND)
         try:
-            reply = await self._link.request(
-                env.request_subject(proxy.machine, self._machine),
+            reply = await self._parts.link.request(
+                env.request_subject(proxy.machine, self._parts.machine),
                 payload,
                 self._hop_deadline_s,
                 partial(self._read_reply, nonce=nonce, machine=proxy.machine),
@@ -468,22 +450,22 @@ class Outbound:
             # NATS took it and nobody serves that machine's subject from us, while its records
             # are fresh (the proxy exists): it has not trusted this machine, or its gateway
             # stopped or lost NATS within a TTL. Which of the two, nothing here can tell.
-            self._stats.count(self._stats.forwarded, Code.NOT_LISTENING)
-            self._warnings.not_listening(proxy.machine)
+            self._count_forwarded(Code.NOT_LISTENING)
+            self._parts.warnings.not_listening(proxy.machine)
             return self._refuse(proxy, request, Code.NOT_LISTENING)
         except UnreachableError as exc:
             too_large = "max_payload" in str(exc)
             code = Code.MESSAGE_TOO_LARGE if too_large else Code.UNREACHABLE
-            self._stats.count(self._stats.forwarded, code)
+            self._count_forwarded(code)
             return self._refuse(proxy, request, code)
         except PermissionDeniedError:
-            self._stats.count(self._stats.forwarded, Code.PERMISSION_DENIED)
+            self._count_forwarded(Code.PERMISSION_DENIED)
             return self._refuse(proxy, request, Code.PERMISSION_DENIED)
         except HopTimeoutError:
-            self._stats.count(self._stats.forwarded, "hop_timeout")
+            self._count_forwarded("hop_timeout")
             return None
         outcome, status = reply.outcome, reply.status
-        self._stats.count(self._stats.forwarded, f"{outcome.value}:{status}")
+        self._count_forwarded(f"{outcome.value}:{status}")
         if outcome is Outcome.RECEIPT and isinstance(request, Message) and status in OK_RECEIPTS:
             return self._proxy_reply(proxy, request.request_id, ok=True, status=status)
         if outcome is Outcome.ANSWER and isinstance(request, StatusQuery):
@@ -497,19 +479,23 @@ class Outbound:
             return self._refuse(proxy, request, word)
         return None  # unknown, or an outcome that does not fit the request
 
+    def _count_forwarded(self, how: str) -> None:
+        """One more request carried to another machine (or not) that ended as ``how``."""
+        self._parts.stats.count(self._parts.stats.forwarded, how)
+
     def _refuse(self, proxy: _Proxy, request: Message | StatusQuery, code: str) -> Response:
         return self._proxy_reply(proxy, request.request_id, ok=False, status=code)
 
     def _read_reply(self, payload: bytes, *, nonce: str, machine: str) -> ReplyBody | None:
         """The reply body, when ``payload`` is ``machine``'s MACed answer to ``nonce``."""
-        verdict = self._verifier.check(
-            payload, self._wall_ms(), origin=machine, kinds={Kind.REPLY}, reply_to=nonce
+        verdict = self._parts.verifier.check(
+            payload, self._parts.wall_ms(), origin=machine, kinds={Kind.REPLY}, reply_to=nonce
         )
         if not isinstance(verdict, Verified):
-            self._stats.count(self._stats.forwarded, "bad_reply")
-            self._warnings.why_refused(verdict, machine, "a reply", payload)
+            self._count_forwarded("bad_reply")
+            self._parts.warnings.why_refused(verdict, machine, "a reply", payload)
             return None
-        self._warnings.heard(machine)
+        self._parts.warnings.heard(machine)
         try:
             body = verdict.envelope.read_body()
         except EnvelopeError:

@@ -1,6 +1,6 @@
 """The host extension's tools as the model meets them: the labels, descriptions, parameter
 descriptions and guidelines of ``list_pi``, ``send_pi_message`` and ``peer_goal``, and the texts
-of a refused goal action or a tool that failed."""
+of a refused goal action, a summary sent cut, or a tool that failed."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from pi_cross_session._internal.plugin.render.peer_text import shown_diagnostic, shown_word
 from pi_cross_session._internal.protocol import sanitize
+from pi_cross_session._internal.protocol.limits import MAX_SUMMARY_CODE_POINTS
 
 LIST_PI_LABEL: Final = "List sessions"
 
@@ -150,6 +151,16 @@ def goal_view_text(view: dict[str, Any]) -> str:
     return sanitize.dumps(view)
 
 
+def summary_cut(length: int) -> str:
+    """What a send result adds when its summary was longer than a message can carry (every
+    host's ``send_pi_message``)."""
+    return (
+        f"Note: the summary was {length:,} characters once folded to one line; a message carries "
+        f"at most {MAX_SUMMARY_CODE_POINTS}, so it was cut to its first "
+        f"{MAX_SUMMARY_CODE_POINTS}."
+    )
+
+
 def tool_failure(tool: str, error: BaseException) -> str:
     """A tool that failed for a reason of our own (not a refusal): say so plainly."""
     detail = shown_diagnostic(str(error) or type(error).__name__)
@@ -186,6 +197,7 @@ __all__ = [
     "SEND_WAIT_DESCRIPTION",
     "goal_refused",
     "goal_view_text",
+    "summary_cut",
     "tool_failure",
     "utf16_limit_error",
 ]

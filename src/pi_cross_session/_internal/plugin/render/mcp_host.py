@@ -1,6 +1,6 @@
 """What the MCP host (``pi-cross-session mcp``) says: the server's instructions, the read and
-wait tools, pulled messages and channel events, its prompts, its notes on listings and sends, its
-start-up line, and its errors."""
+wait tools, pulled messages and channel events, its prompts, its note on listings, how its user
+reopens a closed inbox, its start-up line, and its errors."""
 
 from __future__ import annotations
 
@@ -192,6 +192,16 @@ RESUME_PROMPT_DESCRIPTION: Final = (
 )
 
 
+#: How the user of an MCP host reopens this server's closed inbox (the runtime's ``reopen``, said
+#: by the closed-inbox line of a listing, the status prompt and the notice on stderr): through the
+#: resume prompt, which only the user can invoke, so the model is told it cannot.
+REOPEN_WITH_PROMPT: Final = (
+    "the local user runs this server's cross-session-resume prompt (Claude Code shows it as "
+    "/mcp__<server>__cross-session-resume, <server> being the name this server has in the host's "
+    "configuration); the model cannot run it"
+)
+
+
 #: Where the name of a server came from, as its status prompt says it.
 NAME_SOURCES: Final = {
     "flag": "the --name option",
@@ -246,15 +256,6 @@ def mcp_started(name: str, ref: str, mode: str, agent_dir: str, *, from_env: boo
     )
 
 
-def summary_cut(length: int) -> str:
-    """What a send result adds when its summary was longer than a message can carry."""
-    return (
-        f"Note: the summary was {length:,} characters once folded to one line; a message carries "
-        f"at most {MAX_SUMMARY_CODE_POINTS}, so it was cut to its first "
-        f"{MAX_SUMMARY_CODE_POINTS}."
-    )
-
-
 def mcp_prompt_result(text: str) -> str:
     """What a prompt of ours puts into the conversation: the result of a local user's action,
     marked as such so the model does not take it for a request."""
@@ -289,6 +290,7 @@ __all__ = [
     "NO_REPLY",
     "READ_DESCRIPTION",
     "READ_LABEL",
+    "REOPEN_WITH_PROMPT",
     "RESUME_PROMPT_DESCRIPTION",
     "STATUS_PROMPT_DESCRIPTION",
     "WAIT_DESCRIPTION",
@@ -305,6 +307,5 @@ __all__ = [
     "mcp_unknown_tool",
     "pulled_messages",
     "reply_line",
-    "summary_cut",
     "takes_replies",
 ]
