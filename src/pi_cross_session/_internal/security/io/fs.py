@@ -91,6 +91,7 @@ __all__ = [
     "list_registration_names",
     "make_socket_private",
     "on_local_filesystem",
+    "open_private_file",
     "pid_is_dead",
     "read_refused_registration",
     "read_registration_bytes",
@@ -678,6 +679,50 @@ def _discard_temp(temp: str) -> None:
         pass
     except OSError as exc:
         logger.warning("could not remove the temporary registration %r: %s", temp, exc)
+
+
+def open_private_file(path: str, *, append: bool, uid: int | None = None) -> tuple[int, int]:
+    """Open a private file of ours for appending (created at 0600 if missing) or for reading.
+
+    Returns the descriptor and the size ``fstat`` saw; the caller closes the descriptor. Opened
+    with ``O_NOFOLLOW|O_NONBLOCK`` (a symlink is refused, a FIFO cannot block), then judged on the
+    descriptor: a regular file owned by ``uid`` (default: ours). A file opened to append gets mode
+    0600 through its descriptor, whatever the umask or an older mode (it lies in a private dir of
+    ours, so nobody but us made it so); one opened to read with group/other bits is refused. Used
+    for the event journal, whose writer appends whole lines to one descriptor.
+
+    Raises :class:`UnsafePathError` or :class:`FileOperationError`.
+    """
+    owner = resolve_uid(uid)
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    flags |= os.O_WRONLY | os.O_APPEND | os.O_CREAT if append else os.O_RDONLY
+    try:
+        fd = _open(path, flags, FILE_MODE)
+    except OSError as exc:
+        raise _failed(path, "open", exc) from exc
+    try:
+        try:
+            st = os.fstat(fd)
+            _check_owner_and_type(
+                path,
+                st,
+                owner,
+                is_type=stat.S_ISREG,
+                wrong_type=Reason.NOT_REGULAR,
+                wrong_type_detail="it is not a regular file",
+            )
+            mode = stat.S_IMODE(st.st_mode)
+            if append and mode != FILE_MODE:
+                os.fchmod(fd, FILE_MODE)
+            elif not append and mode & _FOREIGN_BITS:
+                detail = f"mode {mode:04o} gives others access"
+                raise UnsafePathError(path, Reason.LOOSE_MODE, detail)
+        except OSError as exc:
+            raise _failed(path, "inspect", exc) from exc
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
 
 
 def remove_file(path: str) -> None:
