@@ -21,6 +21,22 @@ pytest_plugins = ["tests.confinement", "tests.scratch"]
 hypothesis_profiles.load_from_environment()
 
 
+#: Folders whose tests start other programs (NATS servers, several gateways) and take seconds.
+_LONG_FOLDERS = frozenset({"remote"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the long tests first. Split over workers that steal from each other's queues, a run
+    ends when its last test does: with the long ones ahead, the short ones fill the end. The
+    order of the rest is kept (a test must not depend on order anyway)."""
+
+    def long_first(item: pytest.Item) -> int:
+        folder = item.path.parent.name
+        return 0 if folder in _LONG_FOLDERS or item.get_closest_marker("slow") else 1
+
+    items.sort(key=long_first)
+
+
 @pytest.fixture(autouse=True)
 def private_agent_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Point the agent dir at a fresh temporary dir, so nothing reads or writes ``~/.pi``.
