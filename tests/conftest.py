@@ -26,9 +26,10 @@ _LONG_FOLDERS = frozenset({"remote"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the long tests first. Split over workers that steal from each other's queues, a run
-    ends when its last test does: with the long ones ahead, the short ones fill the end. The
-    order of the rest is kept (a test must not depend on order anyway)."""
+    """Run the long tests first: the remote plane's, and those marked ``slow`` (real deadlines).
+    Split over workers that steal from each other's queues, a run ends when its last test does:
+    with the long ones ahead, the short ones fill the end. The order of the rest is kept (a test
+    must not depend on order anyway)."""
 
     def long_first(item: pytest.Item) -> int:
         folder = item.path.parent.name

@@ -96,6 +96,7 @@ def test_text_report_of_a_followed_message(inboxes: Inboxes, cli: Cli) -> None:
     assert sent.stderr == ""  # progress is for terminals only
 
 
+@pytest.mark.slow
 def test_a_message_that_expires_in_the_queue_is_reported_expired(
     inboxes: Inboxes, cli: Cli, private_agent_dir: Path, tmp_path: Path
 ) -> None:

@@ -34,6 +34,7 @@ async def cli(agent_dir: Path, *args: str) -> tuple[int, str]:
     return done.returncode, done.stdout.decode() + done.stderr.decode()
 
 
+@pytest.mark.slow
 async def test_a_message_the_host_never_reads_ends_expired_and_every_status_says_so(
     private_agent_dir: Path, tmp_path: Path
 ) -> None:

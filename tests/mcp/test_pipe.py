@@ -129,6 +129,7 @@ def test_requests_written_just_before_stdin_closes_are_answered_before_the_exit(
     assert registrations(locations) == []  # and the peer withdrew
 
 
+@pytest.mark.slow
 def test_a_request_still_running_when_the_drain_ends_is_answered_connection_closed(
     private_agent_dir: Path, tmp_path: Path
 ) -> None:
