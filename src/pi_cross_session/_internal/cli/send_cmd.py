@@ -63,7 +63,6 @@ from pi_cross_session._internal.protocol.limits import (
 from pi_cross_session._internal.protocol.registration import Registration
 from pi_cross_session._internal.protocol.sanitize import line
 from pi_cross_session._internal.protocol.text import (
-    clean_line,
     is_blank,
     is_well_formed,
     utf16_length,
@@ -155,8 +154,8 @@ def check_message(target: str, text: str, summary: str | None) -> Checked | tupl
         units = utf16_length(summary)
         if units > MAX_TOOL_SUMMARY_UNITS:
             return (Code.INVALID_MESSAGE, words.summary_too_long(units, MAX_TOOL_SUMMARY_UNITS))
-        folded = len(clean_line(summary, len(summary)))
-        if folded > MAX_SUMMARY_CODE_POINTS:
+        folded = outbound.cut_summary_length(summary)
+        if folded is not None:
             cut = (folded, MAX_SUMMARY_CODE_POINTS)
     problem = outbound.check_input(target, text, summary)
     if problem is not None:

@@ -113,6 +113,17 @@ def summary_for(summary: str | None, text: str) -> str:
     return clean_line(source, MAX_SUMMARY_CODE_POINTS) or "message"
 
 
+def cut_summary_length(summary: str | None) -> int | None:
+    """How long ``summary`` is once folded to one line (in code points), when that is more than
+    a message carries: the tool takes up to 400 UTF-16 units (spec §6.2), the wire keeps the
+    first 200 code points of the folded line, so a longer one is sent cut. ``None`` when nothing
+    is cut (or there is no summary)."""
+    if summary is None:
+        return None
+    folded = len(clean_line(summary, len(summary)))
+    return folded if folded > MAX_SUMMARY_CODE_POINTS else None
+
+
 def new_message(text: str, summary: str | None, *, sent_at: int, goal_id: str | None) -> Message:
     """The message frame a send of ``text`` writes: new ids (UUIDs) and the wire summary
     (:func:`summary_for`)."""

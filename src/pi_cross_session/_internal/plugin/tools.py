@@ -24,6 +24,7 @@ from typing import Annotated, Any, Final, Literal
 import anyio
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from pi_cross_session._internal.plugin import outbound
 from pi_cross_session._internal.plugin.capped import capped_sessions
 from pi_cross_session._internal.plugin.render import host_tools, listings, receiving, sending
 from pi_cross_session._internal.plugin.runtime import NotReadyError, SessionRuntime
@@ -36,7 +37,7 @@ from pi_cross_session._internal.protocol.limits import (
     MAX_TEXT_UNITS,
     MAX_TOOL_SUMMARY_UNITS,
 )
-from pi_cross_session._internal.protocol.text import clean_line, utf16_length
+from pi_cross_session._internal.protocol.text import utf16_length
 from pi_cross_session._internal.security.gate import PEER_GOAL_TOOL
 from pi_cross_session._internal.security.goals import (
     Authority,
@@ -350,23 +351,12 @@ async def run_send_pi_message(runtime: SessionRuntime, params: SendPiMessagePara
     if not report.ok:
         details["code"] = report.status
     text = sending.send_result(report)
-    folded = cut_summary_length(params.summary)
+    folded = outbound.cut_summary_length(params.summary)
     if folded is not None and report.message_written:
         # The model is told that its preview went out shorter, rather than finding out from a reply.
         details["summaryCut"] = {"codePoints": folded, "kept": MAX_SUMMARY_CODE_POINTS}
         text = f"{text}\n{host_tools.summary_cut(folded)}"
     return ToolOutput(text, details, is_error=not report.ok)
-
-
-def cut_summary_length(summary: str | None) -> int | None:
-    """How long ``summary`` is once folded to one line (in code points), when that is more than
-    a message carries: the tool takes up to 400 UTF-16 units (spec §6.2), the wire keeps the
-    first 200 code points of the folded line, so a longer one is sent cut. ``None`` when nothing
-    is cut (or there is no summary)."""
-    if summary is None:
-        return None
-    folded = len(clean_line(summary, len(summary)))
-    return folded if folded > MAX_SUMMARY_CODE_POINTS else None
 
 
 async def run_peer_goal(
@@ -426,7 +416,6 @@ __all__ = [
     "SendPiMessageParams",
     "ToolOutput",
     "ToolSpec",
-    "cut_summary_length",
     "run_list_pi",
     "run_peer_goal",
     "run_send_pi_message",
