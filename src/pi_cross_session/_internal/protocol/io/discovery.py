@@ -64,7 +64,6 @@ from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.errors import CrossSessionError, LocalProtocolError
 from pi_cross_session._internal.protocol.io.gitinfo import resolve_git_info
-from pi_cross_session._internal.protocol.io.name_window import NameWindow
 from pi_cross_session._internal.protocol.limits import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_RETRY_S,
@@ -87,6 +86,7 @@ from pi_cross_session._internal.protocol.listing_policy import (
     probe_failure,
     read_failure,
 )
+from pi_cross_session._internal.protocol.name_window import NameWindow
 from pi_cross_session._internal.protocol.paths import Locations, instance_id_from_filename
 from pi_cross_session._internal.protocol.pressure import Backoff, shortage
 from pi_cross_session._internal.protocol.registration import (

@@ -58,13 +58,13 @@ from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.codes import Code
 from pi_cross_session._internal.protocol.errors import CrossSessionError
 from pi_cross_session._internal.protocol.io.environment import resolve_uid
-from pi_cross_session._internal.protocol.io.name_window import NameWindow
 from pi_cross_session._internal.protocol.limits import (
     DISPLAY_PATH_CODE_POINTS,
     MAX_LISTED_REGISTRATIONS,
     MAX_REGISTRATION_BYTES,
     REGISTRATION_READ_ATTEMPTS,
 )
+from pi_cross_session._internal.protocol.name_window import NameWindow
 from pi_cross_session._internal.protocol.paths import (
     instance_id_from_filename,
     is_instance_id,
