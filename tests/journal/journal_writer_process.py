@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from pi_cross_session._internal.security.io.journal import (
+    Direction,
     Event,
     EventKind,
     JournalPolicy,
@@ -23,12 +24,18 @@ PEER = Party("reader", "b" * 32)
 
 
 def main(directory: str) -> None:
-    writer = JournalWriter(directory, policy=JournalPolicy(keep_text=True), max_file_bytes=1 << 30)
+    writer = JournalWriter(directory, policy=JournalPolicy(keep_text=True), files_kept=1_000)
     index = 0
     while True:
         text = "t" * (index * 37 % 3_000)
         event = Event(
-            1_700_000_000_000 + index, EventKind.SENT, f"m{index}", SESSION, PEER, text=text
+            1_700_000_000_000 + index,
+            EventKind.SENT,
+            f"m{index}",
+            SESSION,
+            PEER,
+            text=text,
+            direction=Direction.OUT,
         )
         if not writer.record(event):
             raise SystemExit(f"event {index} was not written")

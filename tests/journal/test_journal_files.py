@@ -14,6 +14,7 @@ import pytest
 from pi_cross_session._internal.protocol.limits import MAX_NAME_CODE_POINTS, MAX_SUMMARY_CODE_POINTS
 from pi_cross_session._internal.security.io import fs
 from pi_cross_session._internal.security.io.journal import (
+    Direction,
     Event,
     EventFilter,
     EventKind,
@@ -39,7 +40,11 @@ T0 = 1_765_000_000_000
 
 
 def event(index: int, kind: EventKind = EventKind.SENT, **fields: object) -> Event:
-    values: dict[str, object] = {"session": BUILDER, "peer": REVIEWER} | fields
+    values: dict[str, object] = {
+        "session": BUILDER,
+        "peer": REVIEWER,
+        "direction": Direction.OUT,
+    } | fields
     return Event(T0 + index, kind, f"m{index}", **values)  # type: ignore[arg-type]
 
 
@@ -254,9 +259,9 @@ def test_events_check_their_fields() -> None:
     with pytest.raises(ValueError, match="vocabulary"):
         event(0, code="not a word")
     with pytest.raises(ValueError, match="message id"):
-        Event(T0, EventKind.SENT, "bad id!", BUILDER, REVIEWER)
+        Event(T0, EventKind.SENT, "bad id!", BUILDER, REVIEWER, direction=Direction.OUT)
     with pytest.raises(ValueError, match="epoch milliseconds"):
-        Event(True, EventKind.SENT, "m0", BUILDER, REVIEWER)  # type: ignore[arg-type]
+        Event(True, EventKind.SENT, "m0", BUILDER, REVIEWER, direction=Direction.OUT)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="instance id"):
         Party("x", "not an instance id")
 

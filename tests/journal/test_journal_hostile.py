@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.security.io.journal import (
+    Direction,
     Event,
     EventKind,
     JournalReader,
@@ -22,7 +23,10 @@ from pi_cross_session._internal.security.io.journal import (
     journal_dir,
     read_journal,
 )
-from pi_cross_session._internal.security.io.journal_settings import MAX_JOURNAL_LINE_BYTES
+from pi_cross_session._internal.security.io.journal_settings import (
+    MAX_JOURNAL_FILE_BYTES,
+    MAX_JOURNAL_LINE_BYTES,
+)
 from tests.hypothesis_profiles import scaled
 
 pytestmark = pytest.mark.hostile
@@ -33,7 +37,9 @@ T0 = 1_765_000_000_000
 
 
 def good_line(index: int) -> bytes:
-    event = Event(T0 + index, EventKind.SENT, f"m{index}", BUILDER, REVIEWER)
+    event = Event(
+        T0 + index, EventKind.SENT, f"m{index}", BUILDER, REVIEWER, direction=Direction.OUT
+    )
     return json.dumps(event.to_json()).encode() + b"\n"
 
 
@@ -107,7 +113,15 @@ def test_control_characters_stay_strings_for_the_caller_to_escape(directory: str
     hostile = "\x1b]0;pwned\x07\r\n\x00\u202e\ud800"
     with JournalWriter(directory) as writer:
         assert writer.record(
-            Event(T0, EventKind.REFUSED, "m0", BUILDER, Party(hostile, "2" * 32), code="busy")
+            Event(
+                T0,
+                EventKind.REFUSED,
+                "m0",
+                BUILDER,
+                Party(hostile, "2" * 32),
+                code="busy",
+                direction=Direction.OUT,
+            )
         )
     raw = Path(directory, "journal.jsonl").read_bytes()
     assert raw.count(b"\n") == 1
@@ -128,15 +142,21 @@ def test_a_line_cut_short_at_the_end_is_skipped(directory: str) -> None:
     assert found.skipped == 1
 
 
-def test_a_huge_line_without_newline_is_never_held_whole(directory: str) -> None:
-    # 100 MiB with no newline (a hole: cheap to make, read like any bytes), then good events.
+@pytest.mark.parametrize("tail", [50_000_000, 5_000])
+def test_a_huge_file_is_read_only_at_its_end_and_never_held_whole(
+    directory: str, tail: int
+) -> None:
+    # 100 MiB with no newline (a hole: cheap to make, read like any bytes), a good event, then a
+    # tail of bytes that never end their line. No journal file of ours outgrows 1 MiB, so only the
+    # last MiB of this one is read: the good event is found when it lies there.
     plant(directory, good_line(0), name="journal.1.jsonl")
     path = os.path.join(directory, "journal.jsonl")
     with open(path, "wb") as file:
         file.truncate(100 * 1_048_576)
     with open(path, "ab") as file:
-        file.write(b"\n" + good_line(1) + b"\xff" * 50_000_000)
+        file.write(b"\n" + good_line(1) + b"\xff" * tail)
     os.chmod(path, 0o600)
+    size = os.path.getsize(path)
     tracemalloc.start()
     try:
         reader = JournalReader(directory)
@@ -144,8 +164,9 @@ def test_a_huge_line_without_newline_is_never_held_whole(directory: str) -> None
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert ids == ["m0", "m1"]
-    assert reader.skipped == 2  # the 100 MiB line, and the 50 MB tail without a newline
+    assert ids == (["m0"] if tail > MAX_JOURNAL_FILE_BYTES else ["m0", "m1"])
+    assert reader.skipped == 1  # the tail without a newline
+    assert reader.skipped_bytes == size - MAX_JOURNAL_FILE_BYTES
     assert peak < 2 * 1_048_576
 
 
@@ -159,7 +180,9 @@ def test_a_rotated_file_number_out_of_range_is_not_read(directory: str) -> None:
 def test_a_directory_in_the_journals_place_is_refused_and_reported(directory: str) -> None:
     os.mkdir(os.path.join(directory, "journal.jsonl"))
     writer = JournalWriter(directory)
-    assert not writer.record(Event(T0, EventKind.SENT, "m0", BUILDER, REVIEWER))
+    assert not writer.record(
+        Event(T0, EventKind.SENT, "m0", BUILDER, REVIEWER, direction=Direction.OUT)
+    )
     assert writer.failures == 1
     found = read_journal(directory)
     assert found.events == ()

@@ -70,6 +70,8 @@ from pi_cross_session._internal.security.io.journal_settings import (
 )
 
 __all__ = [
+    "FORMAT_VERSION",
+    "Direction",
     "Event",
     "EventFilter",
     "EventKind",
@@ -77,10 +79,12 @@ __all__ = [
     "JournalRead",
     "JournalReader",
     "JournalWriter",
+    "LineSplitter",
     "Party",
     "encode_event",
     "journal_dir",
     "journal_files",
+    "parse_line",
     "read_journal",
 ]
 
@@ -100,18 +104,35 @@ _LISTING_CAP: Final = 256
 
 
 class EventKind(StrEnum):
-    """What happened to a message, in the words every other output uses for its states."""
+    """What happened to a message, in the words every other output uses for its states.
+
+    A sender writes ``sent`` when the message frame went out, then the receipt it got
+    (``queued``, ``submitted``, ``admitted`` for ``accepted``) or ``refused`` (with the code) or
+    ``receipt_unknown``, and, if it waited, what the receiver later said (``delivered``,
+    ``expired``, ``dropped``). A receiver writes ``admitted`` at its commit, then each move of the
+    message's row (``queued``, ``submitted``, ``delivered``, ``injection_failed``, ``expired``,
+    ``dropped`` with the ``dropped_*`` word as its code), or ``refused`` with the code.
+    """
 
     #: A session of ours handed the message to a receiver (the sender's side).
     SENT = "sent"
-    #: A receiver of ours took the message in (its receipt was ``queued`` or ``submitted``).
+    #: A receiver took the message in (its row was born; the receipt follows).
     ADMITTED = "admitted"
     REFUSED = SenderState.REFUSED.value
+    RECEIPT_UNKNOWN = SenderState.RECEIPT_UNKNOWN.value
     QUEUED = Code.QUEUED.value
     SUBMITTED = Code.SUBMITTED.value
     DELIVERED = Code.DELIVERED.value
+    INJECTION_FAILED = Code.INJECTION_FAILED.value
     EXPIRED = Code.EXPIRED.value
     DROPPED = Code.DROPPED.value
+
+
+class Direction(StrEnum):
+    """Which end of the message wrote the event: its sender (``out``) or its receiver (``in``)."""
+
+    OUT = "out"
+    IN = "in"
 
 
 def _is_plain_int(value: object) -> bool:
@@ -144,9 +165,9 @@ class Event:
     """One step of one message as a session of ours saw it.
 
     ``at`` is epoch milliseconds; ``session`` is the session that wrote the event, ``peer`` the
-    other end; ``code`` is the vocabulary word of a refusal or a drop (``rate_limited``,
-    ``dropped_shutdown`` …), ``None`` otherwise. A summary is cut to the wire's bound (200 code
-    points), as a name is.
+    other end (``direction`` says which of them sent the message); ``code`` is the vocabulary
+    word of a refusal or a drop (``rate_limited``, ``dropped_shutdown`` …), ``None`` otherwise.
+    A summary is cut to the wire's bound (200 code points), as a name is.
 
     ``text`` and ``summary`` are kept in the journal only when :attr:`JournalPolicy.keep_text`
     allows, which it does not by default: the text is the peer's (or the user's) and may be
@@ -165,11 +186,14 @@ class Event:
     text: str | None = None
     #: True when the writer had to cut the text, the summary or a name to fit the line bound.
     cut: bool = False
+    #: Which end wrote it: the message's sender (``out``) or its receiver (``in``).
+    direction: Direction = field(kw_only=True)
 
     def __post_init__(self) -> None:
         if not _is_plain_int(self.at) or not 0 <= self.at <= _MAX_EPOCH_MS:
             raise ValueError("an event's time is epoch milliseconds")
         object.__setattr__(self, "kind", EventKind(self.kind))
+        object.__setattr__(self, "direction", Direction(self.direction))
         if not isinstance(self.message_id, str) or not ID_RE.fullmatch(self.message_id):
             raise ValueError("an event's message id is a message id of the contract")
         if not isinstance(self.session, Party) or not isinstance(self.peer, Party):
@@ -191,6 +215,7 @@ class Event:
             "v": FORMAT_VERSION,
             "at": self.at,
             "kind": self.kind.value,
+            "direction": self.direction.value,
             "messageId": self.message_id,
             "session": {"name": self.session.name, "instanceId": self.session.instance_id},
             "peer": {"name": self.peer.name, "instanceId": self.peer.instance_id},
@@ -214,6 +239,7 @@ class Event:
             return cls(
                 at=data["at"],
                 kind=EventKind(data["kind"]),
+                direction=Direction(data["direction"]),
                 message_id=data["messageId"],
                 session=_party_from(data["session"]),
                 peer=_party_from(data["peer"]),
@@ -482,39 +508,73 @@ class EventFilter:
         )
 
 
-def _lines(fd: int, max_line_bytes: int) -> Iterator[bytes | None]:
-    """The lines of a file without their newline, ``None`` for one over the bound (never held
-    whole) and for a last line without a newline (cut by a kill, or being written)."""
-    pending = bytearray()
-    overlong = False
-    while chunk := os.read(fd, JOURNAL_READ_CHUNK_BYTES):
+class LineSplitter:
+    """Cuts bytes into lines without their newline, holding at most ``max_line_bytes`` of a line
+    not yet ended. A line over the bound is never held whole: :meth:`feed` yields ``None`` for it
+    once, when it crosses the bound, and drops the rest up to its newline."""
+
+    def __init__(self, max_line_bytes: int = MAX_JOURNAL_LINE_BYTES) -> None:
+        self.max_line_bytes = max_line_bytes
+        self.pending = bytearray()
+        self.overlong = False
+        #: Dropping the end of a line whose start was not read (see :meth:`reset`).
+        self.mid_line = False
+
+    def reset(self, *, mid_line: bool = False) -> None:
+        """Forget the held fragment; with ``mid_line``, the bytes up to the next newline are the
+        end of a line not seen whole, and are dropped (not counted: its start was never read,
+        unless no newline ever comes)."""
+        self.pending.clear()
+        self.overlong = self.mid_line = mid_line
+
+    def feed(self, chunk: bytes) -> Iterator[bytes | None]:
+        """The lines ``chunk`` completes (``None`` for one over the bound)."""
+        pending = self.pending
         start = 0
         while True:
             end = chunk.find(b"\n", start)
             piece = chunk[start:] if end < 0 else chunk[start:end]
-            if not overlong:
-                if len(pending) + len(piece) > max_line_bytes:
-                    overlong = True
+            if not self.overlong:
+                if len(pending) + len(piece) > self.max_line_bytes:
+                    self.overlong = True
                     pending.clear()
                     yield None
                 else:
                     pending += piece
             if end < 0:
-                break
-            if not overlong:
+                return
+            if not self.overlong:
                 yield bytes(pending)
             pending.clear()
-            overlong = False
+            self.overlong = self.mid_line = False
             start = end + 1
-    if pending:
+
+
+def _lines(fd: int, splitter: LineSplitter) -> Iterator[bytes | None]:
+    """The lines of a file from its offset, ``None`` for one over the bound and for a last line
+    without a newline (cut by a kill, or being written)."""
+    while chunk := os.read(fd, JOURNAL_READ_CHUNK_BYTES):
+        yield from splitter.feed(chunk)
+    if splitter.pending or splitter.mid_line:
         yield None
+
+
+def parse_line(raw: bytes | None) -> Event | None:
+    """The event one journal line holds (without its newline), or ``None`` (never raises)."""
+    if raw is None:
+        return None
+    try:
+        return Event.from_json(json.loads(raw.decode("utf-8")))
+    except (ValueError, RecursionError):
+        return None
 
 
 class JournalReader:
     """Iterates over the events of one journal dir, oldest first, that pass ``where``.
 
-    :attr:`skipped` counts the lines that were not events (see the module's docstring), and
-    :attr:`unreadable` the files that could not be opened or read, with why: both grow while
+    :attr:`skipped` counts the lines that were not events (see the module's docstring),
+    :attr:`skipped_bytes` the bytes of oversize files not read, and :attr:`unreadable` the files
+    that could not be opened or read, with why: all grow while
     iterating. Never raises for what it finds on disk.
     """
 
@@ -529,6 +589,8 @@ class JournalReader:
         self.where = where if where is not None else EventFilter()
         self.max_line_bytes = max_line_bytes
         self.skipped = 0
+        #: Bytes of oversize files passed over (see :meth:`read_file`).
+        self.skipped_bytes = 0
         self.unreadable: list[tuple[str, str]] = []
 
     def __iter__(self) -> Iterator[Event]:
@@ -538,19 +600,27 @@ class JournalReader:
             self.unreadable.append((self.directory, inspection.detail))
             return
         for path in journal_files(self.directory):
-            yield from self._read_file(path)
+            yield from self.read_file(path)
 
-    def _read_file(self, path: str) -> Iterator[Event]:
+    def read_file(self, path: str) -> Iterator[Event]:
+        """The events of one journal file that pass the filter. A file larger than a journal
+        file ever grows (:data:`MAX_JOURNAL_FILE_BYTES`) was not written by us: only its last
+        that many bytes are read, and :attr:`skipped_bytes` counts the rest."""
         try:
-            fd, _ = fs.open_private_file(path, append=False)
+            fd, size = fs.open_private_file(path, append=False)
         except fs.FileSystemError as exc:
             # A file rotated away since the listing is no problem; anything else is said.
             if not (isinstance(exc, fs.FileOperationError) and exc.code == "ENOENT"):
                 self.unreadable.append((path, str(exc)))
             return
+        splitter = LineSplitter(self.max_line_bytes)
         try:
-            for raw in _lines(fd, self.max_line_bytes):
-                event = None if raw is None else self._parse(raw)
+            if size > MAX_JOURNAL_FILE_BYTES:
+                self.skipped_bytes += size - MAX_JOURNAL_FILE_BYTES
+                os.lseek(fd, size - MAX_JOURNAL_FILE_BYTES, os.SEEK_SET)
+                splitter.reset(mid_line=True)
+            for raw in _lines(fd, splitter):
+                event = parse_line(raw)
                 if event is None:
                     self.skipped += 1
                 elif self.where.matches(event):
@@ -560,13 +630,6 @@ class JournalReader:
         finally:
             os.close(fd)
 
-    @staticmethod
-    def _parse(raw: bytes) -> Event | None:
-        try:
-            return Event.from_json(json.loads(raw.decode("utf-8")))
-        except (ValueError, RecursionError):
-            return None
-
 
 @dataclass(frozen=True, slots=True)
 class JournalRead:
@@ -575,6 +638,7 @@ class JournalRead:
     events: tuple[Event, ...]
     skipped: int
     unreadable: tuple[tuple[str, str], ...] = field(default=())
+    skipped_bytes: int = 0
 
 
 def read_journal(
@@ -587,4 +651,4 @@ def read_journal(
         events: tuple[Event, ...] = tuple(reader)
     else:
         events = tuple(deque(reader, maxlen=max(limit, 0)))
-    return JournalRead(events, reader.skipped, tuple(reader.unreadable))
+    return JournalRead(events, reader.skipped, tuple(reader.unreadable), reader.skipped_bytes)

@@ -32,3 +32,14 @@ JOURNAL_READ_CHUNK_BYTES: Final = 65_536
 JOURNAL_ENABLED_DEFAULT: Final = True
 #: Message text and its summary are not kept unless a setting allows it (see ``JournalPolicy``).
 JOURNAL_KEEP_TEXT_DEFAULT: Final = False
+#: Journals of sessions that ended are removed this long after their last event (by the next
+#: session of ours to start): two weeks answers "what happened last week" without the agent dir
+#: filling up (each journal is at most 4 MiB, most a few KiB).
+JOURNAL_RETENTION_S: Final = 14 * 24 * 3600.0
+#: The journal dirs a reader looks at, the most recently changed first.
+MAX_JOURNAL_DIRS: Final = 512
+#: Beside a running session's journal: its live state (inbound state, queue, goal).
+LIVE_STATE_FILE: Final = "live.json"
+#: A live state's goal objective and reason are cut to these (they are for a glance).
+MAX_LIVE_GOAL_CODE_POINTS: Final = 200
+MAX_LIVE_REASON_CODE_POINTS: Final = 400
