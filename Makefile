@@ -33,7 +33,7 @@ $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,pi-python,mcp,remote]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,pi-python,mcp,remote,watch]'
 	touch $(STAMP)
 
 test: $(STAMP)

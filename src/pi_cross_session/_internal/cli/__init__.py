@@ -10,6 +10,8 @@ pay for the exchange, the receiver or pydantic's models):
 * ``status`` (:mod:`.status_cmd`) — ask a session what became of a message sent from here;
 * ``doctor`` (:mod:`.doctor_cmd`) — find what keeps sessions from seeing or reaching each other;
 * ``mcp`` (:mod:`.mcp_cmd`) — a stdio MCP server: an MCP host (Claude Code, Codex…) as a peer.
+* ``log`` (:mod:`.log_cmd`) — the sessions' journals as history;
+* ``watch`` (:mod:`.watch_cmd`) — a live view of the sessions and the messages between them;
 * ``gateway`` (:mod:`.gateway_cmd`), ``remote`` (:mod:`.remote_cmd`) — the remote plane.
 
 Shared parts: :mod:`.parser` (arguments and ``--help``), :mod:`.exits` (the exit codes),
@@ -39,6 +41,8 @@ _RUNNERS: Final = {
     "status": "status_cmd",
     "doctor": "doctor_cmd",
     "mcp": "mcp_cmd",
+    "log": "log_cmd",
+    "watch": "watch_cmd",
     "gateway": "gateway_cmd",
     "remote": "remote_cmd",
 }

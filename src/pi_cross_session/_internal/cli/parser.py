@@ -376,6 +376,57 @@ def build_parser(*, remote_plane: bool = True) -> argparse.ArgumentParser:
         help="push: channel notifications (Claude Code with channels enabled); pull (default): "
         "the model reads with read_pi_messages / wait_pi_message",
     )
+    history = command(
+        "log",
+        help="show what passed between the sessions of this agent dir (their journals)",
+        description=(
+            "Print the events the sessions of this agent dir wrote to their journals, oldest "
+            "first: each message sent, admitted, refused (with its code), queued, submitted, "
+            "delivered, expired or dropped, with both ends. Sessions that ended still show (for "
+            "two weeks). Node sessions write no journal: what our sessions saw of them shows, "
+            "and their side is marked unknown. Lines that are not events are skipped and "
+            "counted on stderr. Reads only; creates nothing."
+        ),
+        epilog=exits.SIMPLE,
+    )
+    history.add_argument(
+        "--session", metavar="NAME_OR_ID", help="only events of this session (either end)"
+    )
+    history.add_argument("--peer", metavar="NAME_OR_ID", help="only events with this other end")
+    history.add_argument(
+        "--state",
+        metavar="STATE",
+        action="append",
+        help="only events of this state (sent, admitted, refused, queued, submitted, delivered, "
+        "expired, dropped, ...); may be repeated",
+    )
+    history.add_argument(
+        "--since",
+        type=_duration,
+        metavar="AGE",
+        help="only events newer than this (90s, 30m, 1h, 2d)",
+    )
+    history.add_argument("--id", dest="message_id", metavar="MESSAGE_ID", type=_message_id)
+    history.add_argument(
+        "--limit", type=int, default=1000, metavar="N", help="at most the newest N (default 1000)"
+    )
+    history.add_argument("--json", action="store_true", help="one JSON object per event")
+
+    watch = command(
+        "watch",
+        help="a live view of the sessions and the messages between them",
+        description=(
+            "Show every live session of this agent dir (kind, name, status, inbound state, "
+            "queue depth, active goal) and a feed of the messages between them as they move "
+            "through their states, updating in place. Keys: f filters by session, p pauses, q "
+            "quits. Without a terminal it prints one line per event; --json streams the events "
+            "as JSON objects. The full view needs the 'watch' extra "
+            "(pip install 'pi-cross-session[watch]'). Reads only; creates nothing."
+        ),
+        epilog=exits.SIMPLE,
+    )
+    watch.add_argument("--session", metavar="NAME_OR_ID", help="start filtered to this session")
+    watch.add_argument("--json", action="store_true", help="stream one JSON object per event")
     _remote_commands(command, full=remote_plane)
     return parser
 

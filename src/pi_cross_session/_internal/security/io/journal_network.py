@@ -118,6 +118,7 @@ class NetworkRead:
     skipped: int
     unreadable: tuple[tuple[str, str], ...] = field(default=())
     sessions: int = 0
+    skipped_bytes: int = 0
 
 
 def read_network(
@@ -139,7 +140,8 @@ def read_network(
         events = tuple(kept[-cap:] if cap else ())
     skipped = sum(reader.skipped for reader in readers)
     unreadable = tuple(item for reader in readers for item in reader.unreadable)
-    return NetworkRead(events, skipped, unreadable, len(readers))
+    skipped_bytes = sum(reader.skipped_bytes for reader in readers)
+    return NetworkRead(events, skipped, unreadable, len(readers), skipped_bytes)
 
 
 class JournalFollower:
