@@ -23,6 +23,12 @@ from pi_agent_harness.types import NoticeEvent
 
 from pi_cross_session._internal.plugin.hosts import pi_python
 from pi_cross_session._internal.security.admission import TurnOutcome
+from pi_cross_session._internal.security.io.journal import journal_dir
+from pi_cross_session._internal.security.io.journal_network import (
+    InboundState,
+    LiveState,
+    read_live_state,
+)
 from pi_cross_session._internal.security.turns import TurnEnding
 from tests.host.pi_harness import (
     PEER_HEADER,
@@ -106,6 +112,22 @@ async def test_a_failed_turn_says_which_message_why_and_how_to_reopen(
     assert "Connection error.\\x1b[2J forged: inbox reopened" in notice
     assert "/cross-session-resume" in notice
     one_line(notice)
+
+    # ... and so does the live state it publishes beside its journal, for `watch`.
+    directory = journal_dir(str(private_agent_dir), identity.instance_id)
+
+    def latched() -> LiveState | None:
+        state = read_live_state(directory)
+        return state if state is not None and state.inbound is InboundState.LATCHED else None
+
+    await eventually(latched)
+    live = latched()
+    assert live is not None
+    assert live.reason is not None
+    assert message_id in live.reason
+    assert "/cross-session-resume" in live.reason
+    assert live.host == "pi-python"
+    one_line(live.reason)
 
     # (b) The status says closed until its user reopens it, and why, in text and JSON.
     status = await reply_text(harness, "/cross-session-status")

@@ -154,7 +154,7 @@ async def _inbox(args: argparse.Namespace, console: Console) -> int:
     host = HeadlessHost(name=args.name, cwd=args.cwd, busy_s=busy_s, on_event=printer.host_event)
     runtime = SessionRuntime(
         host,
-        options=RuntimeOptions(inbound="refuse" if args.refuse else "accept"),
+        options=RuntimeOptions(inbound="refuse" if args.refuse else "accept", kind="inbox"),
         on_row=printer.row,
         # No /cross-session-resume here: a closed inbox says what reopens this one.
         reopen=receiving.REOPEN_CLI_INBOX,

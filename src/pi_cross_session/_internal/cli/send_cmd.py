@@ -356,6 +356,9 @@ async def _send_watched(
                 registration = resolved.listing.registrations[resolved.peer.instance_id]
                 follow = Follow(report.status, started=time.monotonic(), wait_s=args.wait)
                 await follow_message(held, registration, report, follow, console)
+                if outbox.journal is not None and report.message_id is not None:
+                    # The receiver's answer, as this side learnt it (an ending only).
+                    outbox.journal.learnt(report, report.message_id, follow.last_state)
     result = None if follow is None else follow.result(time.monotonic())
     if interrupt.happened:
         _print_interrupted(console, report, result, as_json=args.json, checked=checked)

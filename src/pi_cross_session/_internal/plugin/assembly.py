@@ -21,6 +21,7 @@ from typing import Final
 import anyio
 
 from pi_cross_session._internal.plugin.host import HoldsReceipts, HostPort
+from pi_cross_session._internal.plugin.journaling import SessionJournal, journal_setting
 from pi_cross_session._internal.protocol.capabilities import ADVERTISED
 from pi_cross_session._internal.protocol.io.discovery import Registrar
 from pi_cross_session._internal.protocol.io.endpoint import Endpoint, EndpointConfig
@@ -32,6 +33,7 @@ from pi_cross_session._internal.security.admission import Admission, Clock, Deli
 from pi_cross_session._internal.security.auth import Authenticator, LocalIdentity
 from pi_cross_session._internal.security.goals import GoalConfirmations, Goals, Scope
 from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.io.journal import JournalPolicy, Party
 from pi_cross_session._internal.security.io.sender_files import PeersDirFiles
 from pi_cross_session._internal.security.limits import LifetimeBudget
 from pi_cross_session._internal.security.receiver import SessionReceiver
@@ -64,6 +66,11 @@ class RuntimeOptions:
     #: List once right after start-up, to reap dead sessions early (spec §1.5). Tests of the
     #: registrar's own failures turn it off: that listing may recreate a removed peers dir.
     listing_at_start: bool = True
+    #: The event journal's policy; ``None``: what ``PI_CROSS_SESSION_JOURNAL`` says
+    #: (:mod:`.journaling`).
+    journal: JournalPolicy | None = None
+    #: What kind of session this is, as ``watch`` shows it (``pi-python``, ``mcp``, ``inbox``…).
+    kind: str = "library"
 
 
 @dataclass(slots=True)
@@ -89,6 +96,8 @@ class Incarnation:
     status: Status = "idle"
     outbound: set[anyio.CancelScope] = field(default_factory=set)
     failure: BaseException | None = None
+    #: This incarnation's event journal (a disabled one when the user turned journaling off).
+    journal: SessionJournal | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +125,10 @@ class Wiring:
     on_evidence: Callable[[dict[str, object]], None]
     #: Task evidence carried over from earlier incarnations (never a grant).
     evidence: Iterable[Mapping[str, object]]
+    #: The session's published name now (the journal names this side with it).
+    name: Callable[[], str] = lambda: ""
+    #: A receiver event was journaled (the live state may have to follow the queue).
+    on_journaled: Callable[[Incarnation], None] | None = None
 
 
 def assemble(wiring: Wiring) -> Incarnation:
@@ -140,6 +153,20 @@ def assemble(wiring: Wiring) -> Incarnation:
         if holder:
             wiring.on_latch(holder[0], reason)
 
+    policy = options.journal if options.journal is not None else journal_setting().policy
+
+    def journaled() -> None:
+        if holder and wiring.on_journaled is not None:
+            wiring.on_journaled(holder[0])
+
+    journal = SessionJournal.open(
+        locations.agent_dir,
+        identity.instance_id,
+        policy,
+        me=lambda: Party(wiring.name(), identity.instance_id),
+        wall_ms=clock.wall_ms,
+        on_moved=journaled,
+    )
     admission = Admission(
         identity,
         clock=clock,
@@ -151,6 +178,7 @@ def assemble(wiring: Wiring) -> Incarnation:
         on_latch=on_latch,
         on_row=wiring.on_row,
         goals=goals,
+        journal=journal if journal.enabled else None,
         **options.admission,  # type: ignore[arg-type]
     )
     authenticator = Authenticator(
@@ -195,6 +223,7 @@ def assemble(wiring: Wiring) -> Incarnation:
         confirmations=GoalConfirmations(),
         authenticator=authenticator,
         status="busy" if wiring.turns.on_record else "idle",
+        journal=journal,
     )
     holder.append(incarnation)
     return incarnation

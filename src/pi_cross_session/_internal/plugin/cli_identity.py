@@ -70,8 +70,10 @@ from pi_cross_session._internal.security.io import fs
 from pi_cross_session._internal.security.tokens import new_instance_id, new_token
 
 if TYPE_CHECKING:  # the outbox and the exchange are built only once an identity is held
+    from pi_cross_session._internal.plugin.journaling import SessionJournal
     from pi_cross_session._internal.plugin.outbound import Outbox
     from pi_cross_session._internal.protocol.registration import Registration
+    from pi_cross_session._internal.security.io.journal_network import LiveState
 
 STATE_DIR: Final = "cross-session"
 #: Slot 0's files, named as the single identity of earlier versions was.
@@ -492,6 +494,7 @@ async def holding(
         locations, slots, purpose=purpose, timeout_s=timeout_s, reporter=reporter
     )
     registration_path: str | None = None
+    journal: SessionJournal | None = None
     try:
         identity = await anyio.to_thread.run_sync(load_or_create, locations, slot)
         stamp = _now_ms()
@@ -531,12 +534,16 @@ async def holding(
                 probe_guard_s=exchanger.listing_guard_s,
             )
 
+        journal = await anyio.to_thread.run_sync(
+            _open_journal, locations, identity.instance_id, registration.name
+        )
         outbox = Outbox(
             sender=identity.sender(),
             exchanger=exchanger,
             list_peers=list_peers,
             wall_ms=_now_ms,
             me=PublicPeer.from_registration(registration),
+            journal=journal,
         )
         logger.info(
             "identity %d published as %s [%s] in %s",
@@ -551,6 +558,8 @@ async def holding(
             try:
                 if registration_path is not None:
                     await anyio.to_thread.run_sync(fs.remove_file, registration_path)
+                if journal is not None:
+                    await anyio.to_thread.run_sync(_close_journal, journal, registration)
             finally:
                 lock.release()
                 logger.info("released command-line identity %d", slot)
@@ -570,3 +579,59 @@ async def publishing(
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+#: What ``watch`` is told of a command-line sender while it holds its identity.
+_CLI_KIND: Final = "cli"
+_CLI_TAKES_NOTHING: Final = "a command-line sender: it takes no messages"
+
+
+def _cli_live_state(instance_id: str, name: str, *, ended: bool) -> LiveState:
+    from pi_cross_session._internal.security.io.journal_network import InboundState, LiveState
+
+    return LiveState(
+        at=_now_ms(),
+        instance_id=instance_id,
+        name=name,
+        host=_CLI_KIND,
+        inbound=InboundState.REFUSING,
+        reason=_CLI_TAKES_NOTHING,
+        ended=ended,
+    )
+
+
+def _open_journal(locations: Locations, instance_id: str, name: str) -> SessionJournal | None:
+    """The journal a command-line send writes under its identity's instance id (and the live
+    state ``watch`` shows while it sends); ``None`` when the user turned journaling off."""
+    from pi_cross_session._internal.plugin.journaling import SessionJournal, journal_setting
+    from pi_cross_session._internal.security.io.journal import Party
+    from pi_cross_session._internal.security.io.journal_network import write_live_state
+
+    setting = journal_setting()
+    if setting.warning is not None:
+        logger.warning("%s", setting.warning)
+    if not setting.policy.enabled:
+        return None
+    journal = SessionJournal.open(
+        locations.agent_dir,
+        instance_id,
+        setting.policy,
+        me=lambda: Party(name, instance_id),
+        wall_ms=_now_ms,
+    )
+    try:
+        write_live_state(journal.directory, _cli_live_state(instance_id, name, ended=False))
+    except (OSError, CrossSessionError) as exc:
+        logger.info("could not publish the live state: %s", exc)
+    return journal
+
+
+def _close_journal(journal: SessionJournal, registration: Registration) -> None:
+    from pi_cross_session._internal.security.io.journal_network import write_live_state
+
+    journal.close()
+    try:
+        state = _cli_live_state(registration.instance_id, registration.name, ended=True)
+        write_live_state(journal.directory, state)
+    except (OSError, CrossSessionError) as exc:
+        logger.info("could not publish the live state: %s", exc)

@@ -87,6 +87,7 @@ from pi_cross_session._internal.protocol.text import (
 )
 
 if TYPE_CHECKING:  # annotations only: a command-line send has neither budget nor goals
+    from pi_cross_session._internal.plugin.journaling import SessionJournal
     from pi_cross_session._internal.security.goals import GoalConfirmations, Reservation
     from pi_cross_session._internal.security.limits import LifetimeBudget
 
@@ -104,6 +105,8 @@ class Outbox:
     me: PublicPeer | None = None
     #: Receiver/goal pairs confirmed by scoped receipts (sessions with a budget only).
     confirmations: GoalConfirmations | None = None
+    #: Where the sender's side of each send is journaled (``None``: nowhere).
+    journal: SessionJournal | None = None
 
 
 def summary_for(summary: str | None, text: str) -> str:
@@ -306,27 +309,49 @@ async def send(
         return resolved
     peer, listing = resolved
     message = new_message(text, summary, sent_at=outbox.wall_ms(), goal_id=goal_id)
+    return await _send_message(outbox, peer, listing, message, goal_id, scope, wait_s)
+
+
+def _ended(outbox: Outbox, report: SendReport, message: Message) -> SendReport:
+    """Journal how the send of ``message`` ended (if the sender keeps a journal); the report."""
+    if outbox.journal is not None:
+        outbox.journal.send_ended(report, message)
+    return report
+
+
+async def _send_message(
+    outbox: Outbox,
+    peer: PublicPeer,
+    listing: Listing,
+    message: Message,
+    goal_id: str | None,
+    scope: anyio.CancelScope | None,
+    wait_s: float,
+) -> SendReport:
     try:
         frame_to_bytes(message, max_frame_bytes=MAX_FRAME_BYTES)
     except FrameTooLargeError as exc:
-        return local_failure(Code.MESSAGE_TOO_LARGE, str(exc), target=peer)
+        return _ended(outbox, local_failure(Code.MESSAGE_TOO_LARGE, str(exc), target=peer), message)
     reservation = _reserve(outbox, peer, goal_id)
     if isinstance(reservation, SendReport):
-        return reservation
+        return _ended(outbox, reservation, message)
     # One cancel scope covers the exchange and the wait for delivery: the caller (the runtime at
     # shutdown) can stop either, and what was known by then is still reported.
     progress = Progress()
     report: SendReport | None = None
     with scope or anyio.CancelScope():
         report, receipt = await _exchange(outbox, peer, listing, message, progress)
+        _ended(outbox, report, message)
         if receipt is not None and wait_s > 0:
             # What stands if the wait is cut short.
             report = replace(report, delivery=DeliveryOutcome.NOT_CONFIRMED)
             registration = listing.registrations[peer.instance_id]
             delivery = await wait_for_delivery(outbox, registration, receipt, message, wait_s)
             report = replace(report, delivery=delivery)
+            if outbox.journal is not None:
+                outbox.journal.learnt(report, message.message_id, delivery.value, message.summary)
     if report is None:  # cancelled before the exchange ended
-        report = _cancelled(message, peer, progress)
+        report = _ended(outbox, _cancelled(message, peer, progress), message)
     if reservation is not None and outbox.confirmations is not None:
         refund = outbox.confirmations.settle(reservation, report.status if report.ok else "")
         if refund and outbox.budget is not None:

@@ -24,6 +24,7 @@ incarnation stops end as ``cancelled`` (receipt unknown). Nothing is fire-and-fo
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final
@@ -39,6 +40,7 @@ from pi_cross_session._internal.plugin.assembly import (
     assemble,
 )
 from pi_cross_session._internal.plugin.host import HostPort
+from pi_cross_session._internal.plugin.journaling import journal_setting
 from pi_cross_session._internal.plugin.render import host_status, peer_text, receiving
 from pi_cross_session._internal.plugin.reports import GoalView, PeerChecks, Pressure, SendReport
 from pi_cross_session._internal.protocol import sanitize
@@ -80,6 +82,13 @@ from pi_cross_session._internal.security.goals import (
     TaskHandle,
 )
 from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.io.journal_network import (
+    InboundState,
+    LiveGoal,
+    LiveState,
+    prune_ended,
+    write_live_state,
+)
 from pi_cross_session._internal.security.rows import Row
 from pi_cross_session._internal.security.turns import TurnAborted, TurnEvent, TurnTracker
 
@@ -135,6 +144,9 @@ class SessionRuntime:
         self._last_goal_end: GoalEnd | None = None
         #: The host session's current turn, fed by :meth:`on_turn`; read by the gate.
         self.turns = TurnTracker()
+        # The live state last written beside the journal (its time set to 0, for comparing).
+        self._live: LiveState | None = None
+        self._pruned = False
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -149,6 +161,8 @@ class SessionRuntime:
             raise RuntimeError("this runtime is already running")
         self._running = True
         reported = failed = False
+        if self.options.journal is None and (warning := journal_setting().warning) is not None:
+            self._notify(warning)
         try:
             while not self._stop_requested:
                 if self._reload_requested:
@@ -164,6 +178,9 @@ class SessionRuntime:
                         await incarnation.registrar.register()
                         await group.start(incarnation.registrar.run_heartbeat)
                         group.start_soon(self._maintain, incarnation)
+                        if not self._pruned:
+                            self._pruned = True
+                            group.start_soon(self._prune_journals)
                         group.start_soon(self._flush_when_owed, incarnation)
                         if self.options.listing_at_start:
                             group.start_soon(self._initial_listing, incarnation)
@@ -272,8 +289,19 @@ class SessionRuntime:
                 on_row=self._on_row,
                 on_evidence=self._journal_evidence,
                 evidence=self._evidence,
+                name=self._published_name,
+                on_journaled=self._journaled,
             )
         )
+
+    def _published_name(self) -> str:
+        return default_name(self.host.session_id, self._session_name())
+
+    def _journaled(self, incarnation: Incarnation) -> None:
+        # The maintenance pass publishes the live state; wake it only when the queue changed.
+        live = self._live
+        if live is None or live.queue != incarnation.admission.queue_depth:
+            self._wake(incarnation)
 
     def _on_latch(self, incarnation: Incarnation, reason: str) -> None:
         latch = incarnation.admission.latch
@@ -324,6 +352,10 @@ class SessionRuntime:
             )
         except CrossSessionError as exc:
             logger.warning("could not remove our socket: %s", sanitize.line(str(exc)))
+        await self._publish_live(incarnation, ended=True)
+        if incarnation.journal is not None:
+            incarnation.journal.close()
+        self._live = None
 
     async def _initial_listing(self, incarnation: Incarnation) -> None:
         """One listing right after start-up (spec §1.5), so that registrations of sessions that
@@ -363,6 +395,63 @@ class SessionRuntime:
                     await incarnation.registrar.refresh()
                 except CrossSessionError as exc:
                     logger.warning("registration refresh failed: %s", sanitize.line(str(exc)))
+            await self._publish_live(incarnation)
+
+    def _live_state(self, incarnation: Incarnation, *, ended: bool) -> LiveState:
+        """What this session publishes about itself beside its journal (time left at 0)."""
+        admission = incarnation.admission
+        latch = admission.latch
+        reason: str | None = None
+        if latch is not None:
+            inbound = InboundState.LATCHED
+            reason = f"{receiving.closed_reason(latch)}; to reopen: {self.reopen}"
+        elif self._inbound != "accept":
+            inbound = InboundState.REFUSING
+            reason = "its inbound policy is refuse"
+        else:
+            inbound = InboundState.OPEN
+        goal = incarnation.goals.status()
+        return LiveState(
+            at=0,
+            instance_id=incarnation.identity.instance_id,
+            name=self._published_name(),
+            host=self.options.kind,
+            inbound=inbound,
+            queue=admission.queue_depth,
+            reason=reason,
+            goal=None if goal.goal_id is None else LiveGoal(goal.goal_id, goal.objective or ""),
+            ended=ended,
+        )
+
+    async def _publish_live(self, incarnation: Incarnation, *, ended: bool = False) -> None:
+        """Write the live state if it changed (in a thread: it is a file replaced by rename)."""
+        journal = incarnation.journal
+        if journal is None or not journal.enabled:
+            return
+        state = self._live_state(incarnation, ended=ended)
+        if state == self._live:
+            return
+        self._live = state
+        stamped = dataclasses.replace(state, at=self.options.clock.wall_ms())
+        try:
+            await anyio.to_thread.run_sync(write_live_state, journal.directory, stamped)
+        except (OSError, CrossSessionError) as exc:
+            logger.warning("could not publish the live state: %s", sanitize.line(str(exc)))
+
+    async def _prune_journals(self) -> None:
+        """Remove the journals of sessions that ended long ago (once per runtime)."""
+
+        def prune() -> int:
+            live = fs.list_registration_names(self.locations.peers_dir)
+            return prune_ended(self.locations.agent_dir, (name[:-5] for name in live.names))
+
+        try:
+            removed = await anyio.to_thread.run_sync(prune)
+        except (OSError, CrossSessionError) as exc:
+            logger.info("could not prune old journals: %s", sanitize.line(str(exc)))
+            return
+        if removed:
+            logger.info("removed the journals of %d sessions that ended long ago", removed)
 
     async def _flush_when_owed(self, incarnation: Incarnation) -> None:
         """Make the queue's owed submission on the loop's next turn after a safe settle (spec §5.5),
@@ -703,6 +792,7 @@ class SessionRuntime:
             budget=inc.budget,
             me=PublicPeer.from_registration(registration),
             confirmations=inc.confirmations,
+            journal=inc.journal,
         )
 
     async def send(

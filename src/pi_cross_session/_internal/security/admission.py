@@ -71,7 +71,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Final
+from typing import Final, Protocol
 
 from pi_cross_session._internal.protocol import sanitize
 from pi_cross_session._internal.protocol.bridge import BridgeKind, classify_bridge
@@ -157,6 +157,22 @@ class Latch:
         if outcome is not None and outcome.stop_reason is not None:
             text += f" (stop reason: {sanitize.line(outcome.stop_reason, MAX_STATUS_UNITS)})"
         return text
+
+
+class AdmissionJournal(Protocol):
+    """Where a receiver's message events are recorded (the event journal), if anywhere.
+
+    Told every move of every row (with the message text when the row is born, for a journal that
+    keeps text) and every refusal of an authenticated sender's message, after the decision: a
+    journal records what happened and never changes it. It must not raise (admission logs and
+    goes on if it does) and must not block.
+    """
+
+    def moved(self, row: Row, text: str | None) -> None:
+        """``row`` was stored (born ``accepted`` with ``text``, or moved to a new state)."""
+
+    def refused(self, sender: Registration, message: Message, code: str) -> None:
+        """``message`` from ``sender`` was refused with ``code`` (no row was made)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +263,7 @@ class Admission:
         on_latch: Callable[[str], None] | None = None,
         on_row: Callable[[Row], None] | None = None,
         goals: Goals | None = None,
+        journal: AdmissionJournal | None = None,
     ) -> None:
         self._identity = identity
         # Receipts and refusals differ only in their ids: validated once each.
@@ -269,6 +286,7 @@ class Admission:
         self._on_latch = on_latch
         self._on_row = on_row
         self._goals = goals
+        self._journal = journal
 
         # The message whose submission is in progress, and whether the host confirmed it
         # meanwhile (a host may start the turn and show the message inside its submit call).
@@ -293,6 +311,21 @@ class Admission:
 
     def admit(self, caller: Caller, message: Message) -> Response:
         """Decide one message frame; commits before it resolves, never awaits."""
+        response = self._admit(caller, message)
+        journal = self._journal
+        if (
+            journal is not None
+            and not response.ok
+            and caller.sender is not None
+            and response.status != Code.INJECTION_FAILED  # admitted: its row says so
+        ):
+            try:
+                journal.refused(caller.sender, message, response.status)
+            except Exception:  # the journal records; it never disturbs admission
+                logger.exception("the event journal failed")
+        return response
+
+    def _admit(self, caller: Caller, message: Message) -> Response:
         sender = caller.sender
         if sender is None:
             return self._refuse(message.request_id, Code.AUTHENTICATION_FAILED)
@@ -373,7 +406,8 @@ class Admission:
                 updated_at_ms=now_ms,
                 goal_id=message.goal_id,
                 sender_session_id=sender.id,
-            )
+            ),
+            text=message.text,
         )
         if can_submit:
             state = self._deliver(delivery)
@@ -582,6 +616,11 @@ class Admission:
         """The row of one message, if the receiver still has it."""
         return self._rows.get((sender_instance_id, message_id))
 
+    @property
+    def queue_depth(self) -> int:
+        """Messages waiting in the queue now (expired ones included until the next tick)."""
+        return len(self._queue)
+
     def snapshot(self, *, recent: int | None = None) -> Snapshot:
         """Everything a status display shows; ``recent`` limits the rows to the newest ones."""
         rows = self._rows.values()
@@ -745,17 +784,21 @@ class Admission:
         self._store(updated)
         self._observe(updated)
 
-    def _observe(self, row: Row) -> None:
-        if self._on_row is None:
-            return
-        try:
-            self._on_row(row)
-        except Exception:  # an observer must never disturb admission
-            logger.exception("message state observer failed")
+    def _observe(self, row: Row, text: str | None = None) -> None:
+        if self._on_row is not None:
+            try:
+                self._on_row(row)
+            except Exception:  # an observer must never disturb admission
+                logger.exception("message state observer failed")
+        if self._journal is not None:
+            try:
+                self._journal.moved(row, text)
+            except Exception:
+                logger.exception("the event journal failed")
 
-    def _put_row(self, row: Row) -> None:
+    def _put_row(self, row: Row, *, text: str | None = None) -> None:
         self._store(row)
-        self._observe(row)
+        self._observe(row, text)
 
     def _store(self, row: Row) -> None:
         # The submitted row whose turn is still due stays whatever else ends meanwhile: its
@@ -806,6 +849,7 @@ __all__ = [
     "NOT_YET_CONFIRMED",
     "UNCONFIRMED",
     "Admission",
+    "AdmissionJournal",
     "Clock",
     "Delivery",
     "Latch",

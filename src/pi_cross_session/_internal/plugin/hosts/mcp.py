@@ -49,7 +49,7 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 import anyio
@@ -796,7 +796,7 @@ async def serve_streams(
     runtime = SessionRuntime(
         host,
         locations=locations,
-        options=runtime_options or RuntimeOptions(inbound=options.inbound),
+        options=replace(runtime_options or RuntimeOptions(inbound=options.inbound), kind="mcp"),
         on_row=host.observe_row,
         # No /cross-session-resume here: the user reopens through this server's prompt.
         reopen=mcp_host.REOPEN_WITH_PROMPT,

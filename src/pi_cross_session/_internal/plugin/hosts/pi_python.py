@@ -307,7 +307,9 @@ class PiPythonSession:
         self.runtime = SessionRuntime(
             self,
             locations=self.locations,
-            options=replace(runtime_options or RuntimeOptions(), inbound=self.options.inbound),
+            options=replace(
+                runtime_options or RuntimeOptions(), inbound=self.options.inbound, kind="pi-python"
+            ),
             on_goal_evidence=self._journal_goal_evidence,
         )
         # PI_CROSS_SESSION_NAME or agent.toml, until a name saved in the session is read back.

@@ -423,12 +423,10 @@ def _remove_journal_dir(directory: str) -> bool:
         return False
     try:
         with os.scandir(directory) as entries:
-            names = [
-                entry.name
-                for entry in entries
-                if entry.name.startswith(_OURS_PREFIXES) and entry.is_file(follow_symlinks=False)
-            ]
-        for name in names:
+            found = [(entry.name, entry.is_file(follow_symlinks=False)) for entry in entries]
+        if not all(name.startswith(_OURS_PREFIXES) and plain for name, plain in found):
+            return False  # someone put something here: not ours to remove
+        for name, _ in found:
             os.unlink(os.path.join(directory, name))
         os.rmdir(directory)
     except OSError:
