@@ -352,7 +352,8 @@ class SessionRuntime:
             )
         except CrossSessionError as exc:
             logger.warning("could not remove our socket: %s", sanitize.line(str(exc)))
-        await self._publish_live(incarnation, ended=True)
+        if self._live is not None:  # only a session that said it was running says it ended
+            await self._publish_live(incarnation, ended=True)
         if incarnation.journal is not None:
             incarnation.journal.close()
         self._live = None
@@ -431,12 +432,13 @@ class SessionRuntime:
         state = self._live_state(incarnation, ended=ended)
         if state == self._live:
             return
-        self._live = state
         stamped = dataclasses.replace(state, at=self.options.clock.wall_ms())
         try:
             await anyio.to_thread.run_sync(write_live_state, journal.directory, stamped)
+            self._live = state  # after the write: a failed one is tried again at the next pass
         except (OSError, CrossSessionError) as exc:
-            logger.warning("could not publish the live state: %s", sanitize.line(str(exc)))
+            # The journal's own writer warns once when its dir is unusable; this is its echo.
+            logger.info("could not publish the live state: %s", sanitize.line(str(exc)))
 
     async def _prune_journals(self) -> None:
         """Remove the journals of sessions that ended long ago (once per runtime)."""
