@@ -48,6 +48,15 @@ to back, ours then raw, give the CPU each side spends per probe: the client's ow
 the serving process's run time from the kernel's scheduler statistics (``/proc/<pid>/task/*/
 schedstat``), which move far less with the machine's load than latency does.
 
+``--journal`` measures only what the event journal adds per send, on both sides, in the same run:
+blocks of ``--cpu-sends`` sends (paced as above), each to a new receiver incarnation started with
+``RuntimeOptions(journal=...)`` off or on (``--journal-text``: also on with text), the sender
+doing per send what our outbound does after a receipt (a ``SendReport``, and with the journal on
+``SessionJournal.send_ended`` into a journal kept open for the run). ``--journal-blocks`` rounds,
+each one block per setting in a seeded shuffled order, after one untimed round; every block's
+figures, the medians, and the ratios over off (of the medians, and the median of each round's
+own ratio) are reported, with the events each side journaled per send.
+
 Run ``python bench/exchange.py`` (``--json`` for machine-readable output; ``--profile`` adds a
 cProfile of both sides of the send path, untimed). Everything it creates — the temporary agent
 dir, the runtime dir ``/tmp/pi-peers-<uid>-<ns>``, the processes — is removed at the end.
@@ -85,6 +94,8 @@ import anyio.abc
 
 import bench_support
 from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost, serve_inbox
+from pi_cross_session._internal.plugin.journaling import JOURNAL_ENV, SessionJournal
+from pi_cross_session._internal.plugin.reports import SendReport
 from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session._internal.protocol import paths
 from pi_cross_session._internal.protocol.frames import Hello, Message, Sender
@@ -92,10 +103,17 @@ from pi_cross_session._internal.protocol.io import endpoint, environment, socket
 from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.protocol.registration import (
+    PublicPeer,
     Registration,
     parse_registration,
 )
 from pi_cross_session._internal.security.io import fs
+from pi_cross_session._internal.security.io.journal import (
+    JournalPolicy,
+    Party,
+    journal_dir,
+    journal_files,
+)
 from pi_cross_session._internal.security.receiver import SessionReceiver
 
 TARGET_SEND_RATIO: Final = 3.0
@@ -110,6 +128,16 @@ THIS_FILE: Final = os.path.abspath(__file__)
 PROFILE_ENV: Final = "PI_BENCH_RECEIVER_PROFILE"
 #: Set in a receiver's environment to make it time its handlers and write them there at exit.
 TIMINGS_ENV: Final = "PI_BENCH_RECEIVER_TIMINGS"
+#: Set in a script receiver's environment: its journal setting, a key of
+#: :data:`JOURNAL_SETTINGS` given to its ``RuntimeOptions`` (unset: what the user's
+#: ``PI_CROSS_SESSION_JOURNAL`` says, as a session that ships reads it).
+JOURNAL_SETTING_ENV: Final = "PI_BENCH_RECEIVER_JOURNAL"
+#: The journal settings ``--journal`` compares, named as ``PI_CROSS_SESSION_JOURNAL`` names them.
+JOURNAL_SETTINGS: Final = {
+    "off": JournalPolicy(enabled=False, keep_text=False),
+    "on": JournalPolicy(),  # the default: events without message text
+    "text": JournalPolicy(enabled=True, keep_text=True),
+}
 
 
 # -- the receiver process (--serve-receiver) -------------------------------------------------------
@@ -224,7 +252,9 @@ async def serve_receiver(
         time_handlers(timings)
         mark_receiver(timings)
     host = HeadlessHost(name=name, busy_s=0.0)
-    runtime = SessionRuntime(host, options=RuntimeOptions(with_git=False))
+    setting = os.environ.get(JOURNAL_SETTING_ENV)
+    journal = JOURNAL_SETTINGS[setting] if setting else None
+    runtime = SessionRuntime(host, options=RuntimeOptions(with_git=False, journal=journal))
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with anyio.create_task_group() as group:
             await group.start(serve_inbox, host, runtime)
@@ -737,6 +767,253 @@ def receiver_profile_text(path: str, limit: int) -> str:
     return profile_text(pstats.Stats(path), limit)
 
 
+# -- what the journal adds per send (--journal) ----------------------------------------------------
+
+#: The ratio of CPU per send with the journal on over off that the issue allows, on either side.
+TARGET_JOURNAL_RATIO: Final = 1.05
+#: Before a journal block is timed, how long its new receiver gets for what it does once at start
+#: (its first listing and maintenance pass, its live state, the pruning of old journals).
+START_SETTLE_S: Final = 0.3
+#: Untimed rounds (one block of each setting) before the timed ones: the client's code warms up.
+JOURNAL_WARMUP_ROUNDS: Final = 1
+
+
+def journal_lines(directory: str) -> int:
+    """The lines of a journal dir's files (0 when it has none)."""
+    total = 0
+    for path in journal_files(directory):
+        with open(path, "rb") as file:
+            total += sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 16), b""))
+    return total
+
+
+def sender_journal(agent_dir: str, setting: str) -> SessionJournal | None:
+    """What a sender of ours journals with under ``setting``: a session's journal, open for the
+    whole run as a session's is; ``None`` when off (an outbox without a journal)."""
+    policy = JOURNAL_SETTINGS[setting]
+    if not policy.enabled:
+        return None
+    instance_id = uuid.uuid4().hex
+    return SessionJournal.open(
+        agent_dir,
+        instance_id,
+        policy,
+        me=lambda: Party(f"bench-sender-{setting}", instance_id),
+        wall_ms=lambda: time.time_ns() // 1_000_000,
+    )
+
+
+async def run_journal(args: argparse.Namespace) -> dict[str, Any]:
+    """CPU per send of the receiver and of the sender, the journal off against on (and text),
+    in blocks alternated round by round in a seeded shuffled order.
+
+    Each block: a new receiver incarnation started with that setting's ``RuntimeOptions(journal=
+    ...)``, ``--cpu-sends`` sends from identities published before the block, each followed by
+    what our outbound does after a receipt (a :class:`SendReport`, and with the journal on
+    :meth:`SessionJournal.send_ended`), paced as the CPU blocks of the default run are."""
+    root = Path(tempfile.mkdtemp(prefix="pi-bench-journal-"))
+    agent_dir = str(root / "agent")
+    locations = environment.resolve(env={paths.AGENT_DIR_ENV: agent_dir})
+    env = {**os.environ, paths.AGENT_DIR_ENV: agent_dir, "PYTHONUNBUFFERED": "1"}
+    settings = ["off", "on", *(["text"] if args.journal_text else [])]
+    current = {"setting": "off"}
+
+    async def start_receiver() -> Child:
+        setting = current["setting"]
+        child_env = dict(env)
+        if args.receiver == "cli":
+            argv = [sys.executable, "-m", "pi_cross_session", "inbox", "--busy", "0", "--json"]
+            argv += ["--name", "bench-receiver"]
+            child_env[JOURNAL_ENV] = setting
+        else:
+            argv = [sys.executable, THIS_FILE, "--serve-receiver", "bench-receiver"]
+            child_env[JOURNAL_SETTING_ENV] = setting
+        return await anyio.to_thread.run_sync(start_child, "receiver", argv, child_env, root)
+
+    senders = Senders(locations, start_receiver, args.per_sender, args.per_receiver)
+    journals = {setting: sender_journal(agent_dir, setting) for setting in settings}
+    exchanger = Exchanger(locations, fs)
+    statuses: Counter[str] = Counter()
+    runs: list[dict[str, Any]] = []
+    rng = random.Random(20261206)
+    started = time.perf_counter()
+
+    async def block(setting: str) -> dict[str, Any]:
+        current["setting"] = setting
+        receiver = await senders.restart_receiver()
+        assert senders.receiver is not None
+        pid = senders.receiver.process.pid
+        prepared = [await senders.next_send() for _ in range(args.cpu_sends)]
+        # The listing a real sender resolved its target from is the same on and off: built here.
+        peer = PublicPeer.from_registration(receiver)
+        journal = journals[setting]
+        receiver_dir = journal_dir(agent_dir, receiver.instance_id)
+        await anyio.sleep(START_SETTLE_S)
+        sender_written = 0 if journal is None else journal.writer.written
+        receiver_written = await anyio.to_thread.run_sync(journal_lines, receiver_dir)
+        block_statuses: Counter[str] = Counter()
+        latencies: list[int] = []
+        server_before = process_cpu_ns(pid)
+        client_before = time.thread_time_ns()
+        for target, sender, message in prepared:
+            before = time.perf_counter_ns()
+            receipt = await exchanger.send(target, sender=sender, message=message)
+            # What outbound does after a receipt (``_exchange``, then ``_ended``).
+            report = SendReport(
+                ok=True,
+                status=receipt.status,
+                message_id=message.message_id,
+                target=peer,
+                message_written=True,
+            )
+            if journal is not None:
+                journal.send_ended(report, message)
+            latencies.append(time.perf_counter_ns() - before)
+            # Back to back, a send can meet the previous message's turn: queued is admitted.
+            if receipt.status not in ("submitted", "queued"):
+                raise SystemExit(f"a journal block's send ended {receipt.status}")
+            block_statuses[receipt.status] += 1
+            await anyio.sleep(SEND_PACE_S)
+        client = time.thread_time_ns() - client_before
+        await anyio.sleep(SETTLE_S)
+        server = process_cpu_ns(pid) - server_before
+        receiver_written = (
+            await anyio.to_thread.run_sync(journal_lines, receiver_dir) - receiver_written
+        )
+        if journal is not None:
+            sender_written = journal.writer.written - sender_written
+        # The block's sender identities are not needed again: the peers dir stays as small.
+        for _, sender, _ in prepared:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(locations.registration_path(sender.instance_id))
+        sends = len(prepared)
+        return {
+            "setting": setting,
+            "client_us": round(client / sends / 1000, 1),
+            "server_us": round(server / sends / 1000, 1),
+            "latency_p50_us": round(percentile(latencies, 0.50), 1),
+            "receiver_events_per_send": round(receiver_written / sends, 2),
+            "sender_events_per_send": round(sender_written / sends, 2),
+            "statuses": dict(block_statuses),
+        }
+
+    try:
+        for round_index in range(JOURNAL_WARMUP_ROUNDS + args.journal_blocks):
+            order = list(settings)
+            rng.shuffle(order)
+            for setting in order:
+                result = await block(setting)
+                if round_index >= JOURNAL_WARMUP_ROUNDS:
+                    runs.append({"round": round_index - JOURNAL_WARMUP_ROUNDS + 1, **result})
+                    statuses.update(result["statuses"])
+        run_s = time.perf_counter() - started
+    finally:
+        senders.stop()
+        for journal in journals.values():
+            if journal is not None:
+                journal.close()
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(locations.runtime_dir, ignore_errors=True)
+
+    figures = ("client_us", "server_us", "latency_p50_us")
+    counts = ("receiver_events_per_send", "sender_events_per_send")
+    medians = {
+        setting: {
+            name: round(
+                statistics.median(run[name] for run in runs if run["setting"] == setting), 2
+            )
+            for name in (*figures, *counts)
+        }
+        for setting in settings
+    }
+    by_round: dict[int, dict[str, dict[str, Any]]] = {}
+    for run in runs:
+        by_round.setdefault(run["round"], {})[run["setting"]] = run
+    ratios = {}
+    for setting in settings[1:]:
+        ratios[setting] = {
+            side: {
+                # The ratio of the medians, and the median of each round's own ratio.
+                "of_medians": round(medians[setting][name] / medians["off"][name], 3),
+                "paired": round(
+                    statistics.median(
+                        pair[setting][name] / pair["off"][name] for pair in by_round.values()
+                    ),
+                    3,
+                ),
+            }
+            for side, name in (("sender", "client_us"), ("receiver", "server_us"))
+        }
+    return {
+        "mode": "journal",
+        "receiver": args.receiver,
+        "settings": settings,
+        "blocks": args.journal_blocks,
+        "per_block": args.cpu_sends,
+        "warmup_rounds": JOURNAL_WARMUP_ROUNDS,
+        "send_pace_ms": SEND_PACE_S * 1000,
+        "runs": runs,
+        "medians": medians,
+        "ratios": ratios,
+        "target_ratio": TARGET_JOURNAL_RATIO,
+        "statuses": dict(statuses),
+        "receiver_incarnations": senders.receivers,
+        "sender_identities": senders.senders,
+        "run_s": round(run_s, 1),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+    }
+
+
+def print_journal_report(result: dict[str, Any]) -> None:
+    receiver = (
+        "pi-cross-session inbox --busy 0 --json"
+        if result["receiver"] == "cli"
+        else "SessionRuntime on the headless host, 0 s turns (the inbox without its printing)"
+    )
+    print(f"receiver: {receiver}, one new incarnation per block with that journal setting")
+    print(
+        "sender: Exchanger.send, then what outbound does after a receipt (a SendReport; with the "
+        "journal on, SessionJournal.send_ended)"
+    )
+    print(
+        f"{result['blocks']} rounds of one block per setting ({', '.join(result['settings'])}), "
+        f"in a shuffled order each round, after {result['warmup_rounds']} untimed round; "
+        f"{result['per_block']} sends per block, {result['send_pace_ms']:g} ms apart; "
+        f"{result['receiver_incarnations']} receiver incarnations, "
+        f"{result['sender_identities']} sender identities; {result['run_s']} s"
+    )
+    print(f"receipts: {result['statuses']}")
+    print("\nevery block (CPU per send, µs; events journaled per send):")
+    print(
+        f"{'round':>5}  {'setting':<8}{'sender':>9}{'receiver':>10}{'lat p50':>10}"
+        f"{'ev snd':>8}{'ev rcv':>8}"
+    )
+    for run in result["runs"]:
+        print(
+            f"{run['round']:>5}  {run['setting']:<8}{run['client_us']:>9.1f}"
+            f"{run['server_us']:>10.1f}{run['latency_p50_us']:>10.1f}"
+            f"{run['sender_events_per_send']:>8.2f}{run['receiver_events_per_send']:>8.2f}"
+        )
+    print(f"\nmedians over {result['blocks']} blocks each:")
+    print(f"  {'setting':<8}{'sender':>9}{'receiver':>10}{'lat p50':>10}{'ev snd':>8}{'ev rcv':>8}")
+    for setting, row in result["medians"].items():
+        print(
+            f"  {setting:<8}{row['client_us']:>9.1f}{row['server_us']:>10.1f}"
+            f"{row['latency_p50_us']:>10.1f}{row['sender_events_per_send']:>8.2f}"
+            f"{row['receiver_events_per_send']:>8.2f}"
+        )
+    target = result["target_ratio"]
+    print(f"\nCPU per send, setting over off (target <= {target:g}; median of the rounds' own):")
+    for setting, sides in result["ratios"].items():
+        for side, ratio in sides.items():
+            verdict = "ok" if ratio["of_medians"] <= target else "OVER"
+            print(
+                f"  {setting:<5} {side:<9} {ratio['of_medians']:.3f}  "
+                f"(paired {ratio['paired']:.3f})  {verdict}"
+            )
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="pi-bench-exchange-"))
     agent_dir = str(root / "agent")
@@ -1138,6 +1415,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cpu-sends", type=int, default=200, help="sends per CPU block (0: no send blocks)"
     )
+    parser.add_argument(
+        "--journal",
+        action="store_true",
+        help="only CPU per send of both sides with the event journal off and on, alternated",
+    )
+    parser.add_argument(
+        "--journal-text", action="store_true", help="with --journal: also the journal with text"
+    )
+    parser.add_argument(
+        "--journal-blocks", type=int, default=20, help="with --journal: blocks per setting"
+    )
     parser.add_argument("--profile", action="store_true", help="add an untimed cProfile run")
     parser.add_argument("--profile-lines", type=int, default=25, help=argparse.SUPPRESS)
     parser.add_argument("--serve-receiver", metavar="NAME", help=argparse.SUPPRESS)
@@ -1163,6 +1451,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--per-sender must be 1-30 and --per-receiver 1-255 (the contract's limits)")
     if args.profile and args.receiver == "cli":
         parser.error("--profile profiles the script receiver only")
+    if args.journal:
+        if args.cpu_sends < 1 or args.journal_blocks < 1:
+            parser.error("--journal needs --cpu-sends and --journal-blocks of at least 1")
+        journal_result = anyio.run(run_journal, args)
+        if args.json:
+            print(json.dumps(journal_result, indent=2))
+        else:
+            print_journal_report(journal_result)
+        return 0
     result = anyio.run(run, args)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -58,7 +58,8 @@ def test_the_history_merges_every_session_in_time_order(agent_dir: str) -> None:
             reviewer.record(event(index + 1, REVIEWER, BUILDER))
     found = read_network(agent_dir)
     assert [e.at - T0 for e in found.events] == list(range(20))
-    assert found.sessions == 2
+    assert found.journals == 2
+    assert found.journaled == {BUILDER.instance_id, REVIEWER.instance_id}
     newest = read_network(agent_dir, limit=3)
     assert [e.message_id for e in newest.events] == ["m17", "m18", "m19"]
     only = read_network(agent_dir, where=EventFilter(session=REVIEWER.instance_id))
@@ -66,7 +67,7 @@ def test_the_history_merges_every_session_in_time_order(agent_dir: str) -> None:
 
 
 def test_no_journal_dir_is_no_history(agent_dir: str) -> None:
-    assert read_network(agent_dir).events == ()
+    assert read_network(agent_dir).events == []
     assert session_dirs(agent_dir) == {}
 
 
@@ -79,7 +80,11 @@ def test_a_root_that_is_a_symlink_is_not_read(agent_dir: str, tmp_path: Path) ->
         os.path.join(elsewhere, "cross-session", "journal"),
         os.path.join(agent_dir, "cross-session", "journal"),
     )
-    assert read_network(agent_dir).events == ()
+    found = read_network(agent_dir)
+    assert found.events == []
+    assert [path for path, _ in found.unreadable] == [
+        os.path.join(agent_dir, "cross-session", "journal")
+    ]
 
 
 def test_the_follower_hands_out_each_event_once_across_rotations(agent_dir: str) -> None:

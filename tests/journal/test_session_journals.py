@@ -19,7 +19,6 @@ from pi_cross_session._internal.security.io.journal_network import (
     read_network,
     session_dirs,
 )
-from tests.cli.conftest import cli, inboxes  # noqa: F401 (fixtures)
 from tests.support.bounds import MUST_HAPPEN_S
 from tests.support.processes import Inboxes, InboxProcess, Result, run_cli
 
@@ -48,8 +47,8 @@ def events_of(agent_dir: Path, message_id: str) -> list[Event]:
 
 
 def test_a_send_between_a_cli_and_an_inbox_is_journaled_at_both_ends(
-    inboxes: Inboxes,  # noqa: F811
-    cli: Callable[..., Result],  # noqa: F811
+    inboxes: Inboxes,
+    cli: Callable[..., Result],
     private_agent_dir: Path,
 ) -> None:
     reviewer = inboxes.start("reviewer", busy=0.1)
@@ -84,8 +83,8 @@ def test_a_send_between_a_cli_and_an_inbox_is_journaled_at_both_ends(
 
 
 def test_a_refusal_is_journaled_with_its_code_by_both_ends(
-    inboxes: Inboxes,  # noqa: F811
-    cli: Callable[..., Result],  # noqa: F811
+    inboxes: Inboxes,
+    cli: Callable[..., Result],
     private_agent_dir: Path,
 ) -> None:
     inboxes.start("closed", "--refuse")
@@ -147,7 +146,7 @@ def test_journaling_off_writes_nothing_and_an_unknown_value_means_off(
 
 
 def test_each_session_publishes_its_live_state_and_marks_it_ended(
-    inboxes: Inboxes,  # noqa: F811
+    inboxes: Inboxes,
     private_agent_dir: Path,
 ) -> None:
     open_inbox = inboxes.start("open-one")

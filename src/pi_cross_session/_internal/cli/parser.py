@@ -420,8 +420,8 @@ def build_parser(*, remote_plane: bool = True) -> argparse.ArgumentParser:
             "queue depth, active goal) and a feed of the messages between them as they move "
             "through their states, updating in place. Keys: f filters by session, p pauses, q "
             "quits. Without a terminal it prints one line per event; --json streams the events "
-            "as JSON objects. The full view needs the 'watch' extra "
-            "(pip install 'pi-cross-session[watch]'). Reads only; creates nothing."
+            "as JSON objects. The full view needs the 'watch' extra (pip install '.[watch]' in "
+            "a clone, or pip install 'rich>=13.7'). Reads only; creates nothing."
         ),
         epilog=exits.SIMPLE,
     )

@@ -231,7 +231,18 @@ class SessionJournal:
             )
 
         if report.message_written:
-            record(EventKind.SENT, first=True)
+            # Stamped with the message's own time (taken just before the exchange), so that the
+            # merged history shows it before the receiver's ``admitted``.
+            self._record(
+                message.sent_at,
+                EventKind.SENT,
+                message.message_id,
+                self._me(),
+                peer,
+                summary=message.summary,
+                text=message.text,
+                direction=Direction.OUT,
+            )
         receipt = _RECEIPT_EVENTS.get(report.status) if report.ok else None
         if receipt is not None:
             record(receipt)

@@ -56,7 +56,6 @@ from pi_cross_session._internal.protocol.limits import (
     MAX_ERROR_UNITS,
     MAX_FRAME_BYTES,
     MAX_FRAME_TEMPLATES,
-    MAX_ID_CHARS,
     MAX_KNOWN_FRAME_CHARS,
     MAX_KNOWN_HELLOS,
     MAX_NEXT_UNITS,
@@ -67,6 +66,7 @@ from pi_cross_session._internal.protocol.limits import (
     MAX_TEXT_UNITS,
 )
 from pi_cross_session._internal.protocol.paths import INSTANCE_ID_RE as INSTANCE_ID_RE
+from pi_cross_session._internal.protocol.text import ID_RE as ID_RE
 from pi_cross_session._internal.protocol.text import (
     is_blank,
     require_well_formed,
@@ -78,7 +78,6 @@ WIRE_VERSION: Final = 1
 #: The ``requestId`` a receiver uses when it cannot trust the frame it is answering.
 UNKNOWN_REQUEST_ID: Final = "unknown"
 
-ID_RE: Final = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_ID_CHARS}}}")
 TOKEN_RE: Final = re.compile(r"[0-9a-f]{64}")
 
 

@@ -15,7 +15,7 @@ import re
 import unicodedata
 from typing import Final
 
-from pi_cross_session._internal.protocol.limits import MAX_NAME_CODE_POINTS
+from pi_cross_session._internal.protocol.limits import MAX_ID_CHARS, MAX_NAME_CODE_POINTS
 
 #: ECMAScript WhiteSpace + LineTerminator (what ``\s`` and ``String.prototype.trim`` use).
 JS_WHITESPACE: Final = (
@@ -25,6 +25,10 @@ JS_WHITESPACE: Final = (
 _JS_WHITESPACE_RUN: Final = re.compile("[" + re.escape(JS_WHITESPACE) + "]+")
 _ASTRAL: Final = re.compile("[\U00010000-\U0010ffff]")
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+#: A request or message id (spec §3: 1–128 characters of ``[A-Za-z0-9_-]``). Here, not among
+#: the frames, so that a reader of ids (the journal's) need not import pydantic.
+ID_RE: Final = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_ID_CHARS}}}")
 
 #: What a session without a usable name is called.
 UNNAMED_SESSION: Final = "unnamed-session"

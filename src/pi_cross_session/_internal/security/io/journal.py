@@ -51,9 +51,9 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from pi_cross_session._internal.protocol.codes import Code, SenderState, is_code
-from pi_cross_session._internal.protocol.frames import ID_RE
 from pi_cross_session._internal.protocol.limits import MAX_SUMMARY_CODE_POINTS
 from pi_cross_session._internal.protocol.paths import INSTANCE_ID_RE, node_join
+from pi_cross_session._internal.protocol.text import ID_RE
 from pi_cross_session._internal.security.io import fs
 from pi_cross_session._internal.security.io.journal_settings import (
     JOURNAL_DIR,
@@ -487,15 +487,25 @@ def journal_files(directory: str) -> list[str]:
 class EventFilter:
     """Which events a reader yields; every field set must match (``None`` matches anything).
 
-    ``session`` and ``peer`` match a name or an instance id; ``since`` is epoch milliseconds
-    (events at or after it).
+    ``session`` and ``peer`` match a name or an instance id of the event's writer and of its
+    other end; ``since`` is epoch milliseconds (events at or after it).
+
+    ``end`` and ``other_end`` name the message's ends whichever of them wrote the event, as a
+    person asks about a session: a name, an instance id, or the first :attr:`MIN_ID_PREFIX` or
+    more hex characters of one (as lines show it). With both, the event is between those two
+    sessions, either way round; ``other_end`` alone matches either end, as ``end`` does.
     """
+
+    #: The fewest hex characters that name an instance id by its start (lines show six).
+    MIN_ID_PREFIX = 6
 
     session: str | None = None
     peer: str | None = None
     kinds: frozenset[EventKind] | None = None
     since: int | None = None
     message_id: str | None = None
+    end: str | None = None
+    other_end: str | None = None
 
     def matches(self, event: Event) -> bool:
         """True when ``event`` passes every criterion set."""
@@ -505,6 +515,31 @@ class EventFilter:
             and (self.kinds is None or event.kind in self.kinds)
             and (self.since is None or event.at >= self.since)
             and (self.message_id is None or event.message_id == self.message_id)
+            and self._ends_match(event)
+        )
+
+    def _ends_match(self, event: Event) -> bool:
+        if self.end is None and self.other_end is None:
+            return True
+        one, other = event.session, event.peer
+        return self._pair_matches(one, other) or self._pair_matches(other, one)
+
+    def _pair_matches(self, one: Party, other: Party) -> bool:
+        return (self.end is None or self.refers_to(one, self.end)) and (
+            self.other_end is None or self.refers_to(other, self.other_end)
+        )
+
+    @classmethod
+    def refers_to(cls, who: Party, wanted: str) -> bool:
+        """True when ``wanted`` is ``who``'s name, its instance id, or the start of that id (at
+        least :attr:`MIN_ID_PREFIX` hex characters, in either case)."""
+        if who.matches(wanted):
+            return True
+        prefix = wanted.lower()
+        return (
+            len(prefix) >= cls.MIN_ID_PREFIX
+            and not prefix.strip("0123456789abcdef")
+            and who.instance_id.startswith(prefix)
         )
 
 

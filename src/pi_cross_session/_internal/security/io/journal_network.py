@@ -26,9 +26,8 @@ import heapq
 import json
 import logging
 import os
-import stat
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
@@ -39,6 +38,7 @@ from pi_cross_session._internal.security.io.journal import (
     FORMAT_VERSION,
     Event,
     EventFilter,
+    EventKind,
     JournalReader,
     LineSplitter,
     journal_files,
@@ -59,10 +59,12 @@ from pi_cross_session._internal.security.io.journal_settings import (
 
 __all__ = [
     "InboundState",
+    "JournalDirs",
     "JournalFollower",
     "LiveGoal",
     "LiveState",
     "NetworkRead",
+    "find_journals",
     "journal_root",
     "prune_ended",
     "read_live_state",
@@ -74,6 +76,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _STATE_DIR: Final = "cross-session"
+#: Entries of the journal root looked at, at most.
+_SCAN_CAP: Final = MAX_JOURNAL_DIRS * 4
 #: Names a journal dir may hold: what :func:`prune_ended` may remove (anything else stays).
 _OURS_PREFIXES: Final = ("journal", "live.json", ".live.json.")
 
@@ -83,65 +87,131 @@ def journal_root(agent_dir: str) -> str:
     return node_join(agent_dir, _STATE_DIR, JOURNAL_DIR)
 
 
-def session_dirs(agent_dir: str, *, limit: int = MAX_JOURNAL_DIRS) -> dict[str, str]:
-    """Each session's journal dir by instance id (at most ``limit`` of them, the most recently
-    changed first kept). Never raises: an unusable root has none."""
+@dataclass
+class JournalDirs:
+    """The session journal dirs of an agent dir that may be read, and what was refused."""
+
+    #: Instance id → dir, the most recently changed first, at most the limit asked for.
+    dirs: dict[str, str] = field(default_factory=dict)
+    #: Journal dirs found (named by an instance id), read or not.
+    found: int = 0
+    #: (path, why) of each dir not read: a symbolic link, another user's, a loose mode.
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    #: Private journal dirs left out past the limit.
+    capped: int = 0
+
+
+def find_journals(agent_dir: str, *, limit: int = MAX_JOURNAL_DIRS) -> JournalDirs:
+    """The journal dirs to read. The root and each session's dir must be private dirs of ours
+    (0700, ours, not a symbolic link): anything else is refused, not read and not repaired (a
+    session sets its own dir back to 0700 when it opens its journal). Never raises."""
+    found = JournalDirs()
     root = journal_root(agent_dir)
     inspection = fs.inspect_private_dir(root)
-    if inspection.state in (fs.DirState.UNUSABLE, fs.DirState.UNREADABLE, fs.DirState.MISSING):
-        return {}
-    found: list[tuple[float, str, str]] = []
+    if inspection.state is fs.DirState.MISSING:
+        return found
+    if inspection.state is not fs.DirState.PRIVATE:
+        found.refused.append((root, inspection.detail))
+        return found
+    dated: list[tuple[float, str, str]] = []
     try:
         with os.scandir(root) as entries:
             for seen, entry in enumerate(entries):
-                if seen >= limit * 4:  # a root stuffed with junk is not scanned forever
+                if seen >= _SCAN_CAP:  # a root stuffed with junk is not scanned forever
                     break
                 if not INSTANCE_ID_RE.fullmatch(entry.name):
+                    continue  # not a session's journal (a temporary file, a user's note)
+                judged = fs.inspect_private_dir(entry.path)
+                if judged.state is fs.DirState.MISSING:
+                    continue  # removed since the listing (retention)
+                found.found += 1
+                if judged.state is not fs.DirState.PRIVATE:
+                    found.refused.append((entry.path, judged.detail))
                     continue
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISDIR(st.st_mode):
-                    found.append((st.st_mtime, entry.name, entry.path))
-    except OSError:
-        return {}
-    found.sort(reverse=True)
-    return {name: path for _, name, path in found[:limit]}
+                with contextlib.suppress(OSError):
+                    dated.append(
+                        (entry.stat(follow_symlinks=False).st_mtime, entry.name, entry.path)
+                    )
+    except OSError as exc:
+        found.refused.append((root, f"cannot be listed: {exc.strerror or exc}"))
+    dated.sort(reverse=True)
+    found.capped = max(0, len(dated) - limit)
+    found.dirs = {name: path for _, name, path in dated[:limit]}
+    return found
 
 
-@dataclass(frozen=True, slots=True)
+def session_dirs(agent_dir: str, *, limit: int = MAX_JOURNAL_DIRS) -> dict[str, str]:
+    """Each readable session journal dir by instance id (see :func:`find_journals`)."""
+    return find_journals(agent_dir, limit=limit).dirs
+
+
+#: The order of a message's steps, to break a tie between two events of the same millisecond
+#: written by two sessions (the sender's ``sent`` before the receiver's ``admitted``). Within one
+#: session the lines' own order decides after this, and it agrees with this order.
+_STEP: Final = {
+    EventKind.SENT: 0,
+    EventKind.ADMITTED: 1,
+    EventKind.REFUSED: 2,
+    EventKind.RECEIPT_UNKNOWN: 2,
+    EventKind.QUEUED: 2,
+    EventKind.SUBMITTED: 3,
+    EventKind.DELIVERED: 4,
+    EventKind.INJECTION_FAILED: 4,
+    EventKind.EXPIRED: 4,
+    EventKind.DROPPED: 4,
+}
+
+
+@dataclass
 class NetworkRead:
-    """What :func:`read_network` found: the events (oldest first), lines skipped, files refused."""
+    """What :func:`read_network` found: the events kept (oldest first) and what was passed over."""
 
-    events: tuple[Event, ...]
-    skipped: int
-    unreadable: tuple[tuple[str, str], ...] = field(default=())
-    sessions: int = 0
+    events: list[Event] = field(default_factory=list)
+    #: Events that passed the filter, kept or not (more than ``events`` when ``limit`` cut).
+    matched: int = 0
+    #: Instance ids whose journal was read: the other end of an event outside it kept none.
+    journaled: set[str] = field(default_factory=set)
+    #: Journal dirs found, read or not, and those left out past the dirs' limit.
+    journals: int = 0
+    capped: int = 0
+    skipped: int = 0
     skipped_bytes: int = 0
+    #: (dir, lines skipped, bytes skipped) for each dir that had any.
+    skipped_in: list[tuple[str, int, int]] = field(default_factory=list)
+    #: (path, why) of each dir or file not read.
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
 
 
 def read_network(
     agent_dir: str, *, where: EventFilter | None = None, limit: int | None = None
 ) -> NetworkRead:
-    """Every session's events that pass ``where``, merged in time order; with ``limit``, the
-    newest ``limit`` of them. Memory stays bounded by ``limit`` (each journal is streamed)."""
-    readers = [JournalReader(path, where=where) for path in session_dirs(agent_dir).values()]
-    merged: Iterator[Event] = heapq.merge(*readers, key=lambda event: event.at)
-    if limit is None:
-        events = tuple(merged)
-    else:
-        kept: list[Event] = []
-        cap = max(limit, 0)
-        for event in merged:
-            kept.append(event)
-            if len(kept) > 2 * cap:
-                del kept[: len(kept) - cap]
-        events = tuple(kept[-cap:] if cap else ())
-    skipped = sum(reader.skipped for reader in readers)
-    unreadable = tuple(item for reader in readers for item in reader.unreadable)
-    skipped_bytes = sum(reader.skipped_bytes for reader in readers)
-    return NetworkRead(events, skipped, unreadable, len(readers), skipped_bytes)
+    """Every session's events that pass ``where``, the newest ``limit`` of them (all without
+    one), oldest first. One journal file is open at a time, and at most ``limit`` events are
+    held: a min-heap of the newest so far, keyed by time, then a message's step, then the order
+    read."""
+    dirs = find_journals(agent_dir)
+    found = NetworkRead(journals=dirs.found, capped=dirs.capped, unreadable=list(dirs.refused))
+    newest: list[tuple[int, int, int, Event]] = []
+    order = 0
+    for instance_id, path in dirs.dirs.items():
+        found.journaled.add(instance_id)
+        reader = JournalReader(path, where=where)
+        for event in reader:
+            order += 1
+            found.matched += 1
+            item = (event.at, _STEP[event.kind], order, event)
+            if limit is None or len(newest) < limit:
+                heapq.heappush(newest, item)
+            elif limit > 0 and item[:3] > newest[0][:3]:
+                heapq.heapreplace(newest, item)
+        found.skipped += reader.skipped
+        found.skipped_bytes += reader.skipped_bytes
+        if reader.skipped or reader.skipped_bytes:
+            found.skipped_in.append((path, reader.skipped, reader.skipped_bytes))
+        found.unreadable.extend(reader.unreadable)
+    newest.sort(key=lambda item: item[:3])
+    found.events = [item[3] for item in newest]
+    return found
 
 
 class JournalFollower:
@@ -446,7 +516,7 @@ def prune_ended(
     keep = set(live_ids)
     cutoff = (time.time() if now is None else now) - retention_s
     removed = 0
-    for instance_id, directory in session_dirs(agent_dir, limit=MAX_JOURNAL_DIRS * 4).items():
+    for instance_id, directory in session_dirs(agent_dir, limit=_SCAN_CAP).items():
         if instance_id in keep:
             continue
         newest = _newest_mtime(directory)
