@@ -50,12 +50,16 @@ schedstat``), which move far less with the machine's load than latency does.
 
 ``--journal`` measures only what the event journal adds per send, on both sides, in the same run:
 blocks of ``--cpu-sends`` sends (paced as above), each to a new receiver incarnation started with
-``RuntimeOptions(journal=...)`` off or on (``--journal-text``: also on with text), the sender
-doing per send what our outbound does after a receipt (a ``SendReport``, and with the journal on
-``SessionJournal.send_ended`` into a journal kept open for the run). ``--journal-blocks`` rounds,
-each one block per setting in a seeded shuffled order, after one untimed round; every block's
-figures, the medians, and the ratios over off (of the medians, and the median of each round's
-own ratio) are reported, with the events each side journaled per send.
+``RuntimeOptions(journal=...)`` off or on (``--journal-text``: also on with text). The sender
+(``--journal-sender``) is by default a sender of ours: ``outbound.send`` from the text, as the
+model's tool and the command line send (checks, the message built and its size checked, the
+exchange, the report, and with the journal on its lines), from a listing made once per block as
+the command line's is; ``bare`` is the exchange of a prepared message and what outbound does after
+it (a ``SendReport``, and ``SessionJournal.send_ended``), the journal's cost against the least a
+send can cost. A sender's journal is kept open for the run, as a session's is.
+``--journal-blocks`` rounds, each one block per setting in a seeded shuffled order, after one
+untimed round; every block's figures, the medians, and the ratios over off (of the medians, and
+the median of each round's own ratio) are reported, with the events each side journaled per send.
 
 Run ``python bench/exchange.py`` (``--json`` for machine-readable output; ``--profile`` adds a
 cProfile of both sides of the send path, untimed). Everything it creates — the temporary agent
@@ -93,13 +97,16 @@ import anyio
 import anyio.abc
 
 import bench_support
+from pi_cross_session._internal.plugin import outbound
 from pi_cross_session._internal.plugin.hosts.headless import HeadlessHost, serve_inbox
 from pi_cross_session._internal.plugin.journaling import JOURNAL_ENV, SessionJournal
+from pi_cross_session._internal.plugin.outbound import Outbox
 from pi_cross_session._internal.plugin.reports import SendReport
 from pi_cross_session._internal.plugin.runtime import RuntimeOptions, SessionRuntime
 from pi_cross_session._internal.protocol import paths
 from pi_cross_session._internal.protocol.frames import Hello, Message, Sender
 from pi_cross_session._internal.protocol.io import endpoint, environment, sockets
+from pi_cross_session._internal.protocol.io.discovery import Listing
 from pi_cross_session._internal.protocol.io.exchange import ExchangeError, Exchanger
 from pi_cross_session._internal.protocol.paths import Locations
 from pi_cross_session._internal.protocol.registration import (
@@ -110,7 +117,6 @@ from pi_cross_session._internal.protocol.registration import (
 from pi_cross_session._internal.security.io import fs
 from pi_cross_session._internal.security.io.journal import (
     JournalPolicy,
-    Party,
     journal_dir,
     journal_files,
 )
@@ -787,6 +793,10 @@ def journal_lines(directory: str) -> int:
     return total
 
 
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 def sender_journal(agent_dir: str, setting: str) -> SessionJournal | None:
     """What a sender of ours journals with under ``setting``: a session's journal, open for the
     whole run as a session's is; ``None`` when off (an outbox without a journal)."""
@@ -798,7 +808,7 @@ def sender_journal(agent_dir: str, setting: str) -> SessionJournal | None:
         agent_dir,
         instance_id,
         policy,
-        me=lambda: Party(f"bench-sender-{setting}", instance_id),
+        name=lambda: f"bench-sender-{setting}",
         wall_ms=lambda: time.time_ns() // 1_000_000,
     )
 
@@ -855,24 +865,41 @@ async def run_journal(args: argparse.Namespace) -> dict[str, Any]:
         latencies: list[int] = []
         server_before = process_cpu_ns(pid)
         client_before = time.thread_time_ns()
+        listing = Listing(peers=[peer], registrations={receiver.instance_id: receiver})
+
+        async def same_listing() -> Listing:
+            return listing
+
         for target, sender, message in prepared:
             before = time.perf_counter_ns()
-            receipt = await exchanger.send(target, sender=sender, message=message)
-            # What outbound does after a receipt (``_exchange``, then ``_ended``).
-            report = SendReport(
-                ok=True,
-                status=receipt.status,
-                message_id=message.message_id,
-                target=peer,
-                message_written=True,
-            )
-            if journal is not None:
-                journal.send_ended(report, message)
+            if args.journal_sender == "outbound":
+                outbox = Outbox(
+                    sender=sender,
+                    exchanger=exchanger,
+                    list_peers=same_listing,
+                    wall_ms=wall_ms,
+                    journal=journal,
+                )
+                report = await outbound.send(outbox, receiver.instance_id, message.text)
+                status = report.status
+            else:
+                receipt = await exchanger.send(target, sender=sender, message=message)
+                # What outbound does after a receipt (``_exchange``, then ``_ended``).
+                report = SendReport(
+                    ok=True,
+                    status=receipt.status,
+                    message_id=message.message_id,
+                    target=peer,
+                    message_written=True,
+                )
+                if journal is not None:
+                    journal.send_ended(report, message)
+                status = receipt.status
             latencies.append(time.perf_counter_ns() - before)
             # Back to back, a send can meet the previous message's turn: queued is admitted.
-            if receipt.status not in ("submitted", "queued"):
-                raise SystemExit(f"a journal block's send ended {receipt.status}")
-            block_statuses[receipt.status] += 1
+            if status not in ("submitted", "queued"):
+                raise SystemExit(f"a journal block's send ended {status}")
+            block_statuses[status] += 1
             await anyio.sleep(SEND_PACE_S)
         client = time.thread_time_ns() - client_before
         await anyio.sleep(SETTLE_S)
@@ -947,6 +974,7 @@ async def run_journal(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "mode": "journal",
         "receiver": args.receiver,
+        "sender": args.journal_sender,
         "settings": settings,
         "blocks": args.journal_blocks,
         "per_block": args.cpu_sends,
@@ -972,10 +1000,13 @@ def print_journal_report(result: dict[str, Any]) -> None:
         else "SessionRuntime on the headless host, 0 s turns (the inbox without its printing)"
     )
     print(f"receiver: {receiver}, one new incarnation per block with that journal setting")
-    print(
-        "sender: Exchanger.send, then what outbound does after a receipt (a SendReport; with the "
-        "journal on, SessionJournal.send_ended)"
-    )
+    if result["sender"] == "outbound":
+        print("sender: outbound.send from the text, from a listing made once per block")
+    else:
+        print(
+            "sender: Exchanger.send of a prepared message, then what outbound does after a "
+            "receipt (a SendReport; with the journal on, SessionJournal.send_ended)"
+        )
     print(
         f"{result['blocks']} rounds of one block per setting ({', '.join(result['settings'])}), "
         f"in a shuffled order each round, after {result['warmup_rounds']} untimed round; "
@@ -1425,6 +1456,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--journal-blocks", type=int, default=20, help="with --journal: blocks per setting"
+    )
+    parser.add_argument(
+        "--journal-sender",
+        choices=("outbound", "bare"),
+        default="outbound",
+        help="with --journal: a sender of ours (outbound.send), or the bare exchange",
     )
     parser.add_argument("--profile", action="store_true", help="add an untimed cProfile run")
     parser.add_argument("--profile-lines", type=int, default=25, help=argparse.SUPPRESS)

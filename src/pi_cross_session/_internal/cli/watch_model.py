@@ -205,22 +205,15 @@ def fold(row: MessageRow | None, event: Event) -> MessageRow:
     if row is None:
         row = MessageRow(event.message_id, sender, receiver, event.at)
     summary = event.summary if event.summary is not None else row.summary
-    if event.direction is Direction.OUT:
-        return replace(
-            row,
-            sender=sender,
-            receiver=receiver,
-            changed_at=max(row.changed_at, event.at),
-            summary=summary,
-            sender_event=event,
-        )
+    out = event.direction is Direction.OUT
     return replace(
         row,
         sender=sender,
         receiver=receiver,
         changed_at=max(row.changed_at, event.at),
         summary=summary,
-        receiver_event=event,
+        sender_event=event if out else row.sender_event,
+        receiver_event=row.receiver_event if out else event,
     )
 
 

@@ -33,7 +33,7 @@ from pi_cross_session._internal.security.admission import Admission, Clock, Deli
 from pi_cross_session._internal.security.auth import Authenticator, LocalIdentity
 from pi_cross_session._internal.security.goals import GoalConfirmations, Goals, Scope
 from pi_cross_session._internal.security.io import fs
-from pi_cross_session._internal.security.io.journal import JournalPolicy, Party
+from pi_cross_session._internal.security.io.journal import JournalPolicy
 from pi_cross_session._internal.security.io.sender_files import PeersDirFiles
 from pi_cross_session._internal.security.limits import LifetimeBudget
 from pi_cross_session._internal.security.receiver import SessionReceiver
@@ -163,7 +163,7 @@ def assemble(wiring: Wiring) -> Incarnation:
         locations.agent_dir,
         identity.instance_id,
         policy,
-        me=lambda: Party(wiring.name(), identity.instance_id),
+        name=wiring.name,
         wall_ms=clock.wall_ms,
         on_moved=journaled,
     )

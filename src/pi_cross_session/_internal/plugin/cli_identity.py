@@ -604,7 +604,6 @@ def _open_journal(locations: Locations, instance_id: str, name: str) -> SessionJ
     """The journal a command-line send writes under its identity's instance id (and the live
     state ``watch`` shows while it sends); ``None`` when the user turned journaling off."""
     from pi_cross_session._internal.plugin.journaling import SessionJournal, journal_setting
-    from pi_cross_session._internal.security.io.journal import Party
     from pi_cross_session._internal.security.io.journal_network import write_live_state
 
     setting = journal_setting()
@@ -616,7 +615,7 @@ def _open_journal(locations: Locations, instance_id: str, name: str) -> SessionJ
         locations.agent_dir,
         instance_id,
         setting.policy,
-        me=lambda: Party(name, instance_id),
+        name=lambda: name,
         wall_ms=_now_ms,
     )
     try:

@@ -144,8 +144,12 @@ class SessionRuntime:
         self._last_goal_end: GoalEnd | None = None
         #: The host session's current turn, fed by :meth:`on_turn`; read by the gate.
         self.turns = TurnTracker()
-        # The live state last written beside the journal (its time set to 0, for comparing).
+        # The live state last written beside the journal (its time set to 0, for comparing), and
+        # what it was built from (a pass with nothing changed builds nothing).
         self._live: LiveState | None = None
+        self._live_key: tuple[object, ...] | None = None
+        self._name_key: tuple[str, str | None] | None = None
+        self._name_value = ""
         self._pruned = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -295,7 +299,11 @@ class SessionRuntime:
         )
 
     def _published_name(self) -> str:
-        return default_name(self.host.session_id, self._session_name())
+        # Asked for every journal line: cleaning a name is dearer than comparing two strings.
+        key = (self.host.session_id, self._session_name())
+        if key != self._name_key:
+            self._name_key, self._name_value = key, default_name(*key)
+        return self._name_value
 
     def _journaled(self, incarnation: Incarnation) -> None:
         # The maintenance pass publishes the live state; wake it only when the queue changed.
@@ -356,7 +364,7 @@ class SessionRuntime:
             await self._publish_live(incarnation, ended=True)
         if incarnation.journal is not None:
             incarnation.journal.close()
-        self._live = None
+        self._live = self._live_key = None
 
     async def _initial_listing(self, incarnation: Incarnation) -> None:
         """One listing right after start-up (spec §1.5), so that registrations of sessions that
@@ -429,13 +437,26 @@ class SessionRuntime:
         journal = incarnation.journal
         if journal is None or not journal.enabled:
             return
+        admission = incarnation.admission
+        key = (
+            admission.latch,
+            self._inbound,
+            admission.queue_depth,
+            incarnation.goals.active_id,
+            self._published_name(),
+            ended,
+        )
+        if key == self._live_key and self._live is not None:
+            return
         state = self._live_state(incarnation, ended=ended)
         if state == self._live:
+            self._live_key = key
             return
         stamped = dataclasses.replace(state, at=self.options.clock.wall_ms())
         try:
             await anyio.to_thread.run_sync(write_live_state, journal.directory, stamped)
-            self._live = state  # after the write: a failed one is tried again at the next pass
+            # After the write: a failed one is tried again at the next pass.
+            self._live, self._live_key = state, key
         except (OSError, CrossSessionError) as exc:
             # The journal's own writer warns once when its dir is unusable; this is its echo.
             logger.info("could not publish the live state: %s", sanitize.line(str(exc)))

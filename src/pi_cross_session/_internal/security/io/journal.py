@@ -38,13 +38,14 @@ strings: the caller escapes them for its sink.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
 import re
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import TracebackType
@@ -81,10 +82,13 @@ __all__ = [
     "JournalWriter",
     "LineSplitter",
     "Party",
+    "PlainStep",
     "encode_event",
     "journal_dir",
     "journal_files",
     "parse_line",
+    "party_json",
+    "plain_lines",
     "read_journal",
 ]
 
@@ -320,6 +324,64 @@ def encode_event(
     return None
 
 
+# -- the plain line, straight from checked values --------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def party_json(name: str, instance_id: str) -> str:
+    """A party as a journal line holds it (``{"name":…,"instanceId":…}``, ASCII JSON), the name
+    cut to the wire's bound.
+
+    Cached: a session names itself and its few peers in every line, and encoding a party is most
+    of what a line costs (``bench/exchange.py --journal``, docs/performance.md). 256 entries of a
+    few hundred bytes at most; a peer's name is the key as it came, never trusted for more.
+    """
+    party = Party(name, instance_id)  # checks the instance id and cuts the name
+    return json.dumps(
+        {"name": party.name, "instanceId": party.instance_id},
+        ensure_ascii=True,
+        separators=(",", ":"),
+    )
+
+
+#: One step of a message for :func:`plain_lines`: its time, its kind and its code (or ``None``).
+PlainStep = tuple[int, EventKind, str | None]
+
+
+def plain_lines(
+    direction: Direction,
+    message_id: str,
+    session_json: str,
+    peer_json: str,
+    steps: Sequence[PlainStep],
+) -> bytes | None:
+    """The lines :func:`encode_event` writes for one message's events without text, summary or
+    cut (one per step), byte for byte, built without an :class:`Event` or ``json.dumps``: what
+    they share is formatted once (a fraction of the cost; measured in docs/performance.md).
+    ``session_json`` and ``peer_json`` come from :func:`party_json`. ``None`` when a value fails
+    the checks an :class:`Event` makes (the caller counts it)."""
+    if not ID_RE.fullmatch(message_id):
+        return None
+    # Every value placed unquoted here is a word of ours or an id of the contract's alphabet:
+    # none needs escaping, so the bytes are those json.dumps writes.
+    shared = (
+        f'"direction":"{direction.value}","messageId":"{message_id}",'
+        f'"session":{session_json},"peer":{peer_json}'
+    )
+    lines = []
+    for at, kind, code in steps:
+        if not _is_plain_int(at) or not 0 <= at <= _MAX_EPOCH_MS:
+            return None
+        if code is None:
+            tail = "}\n"
+        elif is_code(code):
+            tail = f',"code":"{code}"}}\n'
+        else:
+            return None
+        lines.append(f'{{"v":{FORMAT_VERSION},"at":{at},"kind":"{kind.value}",{shared}{tail}')
+    return "".join(lines).encode("ascii")
+
+
 # -- writing ---------------------------------------------------------------------------------------
 
 
@@ -383,16 +445,24 @@ class JournalWriter:
         line = encode_event(
             event, keep_text=self.policy.keep_text, max_line_bytes=self.max_line_bytes
         )
+        return self.record_lines(line)
+
+    def record_lines(self, lines: bytes | None, count: int = 1) -> bool:
+        """Append ``count`` lines already encoded (each ending in a newline, each within the line
+        bound: from :func:`encode_event` or :func:`plain_line`) with one ``write``; ``None`` is
+        an event that could not be encoded, counted as a failure. True when written."""
+        if not self.policy.enabled:
+            return False
         with self._lock:
-            if line is None:
-                self.failures += 1
+            if lines is None:
+                self.failures += count
                 return False
             try:
-                self._append(line)
+                self._append(lines)
             except (OSError, fs.FileSystemError) as exc:
-                self._failed(exc)
+                self._failed(exc, count)
                 return False
-            self.written += 1
+            self.written += count
             return True
 
     def _append(self, line: bytes) -> None:
@@ -411,7 +481,7 @@ class JournalWriter:
         if written != len(line):
             # A short write (disk full) left a fragment: end it, so that it spoils no later line.
             self._size += os.write(fd, b"\n")
-            raise OSError("the journal line was written only in part")
+            raise OSError("the journal lines were written only in part")
 
     def _rotate(self) -> None:
         """``journal.jsonl`` → ``journal.1.jsonl`` …; what falls past :attr:`files_kept` goes."""
@@ -425,8 +495,8 @@ class JournalWriter:
     def _path(self, index: int) -> str:
         return os.path.join(self.directory, _rotated_name(index))
 
-    def _failed(self, exc: Exception) -> None:
-        self.failures += 1
+    def _failed(self, exc: Exception, count: int = 1) -> None:
+        self.failures += count
         self.last_error = exc
         self._close_fd()
         if not self._warned:
