@@ -72,8 +72,9 @@ EXAMPLES: Final = int(os.environ.get("PI_XS_FUZZ_EXAMPLES", scaled(2000)))
 #: How the examples are shared between the tests; the oversized frames, the trickled requests
 #: and the crowded examples come on top.
 SHARES: Final = {"random": 0.18, "first": 0.28, "second": 0.32, "cuts": 0.14, "shapes": 0.08}
-#: Frames near the 1 MiB cap cost milliseconds each: a few dozen cover every boundary.
-OVERSIZED: Final = max(24, EXAMPLES // 400)
+#: Frames near the 1 MiB cap cost about half a second each here: eight by default cover the
+#: boundaries, and `make fuzz` runs one per 400 examples.
+OVERSIZED: Final = max(8, EXAMPLES // 400)
 #: A trickled request lasts past the request deadline: each example takes about a second.
 TRICKLED: Final = max(12, EXAMPLES // 1000)
 #: Examples run while another process holds every slot (each costs a shed and a refill).
