@@ -50,12 +50,16 @@ from pi_cross_session._internal.cli.watch_model import (
     SessionChange,
     Skipped,
     WatchModel,
-    names,
 )
 from pi_cross_session._internal.protocol import paths
 from pi_cross_session._internal.protocol.io import environment
 from pi_cross_session._internal.protocol.sanitize import line
-from pi_cross_session._internal.security.io.journal import Direction, Event, journal_dir
+from pi_cross_session._internal.security.io.journal import (
+    Direction,
+    Event,
+    journal_dir,
+    names_session,
+)
 from pi_cross_session._internal.security.io.journal_network import (
     JournalFollower,
     LiveState,
@@ -336,7 +340,7 @@ class Printer:
     def event(self, event: Event, wanted: str | None) -> None:
         """Print one event (unless the filter leaves it out)."""
         if wanted is not None and not any(
-            names(wanted, end.name, end.instance_id) for end in (event.session, event.peer)
+            names_session(wanted, end.name, end.instance_id) for end in (event.session, event.peer)
         ):
             return
         journaled = {event.session.instance_id}

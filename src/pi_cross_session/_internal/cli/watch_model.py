@@ -27,7 +27,12 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Final
 
-from pi_cross_session._internal.security.io.journal import Direction, Event, Party
+from pi_cross_session._internal.security.io.journal import (
+    Direction,
+    Event,
+    Party,
+    names_session,
+)
 from pi_cross_session._internal.security.io.journal_network import LiveGoal, LiveState
 
 #: Messages the feed keeps (the most recently changed); older ones are forgotten.
@@ -36,8 +41,6 @@ MAX_FEED_MESSAGES: Final = 200
 #: session of ours publishes its live state within a second of registering, and a Node session
 #: never does; waiting this long reports most sessions of ours once, already knowing their kind.
 APPEAR_GRACE_MS: Final = 2_500
-#: The shortest start of an instance id that names a session in a filter (a ``ref`` is 8).
-MIN_ID_PREFIX: Final = 6
 
 #: The registration's inbound policy, in the words of a live state.
 _INBOUND_OF_POLICY: Final = {"accept": "open", "refuse": "refusing"}
@@ -78,16 +81,8 @@ class SessionView:
     remote_machine: str | None = None
 
     def matches(self, wanted: str) -> bool:
-        """True when ``wanted`` names this session (see :func:`names`)."""
-        return names(wanted, self.name, self.instance_id)
-
-
-def names(wanted: str, name: str, instance_id: str) -> bool:
-    """True when ``wanted`` is the name, the instance id, or a start of it at least
-    :data:`MIN_ID_PREFIX` long (``--session`` and the filter take any of them)."""
-    if wanted in (name, instance_id):
-        return True
-    return len(wanted) >= MIN_ID_PREFIX and instance_id.startswith(wanted.lower())
+        """True when ``wanted`` names this session (see :func:`names_session`)."""
+        return names_session(wanted, self.name, self.instance_id)
 
 
 def session_view(registered: Registered, live: LiveState | None) -> SessionView:
@@ -181,7 +176,9 @@ class MessageRow:
 
     def involves(self, wanted: str) -> bool:
         """True when either end is the session ``wanted`` names."""
-        return any(names(wanted, end.name, end.instance_id) for end in (self.sender, self.receiver))
+        return any(
+            names_session(wanted, end.name, end.instance_id) for end in (self.sender, self.receiver)
+        )
 
 
 def _ends(event: Event) -> tuple[Party, Party]:
@@ -420,6 +417,5 @@ __all__ = [
     "WatchModel",
     "changes",
     "fold",
-    "names",
     "session_view",
 ]

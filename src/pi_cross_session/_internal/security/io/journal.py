@@ -86,6 +86,7 @@ __all__ = [
     "encode_event",
     "journal_dir",
     "journal_files",
+    "names_session",
     "parse_line",
     "party_json",
     "plain_lines",
@@ -553,6 +554,19 @@ def journal_files(directory: str) -> list[str]:
     return [os.path.join(directory, name) for name in names]
 
 
+#: The fewest hex characters that name an instance id by its start (lines show six).
+MIN_ID_PREFIX: Final = 6
+
+
+def names_session(wanted: str, name: str, instance_id: str) -> bool:
+    """True when ``wanted`` names the session ``name`` / ``instance_id`` as a person asks about
+    one: its name, its instance id, or the first :data:`MIN_ID_PREFIX` or more hex characters of
+    that id, in either case (``log --session``, ``watch --session`` and its filter)."""
+    if wanted in (name, instance_id):
+        return True
+    return len(wanted) >= MIN_ID_PREFIX and instance_id.startswith(wanted.lower())
+
+
 @dataclass(frozen=True, slots=True)
 class EventFilter:
     """Which events a reader yields; every field set must match (``None`` matches anything).
@@ -561,13 +575,9 @@ class EventFilter:
     other end; ``since`` is epoch milliseconds (events at or after it).
 
     ``end`` and ``other_end`` name the message's ends whichever of them wrote the event, as a
-    person asks about a session: a name, an instance id, or the first :attr:`MIN_ID_PREFIX` or
-    more hex characters of one (as lines show it). With both, the event is between those two
+    person asks about a session (:func:`names_session`). With both, the event is between those two
     sessions, either way round; ``other_end`` alone matches either end, as ``end`` does.
     """
-
-    #: The fewest hex characters that name an instance id by its start (lines show six).
-    MIN_ID_PREFIX = 6
 
     session: str | None = None
     peer: str | None = None
@@ -599,18 +609,10 @@ class EventFilter:
             self.other_end is None or self.refers_to(other, self.other_end)
         )
 
-    @classmethod
-    def refers_to(cls, who: Party, wanted: str) -> bool:
-        """True when ``wanted`` is ``who``'s name, its instance id, or the start of that id (at
-        least :attr:`MIN_ID_PREFIX` hex characters, in either case)."""
-        if who.matches(wanted):
-            return True
-        prefix = wanted.lower()
-        return (
-            len(prefix) >= cls.MIN_ID_PREFIX
-            and not prefix.strip("0123456789abcdef")
-            and who.instance_id.startswith(prefix)
-        )
+    @staticmethod
+    def refers_to(who: Party, wanted: str) -> bool:
+        """True when ``wanted`` names ``who`` (see :func:`names_session`)."""
+        return names_session(wanted, who.name, who.instance_id)
 
 
 class LineSplitter:
