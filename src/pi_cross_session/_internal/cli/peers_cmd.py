@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pi_cross_session._internal.protocol.registration import PublicPeer
 
 
-def _anything_to_list(locations: paths.Locations) -> bool:
+def anything_to_list(locations: paths.Locations) -> bool:
     """False when there is no peers dir, or a private one of ours holds no registration file;
     anything else needs the full listing (which repairs a loose mode, or refuses the dir)."""
     from pi_cross_session._internal.security.io import fs
@@ -59,7 +59,7 @@ def peers_of(locations: paths.Locations, console: Console) -> Found:
     if not os.path.lexists(locations.peers_dir):
         return Found()  # nothing there to judge or to list
     console.enable_logging()  # from here on, the file layer and the probes may log
-    if not _anything_to_list(locations):
+    if not anything_to_list(locations):
         return Found()
     import anyio
 

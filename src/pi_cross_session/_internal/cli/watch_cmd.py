@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pi_cross_session._internal.cli import exits, journal_words
 from pi_cross_session._internal.cli.console import PREFIX, Console
+from pi_cross_session._internal.cli.peers_cmd import anything_to_list
 from pi_cross_session._internal.cli.watch_model import (
     Registered,
     SessionChange,
@@ -117,29 +118,18 @@ def remote_machine_of(peer: PublicPeer) -> str | None:
     if "@" not in peer.name:
         return None
     # Imported here: only a name with an '@' needs the remote plane's names.
-    from pi_cross_session._internal.cli import words
     from pi_cross_session._internal.protocol.remote.envelope import machine_of_name
 
     machine = machine_of_name(peer.name)
     if machine is None or not peer.cwd.startswith(f"{machine}:"):
         return None
-    return words.remote_machine(peer)
+    return line(machine, 32)  # as the command line's other words name a machine
 
 
 def _live_peers(locations: paths.Locations) -> list[PublicPeer]:
     """The live sessions as ``peers`` lists them (probed, dead ones reaped), without git: a
     missing or empty peers dir is answered without the probes or an event loop."""
-    if not os.path.lexists(locations.peers_dir):
-        return []
-    from pi_cross_session._internal.security.io import fs
-
-    state = fs.inspect_private_dir(locations.peers_dir).state
-    if state is fs.DirState.MISSING:
-        return []
-    if (
-        state is fs.DirState.PRIVATE
-        and not fs.list_registration_names(locations.peers_dir, limit=1).names
-    ):
+    if not os.path.lexists(locations.peers_dir) or not anything_to_list(locations):
         return []
     import anyio
 
