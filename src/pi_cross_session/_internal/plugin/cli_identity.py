@@ -581,12 +581,12 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-#: What ``watch`` is told of a command-line sender while it holds its identity.
+#: The kind ``watch`` is told of a command-line sender while it holds its identity.
 _CLI_KIND: Final = "cli"
-_CLI_TAKES_NOTHING: Final = "a command-line sender: it takes no messages"
 
 
 def _cli_live_state(instance_id: str, name: str, *, ended: bool) -> LiveState:
+    from pi_cross_session._internal.plugin.render.receiving import LIVE_CLI_SENDER
     from pi_cross_session._internal.security.io.journal_network import InboundState, LiveState
 
     return LiveState(
@@ -595,7 +595,7 @@ def _cli_live_state(instance_id: str, name: str, *, ended: bool) -> LiveState:
         name=name,
         host=_CLI_KIND,
         inbound=InboundState.REFUSING,
-        reason=_CLI_TAKES_NOTHING,
+        reason=LIVE_CLI_SENDER,
         ended=ended,
     )
 

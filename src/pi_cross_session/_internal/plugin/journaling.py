@@ -73,10 +73,10 @@ def journal_setting(environ: Mapping[str, str] | None = None) -> JournalSetting:
     policy = _POLICIES.get(value.lower())
     if policy is not None:
         return JournalSetting(policy)
-    return JournalSetting(
-        _POLICIES["off"],
-        f"{JOURNAL_ENV} is {value[:40]!r}, which is not on, text or off: the event journal is off",
-    )
+    # Imported here: the common case (a known value) needs no words.
+    from pi_cross_session._internal.plugin.render.host_status import journal_setting_unknown
+
+    return JournalSetting(_POLICIES["off"], journal_setting_unknown(JOURNAL_ENV, value))
 
 
 #: Row states and the event each one is journaled as (a ``dropped_*`` state keeps its word as

@@ -413,10 +413,10 @@ class SessionRuntime:
         reason: str | None = None
         if latch is not None:
             inbound = InboundState.LATCHED
-            reason = f"{receiving.closed_reason(latch)}; to reopen: {self.reopen}"
+            reason = receiving.live_latched(latch, self.reopen)
         elif self._inbound != "accept":
             inbound = InboundState.REFUSING
-            reason = "its inbound policy is refuse"
+            reason = receiving.LIVE_REFUSING
         else:
             inbound = InboundState.OPEN
         goal = incarnation.goals.status()

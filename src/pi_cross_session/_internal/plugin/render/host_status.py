@@ -253,6 +253,11 @@ def status_command_json(data: dict[str, Any]) -> str:
     return sanitize.dumps(data, indent=2)
 
 
+def journal_setting_unknown(variable: str, value: str) -> str:
+    """The journal setting is a value we do not know: the journal is off, and why."""
+    return f"{variable} is {value[:40]!r}, which is not on, text or off: the event journal is off"
+
+
 __all__ = [
     "GOAL_END_REASONS",
     "INBOX_NOT_RUNNING",
@@ -264,6 +269,7 @@ __all__ = [
     "host_status_text",
     "inbox_latched",
     "inbox_start_failed",
+    "journal_setting_unknown",
     "peer_check_data",
     "peer_check_lines",
     "pressure_data",

@@ -35,6 +35,10 @@ REOPEN_CLI_INBOX: Final = (
 )
 #: What a closed inbox is, wherever its own state is shown.
 CLOSED: Final = "closed until its user reopens it"
+#: Why a session's live state (what ``watch`` shows) says it refuses: its policy, or it is a
+#: command-line sender, which takes nothing.
+LIVE_REFUSING: Final = "its inbound policy is refuse"
+LIVE_CLI_SENDER: Final = "a command-line sender: it takes no messages"
 
 
 def _latched_message(latch: Latch) -> str | None:
@@ -79,6 +83,11 @@ def closed_reason(latch: Latch) -> str:
     if said:
         text += f" (the host reported {': '.join(said)})"
     return text
+
+
+def live_latched(latch: Latch, reopen: str) -> str:
+    """Why a latched session's live state says it is latched, and how to reopen it."""
+    return f"{closed_reason(latch)}; to reopen: {reopen}"
 
 
 def closed_line(latch: Latch, reopen: str = REOPEN_WITH_COMMAND) -> str:
@@ -241,6 +250,8 @@ def resume_text(outcome: ResumeOutcome) -> str:
 
 __all__ = [
     "CLOSED",
+    "LIVE_CLI_SENDER",
+    "LIVE_REFUSING",
     "REOPEN_CLI_INBOX",
     "REOPEN_WITH_COMMAND",
     "closed_data",
@@ -248,6 +259,7 @@ __all__ = [
     "closed_reason",
     "inbox_message",
     "inbox_row",
+    "live_latched",
     "resume_text",
     "status_data",
     "status_json",
